@@ -1,0 +1,30 @@
+"""Packaging for the JAX/Flax BERT/T5/GPT pretraining and fine-tuning codebase."""
+from setuptools import find_packages, setup
+
+setup(
+    name="lmpretrain",
+    version="0.1.0",
+    description="JAX/Flax pretraining and fine-tuning of Transformer language models (BERT, T5, GPT).",
+    python_requires=">=3.10",
+    packages=find_packages(include=["pretrain", "pretrain.*", "models", "models.*",
+                                    "objectives", "objectives.*", "configs", "configs.*"]),
+    install_requires=[
+        "jax>=0.4.35,<0.11",
+        "flax>=0.10,<0.13",
+        "optax>=0.2.4,<0.3",
+        "orbax-checkpoint>=0.11,<0.13",
+        "ml-collections>=0.1.1,<2",
+        "sentencepiece>=0.2,<0.3",
+        "tokenizers>=0.20,<0.24",
+        "numpy>=1.26,<3",
+        "absl-py>=2.0,<3",
+        "tensorboardX>=2.6,<3",
+        "tqdm>=4.66,<5",
+        "matplotlib>=3.8,<4",
+    ],
+    extras_require={
+        # Named datasets (wikipedia, c4, ...). Reading prepared array_record datasets needs no TF.
+        "tfds": ["tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5"],
+        "test": ["pytest>=8,<10", "tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5"],
+    },
+)
