@@ -1,0 +1,47 @@
+# The README's two commands: `make demo` (the main job) and `make test`. Each builds .venv itself.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+DEMO   ?= demo_out
+# Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast test-slow clean
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+# Offline end to end: corpus from CPython's docs -> SentencePiece -> tiny BERT (MLM + NSP) -> plot.
+demo: $(STAMP)
+	$(PY) scripts/build_demo_corpus.py --output $(DEMO)/corpus.txt --max_mb 4
+	$(PY) scripts/train_tokenizer.py --input $(DEMO)/corpus.txt --model_prefix $(DEMO)/tokenizer/spm --vocab_size 8000
+	rm -rf $(DEMO)/bert_tiny
+	$(PY) -m pretrain.train --config=configs/bert.py:size=tiny --workdir=$(DEMO)/bert_tiny \
+	    --config.data.path=$(DEMO)/corpus.txt --config.tokenizer.path=$(DEMO)/tokenizer/spm.model
+	$(PY) scripts/plot_metrics.py --workdir $(DEMO)/bert_tiny
+	@echo
+	@echo "Outputs:"
+	@echo "  corpus              $(DEMO)/corpus.txt"
+	@echo "  tokenizer           $(DEMO)/tokenizer/spm.model"
+	@echo "  checkpoints (Orbax) $(DEMO)/bert_tiny/checkpoints/"
+	@echo "  TensorBoard logs    $(DEMO)/bert_tiny/tensorboard/   (tensorboard --logdir $(DEMO)/bert_tiny)"
+	@echo "  metrics             $(DEMO)/bert_tiny/metrics.jsonl"
+	@echo "  resolved config     $(DEMO)/bert_tiny/config.json"
+	@echo "  loss plot           $(DEMO)/bert_tiny/loss.png"
+
+# Every test, the slow end-to-end ones included (what CI runs).
+test: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) $(DEMO) *.egg-info

@@ -1,0 +1,94 @@
+"""BERT pretraining (masked LM + next sentence prediction) at every published size.
+
+Launch (demo corpus and tokenizer come from `make demo`):
+  python -m pretrain.train --config=configs/bert.py:size=tiny --workdir=runs/bert_tiny
+  python -m pretrain.train --config=configs/bert.py:size=base --workdir=gs://bucket/bert_base \
+      --config.data.source=tfds --config.data.tfds_name=wikipedia/20230601.en \
+      --config.tokenizer.kind=wordpiece --config.tokenizer.path=vocab.txt
+
+Config string: `size=tiny|mini|small|medium|base|large`, `nsp=True|False` (False = RoBERTa-style
+MLM only), `wwm=True|False` (whole-word masking), `recipe=paper|short`.
+
+Targets. Sizes are Devlin et al. (2019) Table/Section 3 and the 24 "BERT miniatures" of
+Turc et al. (2019) for tiny..medium. Exact parameter counts of BertForPreTraining here (they equal
+Hugging Face's): base 110,106,428 (paper: "110M"), large 336,226,108 (paper: "340M"; the paper
+rounds up: Hugging Face and Google's checkpoints have the same 336.2M). The paper recipe
+(Section A.2): batch 256 sequences, Adam lr 1e-4, b1 0.9, b2 0.999, L2 weight decay 0.01, warmup
+10,000 steps then linear decay, 1,000,000 steps, dropout 0.1, GELU, sequence length 128 for 90% of
+the steps and 512 for the last 10% (max_predictions_per_seq 20 and 80). BERT-Base reaches an MLM
+accuracy of about 0.70 and NSP accuracy of about 0.98 at the end of that recipe.
+"""
+import ml_collections
+
+from configs import common
+
+SIZES = {  # name: (layers, hidden, heads, ffn)
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 1024),
+    "small": (4, 512, 8, 2048),
+    "medium": (8, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+SMALL_SIZES = ("tiny", "mini")  # these default to the short recipe on the demo corpus
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    arg = common.parse_arg(arg, size="base", nsp=True, wwm=False, recipe="")
+    if arg.size not in SIZES:
+        raise ValueError(f"configs/bert.py: size={arg.size!r} is not one of {list(SIZES)}")
+    recipe = arg.recipe or ("short" if arg.size in SMALL_SIZES else "paper")
+    if recipe not in ("paper", "short"):
+        raise ValueError(f"configs/bert.py: recipe={recipe!r} must be 'paper' or 'short'")
+    layers, hidden, heads, ffn = SIZES[arg.size]
+
+    c = common.trainer_config()
+    c.model = ml_collections.ConfigDict(dict(
+        name="bert", vocab_size=30522, hidden_size=hidden, num_layers=layers, num_heads=heads,
+        intermediate_size=ffn, max_position_embeddings=512, type_vocab_size=2,
+        dropout_rate=0.1, attention_dropout_rate=0.1, layer_norm_eps=1e-12,
+        initializer_range=0.02, next_sentence=arg.nsp, dtype="float32", param_dtype="float32"))
+
+    c.objective = ml_collections.ConfigDict(dict(
+        name="bert_pretraining",
+        mask_prob=0.15, replace_with_mask=0.8, replace_with_random=0.1,
+        max_predictions_per_seq=20, long_max_predictions_per_seq=80,
+        whole_word_masking=arg.wwm, next_sentence=arg.nsp, short_seq_prob=0.1))
+
+    c.data = ml_collections.ConfigDict(dict(
+        source="text",               # text | tfds
+        path="",                     # text: file(s), globs, comma-separated
+        tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",
+        max_documents=0,             # 0 = all
+        eval_documents=0,            # documents held out for evaluation (0 = no evaluation)
+        max_seq_length=128,
+        long_seq_length=512,         # second phase at this length (0 = no second phase)
+        long_seq_start_step=900_000))
+
+    c.tokenizer = ml_collections.ConfigDict(dict(kind="wordpiece", path="", lowercase=True))
+
+    if recipe == "paper":
+        c.batch_size = 256
+        c.num_train_steps = 1_000_000
+        c.optimizer.learning_rate = 1e-4
+        c.optimizer.warmup_steps = 10_000
+        c.log_every = 100
+        c.checkpoint_every = 10_000
+        c.eval_every = 10_000
+    else:  # a few minutes on a laptop CPU with the demo corpus
+        c.batch_size = 32
+        c.num_train_steps = 600
+        c.optimizer.learning_rate = 1e-3
+        c.optimizer.warmup_steps = 60
+        c.log_every = 10
+        c.checkpoint_every = 200
+        c.eval_every = 200
+        c.data.max_seq_length = 128
+        c.data.long_seq_length = 0
+        c.data.path = "demo_out/corpus.txt"
+        c.data.eval_documents = 20
+        c.tokenizer.kind = "sentencepiece"
+        c.tokenizer.path = "demo_out/tokenizer/spm.model"
+        c.model.vocab_size = 8000
+    c.lock()
+    return c

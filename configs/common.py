@@ -1,0 +1,51 @@
+"""Helpers shared by the config files: config-string parsing and the trainer's common fields."""
+from __future__ import annotations
+
+import ml_collections
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+    """'size=base,nsp=False' -> ConfigDict, typed like `defaults`; unknown names are an error."""
+    values = ml_collections.ConfigDict(defaults)
+    for item in filter(None, (arg or "").split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or key not in defaults:
+            raise ValueError(f"config argument {item!r} is not one of {sorted(defaults)} "
+                             f"(write it as key=value, e.g. {next(iter(defaults))}=...)")
+        kind = type(defaults[key])
+        if kind is bool:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"config argument {key}={value!r} must be true or false")
+            values[key] = value.lower() in ("true", "1")
+        else:
+            values[key] = kind(value)
+    return values
+
+
+def trainer_config() -> ml_collections.ConfigDict:
+    """Fields every pretraining config has: loop, logging, checkpoints, mesh, optimizer."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.batch_size = 256               # global batch (sequences per optimizer step)
+    c.grad_accum_steps = 1           # micro-batches per step; batch_size must divide evenly
+    c.num_train_steps = 1000
+    c.log_every = 10                 # steps between metrics.jsonl / TensorBoard records
+    c.checkpoint_every = 1000        # steps between asynchronous checkpoints (the last is always saved)
+    c.keep_checkpoints = 3
+    c.eval_every = 0                 # steps between held-out evaluations (0 = only at the end)
+    c.eval_batches = 4
+    c.mesh_shape = (-1, 1, 1)        # (data, fsdp, tensor); -1 = all remaining devices
+    c.prefetch = 2                   # batches built ahead on a host thread
+
+    c.optimizer = ml_collections.ConfigDict()
+    c.optimizer.name = "adamw"
+    c.optimizer.learning_rate = 1e-4
+    c.optimizer.end_learning_rate = 0.0
+    c.optimizer.schedule = "warmup_linear_decay"
+    c.optimizer.warmup_steps = 100
+    c.optimizer.b1 = 0.9
+    c.optimizer.b2 = 0.999
+    c.optimizer.eps = 1e-6
+    c.optimizer.weight_decay = 0.01
+    c.optimizer.grad_clip_norm = 1.0
+    return c

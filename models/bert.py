@@ -1,0 +1,124 @@
+"""BERT (Devlin et al., 2019): a post-LayerNorm Transformer encoder with MLM and NSP heads.
+
+Parameter names follow Hugging Face's `BertForPreTraining` closely (embeddings / encoder layers /
+pooler / heads) so that `models/convert/` can map checkpoints one to one.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from models import heads, layers
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout_rate: float = 0.1            # hidden dropout (embeddings, attention output, FFN output)
+    attention_dropout_rate: float = 0.1  # on the attention probabilities
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    next_sentence: bool = True           # build the NSP head (False: RoBERTa-style MLM only)
+    dtype: str = "float32"               # compute dtype (activations): float32 | bfloat16
+    param_dtype: str = "float32"         # storage dtype of the weights
+
+    @property
+    def kwargs(self) -> dict:
+        return dict(dtype=jnp.dtype(self.dtype), param_dtype=jnp.dtype(self.param_dtype))
+
+
+class BertEmbeddings(nn.Module):
+    config: BertConfig
+
+    def setup(self):
+        c = self.config
+        init = layers.truncated_normal(c.initializer_range)
+        self.word_embeddings = layers.Embed(c.vocab_size, c.hidden_size, "vocab", init, **c.kwargs)
+        self.position_embeddings = layers.Embed(c.max_position_embeddings, c.hidden_size,
+                                                "positions", init, **c.kwargs)
+        self.token_type_embeddings = layers.Embed(c.type_vocab_size, c.hidden_size,
+                                                  "token_types", init, **c.kwargs)
+        self.norm = layers.LayerNorm(c.layer_norm_eps, **c.kwargs)
+        self.dropout = nn.Dropout(c.dropout_rate)
+
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,  # [B, L] each
+                 deterministic: bool) -> jax.Array:                    # -> [B, L, D]
+        positions = jnp.arange(input_ids.shape[1])[None, :]
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+             + self.token_type_embeddings(segment_ids))
+        return self.dropout(self.norm(x), deterministic=deterministic)
+
+
+class BertLayer(nn.Module):
+    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), dropout before each residual add."""
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool) -> jax.Array:
+        c = self.config
+        init = layers.truncated_normal(c.initializer_range)
+        dropout = nn.Dropout(c.dropout_rate)
+        h = layers.MultiHeadAttention(c.num_heads, c.hidden_size // c.num_heads,
+                                      dropout_rate=c.attention_dropout_rate, kernel_init=init,
+                                      name="attention", **c.kwargs)(x, mask=mask, deterministic=deterministic)
+        x = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)(
+            x + dropout(h, deterministic=deterministic))
+        h = layers.MLP(c.intermediate_size, layers.exact_gelu, kernel_init=init, name="mlp",
+                       **c.kwargs)(x)
+        return layers.LayerNorm(c.layer_norm_eps, name="output_norm", **c.kwargs)(
+            x + dropout(h, deterministic=deterministic))
+
+
+class BertModel(nn.Module):
+    """Encoder + pooler. Returns (sequence_output [B, L, D], pooled_output [B, D])."""
+    config: BertConfig
+
+    def setup(self):
+        self.embeddings = BertEmbeddings(self.config)
+        self.layers = [BertLayer(self.config, name=f"layer_{i}") for i in range(self.config.num_layers)]
+        self.pooler = layers.Dense(self.config.hidden_size, ("embed", "embed_out"),
+                                   kernel_init=layers.truncated_normal(self.config.initializer_range),
+                                   **self.config.kwargs)
+
+    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array,
+                 deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
+        valid = input_mask.astype(bool)
+        mask = layers.padding_mask(valid, valid)
+        x = self.embeddings(input_ids, segment_ids, deterministic)
+        for layer in self.layers:
+            x = layer(x, mask, deterministic)
+        pooled = jnp.tanh(self.pooler(x[:, 0]))  # the [CLS] position
+        return x, pooled
+
+
+class BertForPreTraining(nn.Module):
+    """BERT with its pretraining heads. Returns a dict the objectives read from."""
+    config: BertConfig
+
+    def setup(self):
+        c = self.config
+        self.bert = BertModel(c)
+        self.mlm_head = heads.MaskedLMHead(c.vocab_size, c.initializer_range, c.layer_norm_eps, **c.kwargs)
+        if c.next_sentence:
+            self.nsp_head = heads.ClassifierHead(2, c.initializer_range, **c.kwargs)
+
+    def __call__(self, input_ids: jax.Array,          # [B, L] int32
+                 segment_ids: jax.Array,               # [B, L] int32 (0 = sentence A, 1 = B)
+                 input_mask: jax.Array,                # [B, L] 1 = real token, 0 = padding
+                 masked_lm_positions: jax.Array,       # [B, P] int32
+                 deterministic: bool = True) -> dict[str, jax.Array]:
+        sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic)
+        masked = heads.gather_positions(sequence, masked_lm_positions)
+        out = {"mlm_logits": self.mlm_head(masked, self.bert.embeddings.word_embeddings)}  # [B, P, V]
+        if self.config.next_sentence:
+            out["nsp_logits"] = self.nsp_head(pooled)                                        # [B, 2]
+        return out

@@ -1,0 +1,68 @@
+"""Orbax checkpoints: asynchronous save every N steps, keep the last K, resume from the latest.
+
+A checkpoint holds the train state (params, optimizer state, step) and the data position as JSON.
+Orbax writes each step into a temporary directory and renames it only once complete, so a run
+killed mid-save never leaves a half-written checkpoint as the latest.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from pretrain.errors import UserError
+
+
+class CheckpointError(UserError):
+    """A checkpoint that cannot be used with this config (one-line message)."""
+
+
+class Checkpointer:
+    def __init__(self, directory: str, *, save_every: int, keep: int, async_save: bool = True):
+        self.directory = os.path.abspath(directory)
+        self.save_every = save_every
+        self.manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=keep, enable_async_checkpointing=async_save, create=True,
+                cleanup_tmp_directories=True))
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def should_save(self, step: int, last_step: int) -> bool:
+        return step == last_step or (self.save_every > 0 and step % self.save_every == 0)
+
+    def save(self, step: int, state: Any, data_position: dict, force: bool = False) -> None:
+        """Starts an asynchronous save; training continues while it is written."""
+        self.manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)), force=force)
+
+    def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
+        """Restores onto the shardings in `abstract_state` (jax.ShapeDtypeStruct leaves)."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"no checkpoint in {self.directory}")
+        try:
+            restored = self.manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+        except (ValueError, KeyError, TypeError) as e:
+            first_line = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise CheckpointError(
+                f"checkpoint {self.directory}/{step} does not fit this config's model ({first_line}); "
+                "resume with the config that wrote it or use a new --workdir") from None
+        return restored["state"], dict(restored["data"]), step
+
+    def wait(self) -> None:
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+
+def abstract_with_shardings(tree: Any, shardings: Any) -> Any:
+    """Abstract arrays that tell Orbax where each restored leaf should live."""
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)

@@ -1,0 +1,135 @@
+"""Deterministic, resumable pretraining batches: every batch is a pure function of (seed, step).
+
+Per phase (sequence length) and data epoch, the objective makes a shuffled set of fixed-length
+instances from the tokenized documents with an RNG seeded by (seed, phase, epoch); step k of the
+phase reads examples k*B .. k*B+B-1 of that endless sequence of epochs. The objective then builds
+the batch (e.g. dynamic masking) with an RNG seeded by (seed, step). Resuming at step s therefore
+needs only s, which the checkpoint stores, and gives the same batches as an uninterrupted run.
+"""
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+from typing import Iterator
+
+import ml_collections
+import numpy as np
+
+from pretrain.data import sources, tokenizers
+
+
+def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
+                   ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
+    """config.data -> (train, eval) tokenized documents; the last `eval_documents` are held out."""
+    if config.source == "text":
+        if not config.path:
+            raise sources.CorpusError("config.data.path is empty: give --config.data.path=FILE "
+                                      "(one sentence per line, blank lines between documents)")
+        docs = sources.read_text_corpus(config.path)
+    elif config.source == "tfds":
+        if not config.tfds_name:
+            raise sources.CorpusError("config.data.tfds_name is empty: give e.g. "
+                                      "--config.data.tfds_name=wikipedia/20230601.en")
+        docs = sources.read_tfds_corpus(
+            config.tfds_name, split=config.tfds_split, data_dir=config.tfds_data_dir or None,
+            text_key=config.text_key, max_documents=config.max_documents or None)
+    else:
+        raise sources.CorpusError(f"config.data.source={config.source!r} is unknown; use 'text' or 'tfds'")
+    if config.max_documents:
+        docs = docs[:config.max_documents]
+    tokenized = sources.tokenize_documents(docs, tokenizer)
+    n_eval = config.eval_documents
+    if n_eval and len(tokenized) - n_eval < 2:
+        raise sources.CorpusError(f"corpus has {len(tokenized)} documents, too few to hold out "
+                                  f"config.data.eval_documents={n_eval}; lower it or add text")
+    return (tokenized[:-n_eval], tokenized[-n_eval:]) if n_eval else (tokenized, [])
+
+
+class PretrainingData:
+    """Batches for step s: `batch(s)` -> dict of numpy arrays with a leading batch dimension."""
+
+    def __init__(self, documents: list[list[np.ndarray]], objective, *, batch_size: int, seed: int,
+                 max_seq_length: int, long_seq_length: int = 0, long_seq_start_step: int = 0):
+        self.documents = documents
+        self.objective = objective
+        self.batch_size = batch_size
+        self.seed = seed
+        # Phases: (first step, sequence length). BERT trains at 128 and switches to 512 late.
+        self.phases = [(0, max_seq_length)]
+        if long_seq_length:
+            self.phases.append((long_seq_start_step, long_seq_length))
+
+    def phase(self, step: int) -> int:
+        return max(i for i, (start, _) in enumerate(self.phases) if step >= start)
+
+    @functools.lru_cache(maxsize=3)
+    def _created(self, phase: int, epoch: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng([self.seed, phase, epoch])
+        return self.objective.create_instances(self.documents, rng, self.phases[phase][1])
+
+    def epoch_size(self, phase: int) -> int:
+        return len(self._created(phase, 0)["input_ids"])
+
+    @functools.lru_cache(maxsize=2)
+    def _epoch(self, phase: int, epoch: int) -> dict[str, np.ndarray]:
+        instances = self._created(phase, epoch)
+        # Every epoch has the size of epoch 0 (instance counts vary by ~1% with the random pair
+        # lengths) so that the position of step s is arithmetic, not a replay of all epochs.
+        index = np.arange(self.epoch_size(phase)) % len(instances["input_ids"])
+        return {k: v[index] for k, v in instances.items()}
+
+    def position(self, step: int) -> dict:
+        """Where step `step` reads from; stored in checkpoints for inspection and checks."""
+        phase = self.phase(step)
+        first = (step - self.phases[phase][0]) * self.batch_size
+        epoch, index = divmod(first, self.epoch_size(phase))
+        return {"step": step, "phase": phase, "seq_length": self.phases[phase][1],
+                "epoch": epoch, "index_in_epoch": index, "seed": self.seed}
+
+    def instances(self, step: int) -> dict[str, np.ndarray]:
+        phase = self.phase(step)
+        size = self.epoch_size(phase)
+        examples = (step - self.phases[phase][0]) * self.batch_size + np.arange(self.batch_size)
+        epochs, index = np.divmod(examples, size)
+        parts = [{k: v[index[epochs == e]] for k, v in self._epoch(phase, int(e)).items()}
+                 for e in np.unique(epochs)]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        phase = self.phase(step)
+        rng = np.random.default_rng([self.seed, step, 1 << 20])
+        return self.objective.make_batch(self.instances(step), rng,
+                                         self.objective.max_predictions(self.phases[phase][1], phase > 0))
+
+
+def prefetch(make_batch, steps: range, size: int = 2) -> Iterator[tuple[int, dict]]:
+    """Build batches on a host thread `size` steps ahead, so the device never waits on numpy."""
+    if size <= 0:
+        yield from ((s, make_batch(s)) for s in steps)
+        return
+    buffer: queue.Queue = queue.Queue(maxsize=size)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for s in steps:
+                if stop.is_set():
+                    return
+                buffer.put((s, make_batch(s)))
+        except BaseException as e:  # surface errors in the consumer, not as a silent dead thread
+            buffer.put((None, e))
+        buffer.put((None, None))
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while True:
+            step, item = buffer.get()
+            if step is None:
+                if isinstance(item, BaseException):
+                    raise item
+                return
+            yield step, item
+    finally:
+        stop.set()

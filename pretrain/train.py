@@ -1,0 +1,34 @@
+"""Pretraining entry point.
+
+  python -m pretrain.train --config=configs/bert.py:size=tiny --workdir=runs/bert_tiny \
+      [--config.batch_size=64 --config.optimizer.learning_rate=5e-4 ...]
+
+The workdir receives checkpoints/ (Orbax), tensorboard/, metrics.jsonl and config.json. Running
+the same command again resumes from the latest checkpoint.
+"""
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from pretrain import errors
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/bert.py:size=tiny.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs and metrics.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    from pretrain import trainer  # imported late so that --help and flag errors stay fast
+    with errors.one_line_errors():
+        metrics = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+
+
+if __name__ == "__main__":
+    sys.exit(errors.run_app(main))

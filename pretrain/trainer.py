@@ -1,0 +1,209 @@
+"""The training loop, the same for every model family and objective.
+
+`train_and_evaluate(config, workdir)` reads top to bottom: data, model, sharded state (fresh or
+restored), the jitted step, then the loop that logs, evaluates and checkpoints. The model and the
+objective come from the config by name; nothing here knows whether it trains BERT, T5 or GPT.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from tqdm import tqdm
+
+import models
+import objectives
+from pretrain import checkpoints, partitioning
+from pretrain.errors import UserError
+from pretrain import state as state_lib
+from pretrain.data import pipeline, tokenizers
+from pretrain.metric_writers import MetricWriter
+
+
+class ConfigError(UserError):
+    """A config value that cannot work (one-line message naming the key and the fix)."""
+
+
+def _check_config(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer) -> None:
+    if config.batch_size % config.grad_accum_steps:
+        raise ConfigError(f"config.batch_size={config.batch_size} is not divisible by "
+                          f"config.grad_accum_steps={config.grad_accum_steps}")
+    if tokenizer.vocab_size > config.model.vocab_size:
+        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but config.model.vocab_size="
+                          f"{config.model.vocab_size}; set --config.model.vocab_size={tokenizer.vocab_size}")
+    longest = max(config.data.max_seq_length, config.data.get("long_seq_length", 0))
+    if longest > config.model.max_position_embeddings:
+        raise ConfigError(f"sequence length {longest} exceeds config.model.max_position_embeddings="
+                          f"{config.model.max_position_embeddings}")
+
+
+def _micro_batches(batch: dict[str, np.ndarray], accum: int) -> dict[str, np.ndarray]:
+    """[B, ...] -> [accum, B / accum, ...]: the step scans over the leading axis."""
+    return {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in batch.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The step functions: pure, jitted once with explicit shardings.
+# ---------------------------------------------------------------------------------------------
+def train_step(state: state_lib.TrainState, batch: dict[str, jax.Array], rng: jax.Array, *,
+               objective, schedule: optax.Schedule) -> tuple[state_lib.TrainState, dict]:
+    """batch leaves are [accum, micro_batch, ...]; gradients are averaged over micro-batches."""
+    step_rng = jax.random.fold_in(rng, state.step)
+
+    def loss_fn(params, micro_batch, micro_rng):
+        outputs = state.apply_fn({"params": params}, **objective.model_inputs(micro_batch),
+                                 deterministic=False, rngs={"dropout": micro_rng})
+        return objective.loss(outputs, micro_batch)
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    accum = jax.tree.leaves(batch)[0].shape[0]
+
+    def accumulate(carry, xs):
+        grads_sum, metrics_sum = carry
+        micro_batch, index = xs
+        (_, metrics), grads = grad_fn(state.params, micro_batch, jax.random.fold_in(step_rng, index))
+        return (jax.tree.map(jnp.add, grads_sum, grads), jax.tree.map(jnp.add, metrics_sum, metrics)), None
+
+    zeros_grads = jax.tree.map(jnp.zeros_like, state.params)
+    zero_metrics = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(
+        lambda: loss_fn(state.params, jax.tree.map(lambda x: x[0], batch), step_rng)[1]))
+    (grads, metrics), _ = jax.lax.scan(accumulate, (zeros_grads, zero_metrics),
+                                       (batch, jnp.arange(accum)))
+    grads = jax.tree.map(lambda g: g / accum, grads)
+    metrics = {k: (v if k == "tokens" else v / accum) for k, v in metrics.items()}
+    metrics["grad_norm"] = optax.global_norm(grads)
+    metrics["learning_rate"] = schedule(state.step)
+    return state.apply_gradients(grads=grads), metrics
+
+
+def eval_step(state: state_lib.TrainState, batch: dict[str, jax.Array], *, objective) -> dict:
+    outputs = state.apply_fn({"params": state.params}, **objective.model_inputs(batch), deterministic=True)
+    return objective.loss(outputs, batch)[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop.
+# ---------------------------------------------------------------------------------------------
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+    """Trains (or resumes) until config.num_train_steps; returns the last logged metrics."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=2))
+
+    # ----- Data -----
+    tokenizer = tokenizers.load_tokenizer(config.tokenizer.kind, config.tokenizer.path,
+                                          lowercase=config.tokenizer.lowercase)
+    _check_config(config, tokenizer)
+    objective = objectives.build_objective(config.objective, tokenizer)
+    train_docs, eval_docs = pipeline.load_documents(config.data, tokenizer)
+    data_kw = dict(objective=objective, max_seq_length=config.data.max_seq_length,
+                   long_seq_length=config.data.get("long_seq_length", 0),
+                   long_seq_start_step=config.data.get("long_seq_start_step", 0))
+    train_data = pipeline.PretrainingData(train_docs, batch_size=config.batch_size, seed=config.seed, **data_kw)
+    eval_data = (pipeline.PretrainingData(eval_docs, batch_size=config.batch_size, seed=config.seed + 1,
+                                          **data_kw) if eval_docs else None)
+
+    # ----- Model and sharded state -----
+    mesh = partitioning.create_mesh(config.mesh_shape)
+    model = models.build_model(config.model)
+    example = {k: jnp.asarray(v[:1]) for k, v in objective.model_inputs(train_data.batch(0)).items()}
+    init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
+    init_fn = functools.partial(state_lib.create_train_state, model, example, init_rng, config)
+    boxed_abstract = jax.eval_shape(init_fn)
+    state_shardings = partitioning.logical_shardings(boxed_abstract, mesh)
+    abstract_state = checkpoints.abstract_with_shardings(state_lib.unbox(boxed_abstract), state_shardings)
+
+    ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
+                                    keep=config.keep_checkpoints)
+    if ckpt.latest_step() is not None:
+        state, data_position, start_step = ckpt.restore(abstract_state)
+        if data_position != train_data.position(start_step):
+            raise ConfigError(f"checkpoint {start_step} was written with another data order "
+                              f"({data_position}); resume with the config that wrote it")
+        print(f"Resumed from {ckpt.directory}/{start_step}")
+    else:
+        with mesh:
+            state = jax.jit(lambda: state_lib.unbox(init_fn()), out_shardings=state_shardings)()
+        start_step = 0
+    print(f"Model {config.model.name}: {state_lib.count_params(state.params):,} parameters; "
+          f"mesh {dict(mesh.shape)}; workdir {os.path.abspath(workdir)}")
+
+    # ----- Jitted steps -----
+    schedule = state_lib.learning_rate_schedule(config.optimizer, config.num_train_steps)
+    batch_sharding = partitioning.NamedSharding(mesh, partitioning.P(None, ("data", "fsdp")))
+    replicated = partitioning.replicated(mesh)
+    jit_train = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule),
+                        in_shardings=(state_shardings, batch_sharding, replicated),
+                        out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+    jit_eval = jax.jit(functools.partial(eval_step, objective=objective),
+                       in_shardings=(state_shardings, partitioning.batch_sharding(mesh)),
+                       out_shardings=replicated)
+
+    def evaluate(step: int) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for i in range(config.eval_batches):
+            batch = partitioning.shard_batch(eval_data.batch(i), mesh)
+            for k, v in jax.device_get(jit_eval(state, batch)).items():
+                totals[k] = totals.get(k, 0.0) + float(v) / config.eval_batches
+        totals.pop("tokens", None)
+        writer.write(step, totals, prefix="eval")
+        return totals
+
+    # ----- Loop -----
+    writer = MetricWriter(workdir, resume_step=start_step)
+    last_step = config.num_train_steps
+    accum = config.grad_accum_steps
+    make_batch = lambda s: _micro_batches(train_data.batch(s), accum)  # noqa: E731
+    progress = tqdm(total=last_step, initial=start_step, desc="train", unit="step",
+                    dynamic_ncols=True, mininterval=1.0)
+    pending: tuple[int, Any] | None = None        # metrics are fetched one step late
+    window: dict[str, float] = {}
+    window_steps, window_start = 0, time.perf_counter()
+    last_logged: dict[str, float] = {}
+
+    def consume(step: int, device_metrics) -> None:
+        nonlocal window_steps, window_start, last_logged, window
+        metrics = jax.device_get(device_metrics)
+        for k, v in metrics.items():
+            window[k] = window.get(k, 0.0) + float(v)
+        window_steps += 1
+        progress.update(1)
+        if step % config.log_every == 0 or step == last_step:
+            elapsed = time.perf_counter() - window_start
+            record = {k: v / window_steps for k, v in window.items() if k != "tokens"}
+            record["tokens_per_sec"] = window["tokens"] / elapsed
+            record["step_time_sec"] = elapsed / window_steps
+            writer.write(step, record)
+            progress.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_sec']:.0f}")
+            last_logged = record
+            window, window_steps, window_start = {}, 0, time.perf_counter()
+
+    with mesh:
+        for step, host_batch in pipeline.prefetch(make_batch, range(start_step, last_step), config.prefetch):
+            batch = partitioning.shard_batch(host_batch, mesh, batch_dim=1)
+            state, device_metrics = jit_train(state, batch, dropout_rng)
+            if pending is not None:
+                consume(*pending)
+            pending = (step + 1, device_metrics)  # metrics of the update that makes step + 1
+            done = step + 1
+            if ckpt.should_save(done, last_step):
+                ckpt.save(done, state, train_data.position(done))
+            if eval_data is not None and ((config.eval_every and done % config.eval_every == 0)
+                                          or done == last_step):
+                consume(*pending)
+                pending = None
+                evaluate(done)
+        if pending is not None:
+            consume(*pending)
+    progress.close()
+    ckpt.close()
+    writer.close()
+    return last_logged
+
