@@ -24,7 +24,10 @@ setup(
     ],
     extras_require={
         # Named datasets (wikipedia, c4, ...). Reading prepared array_record datasets needs no TF.
-        "tfds": ["tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5"],
-        "test": ["pytest>=8,<10", "tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5"],
+        # tfds imports importlib_resources when preparing catalog datasets but declares it for
+        # Python < 3.9 only.
+        "tfds": ["tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5", "importlib-resources>=6"],
+        "test": ["pytest>=8,<10", "tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5",
+                 "importlib-resources>=6"],
     },
 )

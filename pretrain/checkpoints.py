@@ -49,7 +49,7 @@ class Checkpointer:
             restored = self.manager.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
         except (ValueError, KeyError, TypeError) as e:
-            first_line = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            first_line = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
             raise CheckpointError(
                 f"checkpoint {self.directory}/{step} does not fit this config's model ({first_line}); "
                 "resume with the config that wrote it or use a new --workdir") from None

@@ -27,10 +27,34 @@ def one_line_errors():
         sys.exit(2)
 
 
-def run_app(main) -> int:
-    """absl's app.run, but a config file that fails to load also gets a one-line error."""
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing with one-line errors for a bad config file, argument or override key."""
+    from absl import flags
     try:
-        app.run(main)
+        return flags.FLAGS(argv)
+    except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
+        if os.environ.get("LMPRETRAIN_TRACEBACK"):
+            raise
+        # config_flags embeds the config file's traceback; its last line is the actual error.
+        lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+        message = lines[-1] if lines else type(e).__name__
+        if isinstance(e, AttributeError) or "has no attribute" in message or "Could not find" in message:
+            name = message.strip("\"'")
+            flag = next((a.split("=")[0] for a in argv if a.startswith("--config.")
+                         and name in a.split("=")[0].split(".")), "--config.?")
+            message = (f"unknown config key {flag} (no key {name!r} there; "
+                       "the config file lists the keys it defines)")
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_app(main) -> int:
+    """absl's app.run with one-line errors for flags and config; returns the exit status."""
+    try:
+        app.run(main, flags_parser=parse_flags)
     except SystemExit as e:
-        return e.code if isinstance(e.code, int) else 1
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
     return 0

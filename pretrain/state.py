@@ -55,7 +55,7 @@ def make_optimizer(config: ml_collections.ConfigDict, num_train_steps: int) -> o
 
 
 def create_train_state(model: flax.linen.Module, example_inputs: dict[str, jax.Array],
-                       rng: jax.Array, config: ml_collections.ConfigDict) -> TrainState:
+                       rng: jax.Array, tx: optax.GradientTransformation) -> TrainState:
     """Initialise parameters and the optimizer state, both kept in nn.Partitioned boxes.
 
     The boxes carry each weight's logical axes; they stay on for the whole run (Flax unboxes them
@@ -64,8 +64,9 @@ def create_train_state(model: flax.linen.Module, example_inputs: dict[str, jax.A
     no full copy of the weights ever lives on one device.
     """
     variables = model.init({"params": rng, "dropout": rng}, **example_inputs, deterministic=True)
-    return TrainState.create(apply_fn=model.apply, params=variables["params"],
-                             tx=make_optimizer(config.optimizer, config.num_train_steps))
+    # `tx` is built once by the caller: TrainState treats it as static pytree metadata, and the
+    # abstract and concrete states must carry the very same object.
+    return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
 
 
 def unbox(tree: Any) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from pretrain import errors
@@ -24,6 +24,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)  # Orbax logs every save step at INFO
     from pretrain import trainer  # imported late so that --help and flag errors stay fast
     with errors.one_line_errors():
         metrics = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)

@@ -115,7 +115,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     model = models.build_model(config.model)
     example = {k: jnp.asarray(v[:1]) for k, v in objective.model_inputs(train_data.batch(0)).items()}
     init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
-    init_fn = functools.partial(state_lib.create_train_state, model, example, init_rng, config)
+    tx = state_lib.make_optimizer(config.optimizer, config.num_train_steps)
+    init_fn = functools.partial(state_lib.create_train_state, model, example, init_rng, tx)
     boxed_abstract = jax.eval_shape(init_fn)
     state_shardings = partitioning.logical_shardings(boxed_abstract, mesh)
     abstract_state = checkpoints.abstract_with_shardings(state_lib.unbox(boxed_abstract), state_shardings)
@@ -123,8 +124,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
                                     keep=config.keep_checkpoints)
     if ckpt.latest_step() is not None:
-        state, data_position, start_step = ckpt.restore(abstract_state)
+        try:
+            state, data_position, start_step = ckpt.restore(abstract_state)
+        except checkpoints.CheckpointError:
+            ckpt.close()  # Orbax's background threads must stop before the process exits
+            raise
         if data_position != train_data.position(start_step):
+            ckpt.close()
             raise ConfigError(f"checkpoint {start_step} was written with another data order "
                               f"({data_position}); resume with the config that wrote it")
         print(f"Resumed from {ckpt.directory}/{start_step}")
@@ -200,6 +206,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 consume(*pending)
                 pending = None
                 evaluate(done)
+                window_start = time.perf_counter()  # keep evaluation out of the step times
         if pending is not None:
             consume(*pending)
     progress.close()

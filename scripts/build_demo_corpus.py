@@ -33,7 +33,7 @@ _END = re.compile(r"[\w.!?:;)\]\"'\u201d\u2019]$")  # not cut mid-clause ("... b
 def _is_prose(text: str, min_ratio: float = 0.85) -> bool:
   """Letters and punctuation of sentences dominate prose; code and tables are full of symbols."""
   text = text.strip()
-  if not text or text.startswith((">>>", "...", "$ ", "%")) or _CODE.search(text):
+  if not text or text.startswith((">>>", "...", "$ ", "%", "#")) or _CODE.search(text):
     return False
   return len(_PROSE_CHARS.findall(text)) >= min_ratio * len(text)
 

@@ -14,13 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from pretrain.errors import UserError
+
 Document = list[str]  # a document's sentences / lines, in order
 
 _TFDS_BATCH = 1024  # examples fetched per random-access read; amortises array_record lookups
 _ENCODE_BATCH = 8192  # sentences per tokenizer call; big enough for its thread pool, bounded memory
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError):  # UserError is a ValueError; main prints it as one line
   """A corpus (or tokenizer file) a person must fix; the message names the thing and the fix."""
 
 
@@ -97,8 +99,9 @@ def _tfds_builder(name: str, data_dir: str | None):
     # TFDS's own message lists every dataset it knows: thousands of lines.
     where = data_dir or "~/tensorflow_datasets"
     raise CorpusError(
-        f"TFDS dataset {name!r} not found in the catalog or under {where} (check the name, e.g."
-        " 'wikipedia/20230601.en', and --config.data.tfds_data_dir)") from None
+        f"TFDS dataset {name!r} not found in the catalog or under {where} (check"
+        " --config.data.tfds_name, e.g. 'wikipedia/20230601.en', and --config.data.tfds_data_dir)"
+    ) from None
 
 
 def _tfrecord_examples(builder, split: str, name: str):
@@ -137,7 +140,12 @@ def read_tfds_corpus(name: str, *, split: str = "train", data_dir: str | None = 
   builder = _tfds_builder(name, data_dir)
   if not builder.is_prepared():
     # array_record gives random access without TensorFlow; tfrecord (the TFDS default) does not.
-    builder.download_and_prepare(file_format="array_record")
+    try:
+      builder.download_and_prepare(file_format="array_record")
+    except ModuleNotFoundError as e:
+      # tfds 4.9 imports importlib_resources on every Python but declares it only for < 3.9.
+      raise CorpusError(f"preparing TFDS dataset {name!r} needs the module {e.name}"
+                        f" (`pip install {e.name}`, or prepare it where it is installed)") from e
   features = builder.info.features
   if text_key not in features:
     raise CorpusError(
@@ -148,15 +156,14 @@ def read_tfds_corpus(name: str, *, split: str = "train", data_dir: str | None = 
   if unknown:
     raise CorpusError(
         f"TFDS dataset {name!r} has no split {sorted(unknown)[0]!r} (its splits are"
-        f" {sorted(builder.info.splits.keys())}; set --config.data.split)")
+        f" {sorted(builder.info.splits.keys())}; set --config.data.tfds_split)")
 
   try:
     source = builder.as_data_source(split=split)
   except NotImplementedError:  # no random-access format on disk
     examples = _tfrecord_examples(builder, split, name)
   else:
-    limit = len(source) if max_documents is None else min(len(source), max_documents)
-    examples = _array_record_examples(source, limit)
+    examples = _array_record_examples(source, len(source))  # lazy: the loop below stops early
 
   documents = []
   for example in examples:
@@ -168,7 +175,7 @@ def read_tfds_corpus(name: str, *, split: str = "train", data_dir: str | None = 
   if not documents:
     raise CorpusError(
         f"TFDS dataset {name!r} split {split!r} has no text in feature {text_key!r}"
-        " (check --config.data.split and --config.data.text_key)")
+        " (check --config.data.tfds_split and --config.data.text_key)")
   return documents
 
 

@@ -111,7 +111,7 @@ class WordPieceTokenizer(Tokenizer):
       path = os.path.join(path, "vocab.txt")
     if not os.path.isfile(path):
       raise CorpusError(f"WordPiece vocab not found: {path} (give a BERT vocab.txt, one token"
-                        " per line, in --config.data.tokenizer_path)")
+                        " per line, in --config.tokenizer.path)")
     vocab = models.WordPiece.read_file(path)
     for name in ("[PAD]", "[UNK]", CLS, SEP, MASK):
       if name not in vocab:
@@ -158,9 +158,9 @@ def load_tokenizer(kind: str, path: str, *, lowercase: bool = True) -> Tokenizer
       path += ".model"  # accept the --model_prefix given to train_tokenizer.py
     if not os.path.isfile(path):
       raise CorpusError(f"sentencepiece model not found: {path} (train one with"
-                        " scripts/train_tokenizer.py or fix --config.data.tokenizer_path)")
+                        " scripts/train_tokenizer.py or fix --config.tokenizer.path)")
     return SentencePieceTokenizer(path, lowercase=lowercase)
   if kind == "wordpiece":
     return WordPieceTokenizer(path, lowercase=lowercase)
   raise CorpusError(f"unknown tokenizer kind {kind!r} (use 'sentencepiece' or 'wordpiece' in"
-                    " --config.data.tokenizer)")
+                    " --config.tokenizer.kind)")

@@ -1,0 +1,46 @@
+"""Shared fixtures: a small offline corpus + SentencePiece model, and the real train command."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+
+
+@pytest.fixture(scope="session")
+def corpus_and_tokenizer(tmp_path_factory) -> tuple[str, str]:
+    """(corpus.txt, spm.model) built like `make demo` does, but smaller."""
+    from scripts import train_tokenizer
+    from scripts.build_demo_corpus import build_corpus
+    root = tmp_path_factory.mktemp("demo_assets")
+    corpus = str(root / "corpus.txt")
+    build_corpus(corpus, max_mb=0.5)
+    model = train_tokenizer.train_sentencepiece(corpus, str(root / "spm"), vocab_size=1000)
+    return corpus, model
+
+
+def tiny_overrides(corpus: str, spm_model: str, **extra) -> list[str]:
+    """Flags for a seconds-long run of a very small BERT through the real command."""
+    values = {
+        "data.path": corpus, "tokenizer.path": spm_model, "model.vocab_size": 1000,
+        "model.hidden_size": 32, "model.num_heads": 2, "model.intermediate_size": 64,
+        "model.num_layers": 2, "data.max_seq_length": 32, "objective.max_predictions_per_seq": 5,
+        "batch_size": 8, "num_train_steps": 6, "log_every": 1, "checkpoint_every": 3,
+        "eval_every": 0, "data.eval_documents": 4, "eval_batches": 1, "optimizer.warmup_steps": 2,
+    }
+    values.update(extra)
+    return [f"--config.{k}={v}" for k, v in values.items()]
+
+
+def run_train(workdir, overrides: list[str], *, env: dict | None = None, check: bool = True,
+              config: str = "configs/bert.py:size=tiny") -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pretrain.train", f"--config={config}", f"--workdir={workdir}", *overrides]
+    full_env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+    proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"train command failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc
