@@ -24,7 +24,8 @@ class Checkpointer:
         self.directory = os.path.abspath(directory)
         self.save_every = save_every
         self.manager = ocp.CheckpointManager(
-            self.directory,
+            self.directory, item_names=("state", "data"),
+            item_handlers={"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()},
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=keep, enable_async_checkpointing=async_save, create=True,
                 cleanup_tmp_directories=True))
@@ -45,6 +46,7 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise CheckpointError(f"no checkpoint in {self.directory}")
+        self._check_shapes(abstract_state, step)
         try:
             restored = self.manager.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
@@ -55,12 +57,37 @@ class Checkpointer:
                 "resume with the config that wrote it or use a new --workdir") from None
         return restored["state"], dict(restored["data"]), step
 
+    def _check_shapes(self, abstract_state: Any, step: int) -> None:
+        """Compare parameter names and shapes with the checkpoint's metadata before restoring, so
+        that a checkpoint of another model is a one-line error instead of an Orbax traceback."""
+        params = getattr(abstract_state, "params", None)
+        if params is None:
+            return
+        stored_meta = self.manager.item_metadata(step)["state"]
+        stored = _shapes_by_name(stored_meta["params"]) if stored_meta is not None else {}
+        wanted = _shapes_by_name(params)
+        where = f"checkpoint {self.directory}/{step}"
+        fix = "resume with the config that wrote it or use a new --workdir"
+        for name in sorted(set(stored) ^ set(wanted)):
+            side = "only in the checkpoint" if name in stored else "missing from the checkpoint"
+            raise CheckpointError(f"{where} does not fit this config's model: {name} is {side}; {fix}")
+        for name, shape in wanted.items():
+            if stored[name] != shape:
+                raise CheckpointError(f"{where} does not fit this config's model: {name} has shape "
+                                      f"{stored[name]} there but {shape} here; {fix}")
+
     def wait(self) -> None:
         self.manager.wait_until_finished()
 
     def close(self) -> None:
         self.manager.wait_until_finished()
         self.manager.close()
+
+
+def _shapes_by_name(tree: Any) -> dict[str, tuple[int, ...]]:
+    def name(path) -> str:
+        return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+    return {name(path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def abstract_with_shardings(tree: Any, shardings: Any) -> Any:
