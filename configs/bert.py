@@ -77,12 +77,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.eval_every = 10_000
     else:  # a few minutes on a laptop CPU with the demo corpus
         c.batch_size = 32
-        c.num_train_steps = 600
+        c.num_train_steps = 1200
         c.optimizer.learning_rate = 1e-3
-        c.optimizer.warmup_steps = 60
+        c.optimizer.warmup_steps = 100
         c.log_every = 10
-        c.checkpoint_every = 200
-        c.eval_every = 200
+        c.checkpoint_every = 400
+        c.eval_every = 400
         c.data.max_seq_length = 128
         c.data.long_seq_length = 0
         c.data.path = "demo_out/corpus.txt"

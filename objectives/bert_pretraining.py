@@ -12,6 +12,7 @@ import ml_collections
 import numpy as np
 
 from objectives import mlm, nsp
+from pretrain.data.sources import CorpusError
 
 
 class BertPretraining:
@@ -24,9 +25,12 @@ class BertPretraining:
                          max_seq_length: int) -> dict[str, np.ndarray]:
         """One epoch of fixed-length instances, [N, L] each."""
         t = self.tokenizer
-        return nsp.create_instances(
-            documents, rng, max_seq_length=max_seq_length, short_seq_prob=self.config.short_seq_prob,
-            cls_id=t.cls_id, sep_id=t.sep_id, pad_id=t.pad_id, next_sentence=self.next_sentence)
+        try:
+            return nsp.create_instances(
+                documents, rng, max_seq_length=max_seq_length, short_seq_prob=self.config.short_seq_prob,
+                cls_id=t.cls_id, sep_id=t.sep_id, pad_id=t.pad_id, next_sentence=self.next_sentence)
+        except ValueError as e:  # too few documents, sequences too short: the user's corpus/config
+            raise CorpusError(str(e)) from None
 
     def max_predictions(self, max_seq_length: int, long_phase: bool) -> int:
         c = self.config

@@ -1,4 +1,5 @@
 """BERT model: output shapes, padding masks, parameter counts, logical axes, dtypes."""
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -101,7 +102,7 @@ def test_mlm_decoder_is_tied_to_word_embeddings():
 def test_every_weight_has_logical_axes():
     model = BertForPreTraining(small_config())
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), **inputs()))
-    specs = jax.tree.leaves(jax.tree.map(lambda x: x, __import__("flax").linen.get_partition_spec(boxed)),
+    specs = jax.tree.leaves(nn.get_partition_spec(boxed),
                             is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
     leaves = jax.tree.leaves(boxed, is_leaf=lambda x: hasattr(x, "names"))
     assert all(hasattr(x, "names") for x in leaves), "a weight without logical axis names"

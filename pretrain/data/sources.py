@@ -4,6 +4,7 @@ A corpus is a list of documents; a document is a list of sentences (or lines). T
 layout BERT's `create_pretraining_data.py` reads (one sentence per line, blank lines between
 documents), and what NSP / sentence-order objectives need: they pair sentences *within* a document.
 """
+
 from __future__ import annotations
 
 import glob
@@ -23,7 +24,7 @@ _ENCODE_BATCH = 8192  # sentences per tokenizer call; big enough for its thread 
 
 
 class CorpusError(UserError):  # UserError is a ValueError; main prints it as one line
-  """A corpus (or tokenizer file) a person must fix; the message names the thing and the fix."""
+    """A corpus (or tokenizer file) a person must fix; the message names the thing and the fix."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -31,59 +32,60 @@ class CorpusError(UserError):  # UserError is a ValueError; main prints it as on
 
 
 def _expand_paths(paths: str | Sequence[str]) -> list[str]:
-  """Comma-separated string or list of paths/globs -> existing files, in the given order."""
-  if isinstance(paths, str):
-    paths = paths.split(",")
-  patterns = [os.path.expanduser(p.strip()) for p in paths if p.strip()]
-  if not patterns:
-    raise CorpusError("no corpus path given (set --config.data.path to text files or a glob)")
-  files = []
-  for pattern in patterns:
-    if glob.has_magic(pattern):
-      matches = sorted(glob.glob(pattern))  # sorted: file order must not depend on the filesystem
-      if not matches:
-        raise CorpusError(f"no corpus file matches {pattern} (check --config.data.path)")
-      files.extend(matches)
-    elif os.path.isfile(pattern):
-      files.append(pattern)
-    else:
-      raise CorpusError(f"corpus file not found: {pattern} (check --config.data.path)")
-  return files
+    """Comma-separated string or list of paths/globs -> existing files, in the given order."""
+    if isinstance(paths, str):
+        paths = paths.split(",")
+    patterns = [os.path.expanduser(p.strip()) for p in paths if p.strip()]
+    if not patterns:
+        raise CorpusError("no corpus path given (set --config.data.path to text files or a glob)")
+    files = []
+    for pattern in patterns:
+        if glob.has_magic(pattern):
+            matches = sorted(glob.glob(pattern))  # sorted: file order must not depend on the filesystem
+            if not matches:
+                raise CorpusError(f"no corpus file matches {pattern} (check --config.data.path)")
+            files.extend(matches)
+        elif os.path.isfile(pattern):
+            files.append(pattern)
+        else:
+            raise CorpusError(f"corpus file not found: {pattern} (check --config.data.path)")
+    return files
 
 
 def _split_documents(lines) -> list[Document]:
-  """Blank lines end a document; leading/trailing whitespace is noise."""
-  documents, current = [], []
-  for line in lines:
-    line = line.strip()
-    if line:
-      current.append(line)
-    elif current:
-      documents.append(current)
-      current = []
-  if current:
-    documents.append(current)
-  return documents
+    """Blank lines end a document; leading/trailing whitespace is noise."""
+    documents, current = [], []
+    for line in lines:
+        line = line.strip()
+        if line:
+            current.append(line)
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    return documents
 
 
 def read_text_corpus(paths: str | Sequence[str]) -> list[Document]:
-  """Reads text files: one sentence per line, documents separated by blank lines.
+    """Reads text files: one sentence per line, documents separated by blank lines.
 
-  `paths` is a path, a glob, a comma-separated string of them, or a list. A file's end also
-  ends its last document, so documents never span files.
-  """
-  files = _expand_paths(paths)
-  documents = []
-  for path in files:
-    # errors="replace": one bad byte in a web crawl should not kill a multi-day job.
-    with open(path, encoding="utf-8", errors="replace") as f:
-      documents.extend(_split_documents(f))
-  if not documents:
-    shown = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} more files)"
-    raise CorpusError(
-        f"corpus {shown} is empty: it has no non-blank lines; give a text file with one sentence"
-        " per line and blank lines between documents")
-  return documents
+    `paths` is a path, a glob, a comma-separated string of them, or a list. A file's end also
+    ends its last document, so documents never span files.
+    """
+    files = _expand_paths(paths)
+    documents = []
+    for path in files:
+        # errors="replace": one bad byte in a web crawl should not kill a multi-day job.
+        with open(path, encoding="utf-8", errors="replace") as f:
+            documents.extend(_split_documents(f))
+    if not documents:
+        shown = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} more files)"
+        raise CorpusError(
+            f"corpus {shown} is empty: it has no non-blank lines; give a text file with one sentence"
+            " per line and blank lines between documents"
+        )
+    return documents
 
 
 # ----------------------------------------------------------------------------------------------
@@ -91,92 +93,104 @@ def read_text_corpus(paths: str | Sequence[str]) -> list[Document]:
 
 
 def _tfds_builder(name: str, data_dir: str | None):
-  import tensorflow_datasets as tfds  # optional dependency (extra "tfds"): import only when used
+    import tensorflow_datasets as tfds  # optional dependency (extra "tfds"): import only when used
 
-  try:
-    return tfds.builder(name, data_dir=data_dir)
-  except tfds.core.registered.DatasetNotFoundError:
-    # TFDS's own message lists every dataset it knows: thousands of lines.
-    where = data_dir or "~/tensorflow_datasets"
-    raise CorpusError(
-        f"TFDS dataset {name!r} not found in the catalog or under {where} (check"
-        " --config.data.tfds_name, e.g. 'wikipedia/20230601.en', and --config.data.tfds_data_dir)"
-    ) from None
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+        # TFDS's own message lists every dataset it knows: thousands of lines.
+        where = data_dir or "~/tensorflow_datasets"
+        raise CorpusError(
+            f"TFDS dataset {name!r} not found in the catalog or under {where} (check"
+            " --config.data.tfds_name, e.g. 'wikipedia/20230601.en', and --config.data.tfds_data_dir)"
+        ) from None
 
 
 def _tfrecord_examples(builder, split: str, name: str):
-  """Sequential fallback for datasets prepared as tfrecord; needs TensorFlow to parse them."""
-  try:
-    import tensorflow  # noqa: F401
-  except ImportError:
-    raise CorpusError(
-        f"TFDS dataset {name!r} at {builder.data_dir} is stored as tfrecord, which needs"
-        " TensorFlow: `pip install tensorflow`, or re-prepare it with"
-        " builder.download_and_prepare(file_format='array_record')") from None
-  import tensorflow_datasets as tfds
+    """Sequential fallback for datasets prepared as tfrecord; needs TensorFlow to parse them."""
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        raise CorpusError(
+            f"TFDS dataset {name!r} at {builder.data_dir} is stored as tfrecord, which needs"
+            " TensorFlow: `pip install tensorflow`, or re-prepare it with"
+            " builder.download_and_prepare(file_format='array_record')"
+        ) from None
+    import tensorflow_datasets as tfds
 
-  return tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False))
+    return tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False))
 
 
 def _array_record_examples(source, limit: int):
-  for start in range(0, limit, _TFDS_BATCH):
-    indices = list(range(start, min(start + _TFDS_BATCH, limit)))
-    yield from source.__getitems__(indices)  # one batched read instead of len(indices) reads
+    for start in range(0, limit, _TFDS_BATCH):
+        indices = list(range(start, min(start + _TFDS_BATCH, limit)))
+        yield from source.__getitems__(indices)  # one batched read instead of len(indices) reads
 
 
 def _to_document(text: Any) -> Document:
-  if isinstance(text, bytes):
-    text = text.decode("utf-8", errors="replace")
-  return [line.strip() for line in str(text).split("\n") if line.strip()]
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    return [line.strip() for line in str(text).split("\n") if line.strip()]
 
 
-def read_tfds_corpus(name: str, *, split: str = "train", data_dir: str | None = None,
-                     text_key: str = "text", max_documents: int | None = None) -> list[Document]:
-  """Reads a TFDS text dataset: each example's `text_key` field is one document of lines.
+def read_tfds_corpus(
+    name: str,
+    *,
+    split: str = "train",
+    data_dir: str | None = None,
+    text_key: str = "text",
+    max_documents: int | None = None,
+) -> list[Document]:
+    """Reads a TFDS text dataset: each example's `text_key` field is one document of lines.
 
-  Prepares the dataset (as array_record, which needs the network for real datasets) if it is not
-  prepared yet. Reads in index order, so the corpus is the same on every host and every run.
-  """
-  builder = _tfds_builder(name, data_dir)
-  if not builder.is_prepared():
-    # array_record gives random access without TensorFlow; tfrecord (the TFDS default) does not.
+    Prepares the dataset (as array_record, which needs the network for real datasets) if it is not
+    prepared yet. Reads in index order, so the corpus is the same on every host and every run.
+    """
+    builder = _tfds_builder(name, data_dir)
+    if not builder.is_prepared():
+        # array_record gives random access without TensorFlow; tfrecord (the TFDS default) does not.
+        try:
+            builder.download_and_prepare(file_format="array_record")
+        except ModuleNotFoundError as e:
+            # tfds 4.9 imports importlib_resources on every Python but declares it only for < 3.9.
+            raise CorpusError(
+                f"preparing TFDS dataset {name!r} needs the module {e.name}"
+                f" (`pip install {e.name}`, or prepare it where it is installed)"
+            ) from e
+    features = builder.info.features
+    if text_key not in features:
+        raise CorpusError(
+            f"TFDS dataset {name!r} has no feature {text_key!r} (its features are"
+            f" {sorted(features.keys())}; set --config.data.text_key)"
+        )
+    # Split strings may slice and add ("train[:1%]+validation"); check only their base names.
+    unknown = {re.sub(r"\[.*\]", "", s).strip() for s in split.split("+")} - set(builder.info.splits)
+    if unknown:
+        raise CorpusError(
+            f"TFDS dataset {name!r} has no split {sorted(unknown)[0]!r} (its splits are"
+            f" {sorted(builder.info.splits.keys())}; set --config.data.tfds_split)"
+        )
+
     try:
-      builder.download_and_prepare(file_format="array_record")
-    except ModuleNotFoundError as e:
-      # tfds 4.9 imports importlib_resources on every Python but declares it only for < 3.9.
-      raise CorpusError(f"preparing TFDS dataset {name!r} needs the module {e.name}"
-                        f" (`pip install {e.name}`, or prepare it where it is installed)") from e
-  features = builder.info.features
-  if text_key not in features:
-    raise CorpusError(
-        f"TFDS dataset {name!r} has no feature {text_key!r} (its features are"
-        f" {sorted(features.keys())}; set --config.data.text_key)")
-  # Split strings may slice and add ("train[:1%]+validation"); check only their base names.
-  unknown = {re.sub(r"\[.*\]", "", s).strip() for s in split.split("+")} - set(builder.info.splits)
-  if unknown:
-    raise CorpusError(
-        f"TFDS dataset {name!r} has no split {sorted(unknown)[0]!r} (its splits are"
-        f" {sorted(builder.info.splits.keys())}; set --config.data.tfds_split)")
+        source = builder.as_data_source(split=split)
+    except NotImplementedError:  # no random-access format on disk
+        examples = _tfrecord_examples(builder, split, name)
+    else:
+        examples = _array_record_examples(source, len(source))  # lazy: the loop below stops early
 
-  try:
-    source = builder.as_data_source(split=split)
-  except NotImplementedError:  # no random-access format on disk
-    examples = _tfrecord_examples(builder, split, name)
-  else:
-    examples = _array_record_examples(source, len(source))  # lazy: the loop below stops early
-
-  documents = []
-  for example in examples:
-    if max_documents is not None and len(documents) >= max_documents:
-      break
-    document = _to_document(example[text_key])
-    if document:
-      documents.append(document)
-  if not documents:
-    raise CorpusError(
-        f"TFDS dataset {name!r} split {split!r} has no text in feature {text_key!r}"
-        " (check --config.data.tfds_split and --config.data.text_key)")
-  return documents
+    documents = []
+    for example in examples:
+        if max_documents is not None and len(documents) >= max_documents:
+            break
+        document = _to_document(example[text_key])
+        if document:
+            documents.append(document)
+    if not documents:
+        raise CorpusError(
+            f"TFDS dataset {name!r} split {split!r} has no text in feature {text_key!r}"
+            " (check --config.data.tfds_split and --config.data.text_key)"
+        )
+    return documents
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,24 +198,25 @@ def read_tfds_corpus(name: str, *, split: str = "train", data_dir: str | None = 
 
 
 def tokenize_documents(documents: list[Document], tokenizer) -> list[list[np.ndarray]]:
-  """Sentences -> int32 id arrays (no special tokens); drops empty sentences and documents.
+    """Sentences -> int32 id arrays (no special tokens); drops empty sentences and documents.
 
-  All sentences go through `tokenizer.encode_batch` in large batches: the backends (sentencepiece,
-  Hugging Face tokenizers) encode a batch in parallel C++ threads, a per-sentence loop does not.
-  """
-  flat = [sentence for document in documents for sentence in document]
-  ids = []
-  for start in range(0, len(flat), _ENCODE_BATCH):
-    ids.extend(tokenizer.encode_batch(flat[start:start + _ENCODE_BATCH]))
+    All sentences go through `tokenizer.encode_batch` in large batches: the backends (sentencepiece,
+    Hugging Face tokenizers) encode a batch in parallel C++ threads, a per-sentence loop does not.
+    """
+    flat = [sentence for document in documents for sentence in document]
+    ids = []
+    for start in range(0, len(flat), _ENCODE_BATCH):
+        ids.extend(tokenizer.encode_batch(flat[start : start + _ENCODE_BATCH]))
 
-  out, cursor = [], 0
-  for document in documents:
-    sentences = [np.asarray(s, np.int32) for s in ids[cursor:cursor + len(document)] if len(s)]
-    cursor += len(document)
-    if sentences:
-      out.append(sentences)
-  if not out:
-    raise CorpusError(
-        f"tokenizing {len(documents)} documents left no tokens (the corpus is empty or the"
-        " tokenizer maps all of it to nothing; check the corpus path and tokenizer file)")
-  return out
+    out, cursor = [], 0
+    for document in documents:
+        sentences = [np.asarray(s, np.int32) for s in ids[cursor : cursor + len(document)] if len(s)]
+        cursor += len(document)
+        if sentences:
+            out.append(sentences)
+    if not out:
+        raise CorpusError(
+            f"tokenizing {len(documents)} documents left no tokens (the corpus is empty or the"
+            " tokenizer maps all of it to nothing; check the corpus path and tokenizer file)"
+        )
+    return out
