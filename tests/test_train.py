@@ -112,15 +112,19 @@ def test_sigkill_and_resume_ends_bitwise_equal(tmp_path, corpus_and_tokenizer):
 
 @pytest.mark.slow
 def test_eight_fake_devices_match_one(tmp_path, corpus_and_tokenizer):
+    """Data parallel over 8 devices, and data x fsdp x tensor = 2 x 2 x 2, give 1 device's losses."""
     flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=4, checkpoint_every=4)
-    one, eight = tmp_path / "one", tmp_path / "eight"
-    run_train(one, flags, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
-    proc = run_train(eight, flags, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+    eight = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    run_train(tmp_path / "one", flags, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
+    proc = run_train(tmp_path / "dp", flags, env=eight)
     assert "'data': 8" in proc.stdout
-    loss_one = [r["loss"] for r in read_metrics(one)[0]]
-    loss_eight = [r["loss"] for r in read_metrics(eight)[0]]
+    proc = run_train(tmp_path / "3d", flags + ["--config.mesh_shape=(2,2,2)"], env=eight)
+    assert "'data': 2, 'fsdp': 2, 'tensor': 2" in proc.stdout
+    loss_one = [r["loss"] for r in read_metrics(tmp_path / "one")[0]]
     assert len(loss_one) == 4
-    np.testing.assert_allclose(loss_eight, loss_one, rtol=0, atol=1e-5)
+    for run in ("dp", "3d"):
+        losses = [r["loss"] for r in read_metrics(tmp_path / run)[0]]
+        np.testing.assert_allclose(losses, loss_one, rtol=0, atol=1e-5, err_msg=run)
 
 
 def test_gradient_accumulation_matches_full_batch(tmp_path, corpus_and_tokenizer):
