@@ -7,7 +7,7 @@ DEMO   ?= demo_out
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast test-slow clean
+.PHONY: demo test test-fast test-slow bench clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ test-fast: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+# Throughput and loss side by side with Hugging Face transformers on PyTorch (CPU).
+bench: $(STAMP)
+	$(PY) -m pip install -q -e ".[hf]"
+	$(PY) scripts/bench_pretrain.py --size mini --steps 40
 
 clean:
 	rm -rf $(VENV) $(DEMO) *.egg-info

@@ -27,6 +27,9 @@ setup(
         # tfds imports importlib_resources when preparing catalog datasets but declares it for
         # Python < 3.9 only.
         "tfds": ["tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5", "importlib-resources>=6"],
+        # Reference implementation for parity tests and benchmarks. torch is pinned to the CPU
+        # build: an unpinned torch pulls several GB of CUDA packages.
+        "hf": ["torch==2.13.0", "transformers>=4.44,<6"],
         "test": ["pytest>=8,<10", "tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5",
                  "importlib-resources>=6"],
     },

@@ -28,7 +28,8 @@ def main(argv: list[str]) -> None:
     from pretrain import trainer  # imported late so that --help and flag errors stay fast
     with errors.one_line_errors():
         metrics = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-    print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+    if metrics:
+        print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
 
 
 if __name__ == "__main__":

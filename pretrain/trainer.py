@@ -163,8 +163,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         return totals
 
     # ----- Loop -----
-    writer = MetricWriter(workdir, resume_step=start_step)
     last_step = config.num_train_steps
+    if start_step >= last_step:
+        print(f"Nothing to do: the checkpoint at step {start_step} already reaches "
+              f"config.num_train_steps={last_step} (raise it to train further)")
+        ckpt.close()
+        return {}
+    writer = MetricWriter(workdir, resume_step=start_step)
     accum = config.grad_accum_steps
     make_batch = lambda s: _micro_batches(train_data.batch(s), accum)  # noqa: E731
     progress = tqdm(total=last_step, initial=start_step, desc="train", unit="step",

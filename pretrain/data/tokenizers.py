@@ -29,7 +29,7 @@ class Tokenizer:
     cls_id: int
     sep_id: int
     mask_id: int
-    special_ids: tuple[int, ...]  # ids MLM must never select or sample as random replacements
+    special_ids: tuple[int, ...]  # ids MLM must never select for prediction
     word_start: np.ndarray  # [vocab_size] bool: True if the piece begins a word (or is special)
 
     def encode(self, text: str) -> list[int]:

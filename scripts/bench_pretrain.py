@@ -1,0 +1,176 @@
+"""BERT pretraining throughput, side by side with Hugging Face transformers on PyTorch.
+
+Both sides train the same BERT shape with MLM + NSP on the same batches (built by this project's
+data pipeline from the demo corpus), with AdamW, linear warmup/decay and clipping at 1.0, and are
+timed per step after a warm-up (compilation for JAX). Prints tokens/s, the time ratio, the loss
+each side reaches (quality) and MFU against this machine's measured matmul roofline.
+
+  pip install -e ".[hf]"   # torch==2.13.0 (CPU build) + transformers
+  python scripts/bench_pretrain.py --size mini --steps 40
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # for `scripts.*`
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from configs import bert as bert_configs
+from models import build_model
+from objectives import build_objective
+from pretrain import state as state_lib
+from pretrain import trainer
+from pretrain.data import pipeline, tokenizers
+
+
+def demo_assets(directory: str) -> tuple[str, str]:
+    """The demo corpus and tokenizer (built here if `make demo` has not made them)."""
+    from scripts import train_tokenizer
+    from scripts.build_demo_corpus import build_corpus
+    corpus, spm = os.path.join(directory, "corpus.txt"), os.path.join(directory, "tokenizer", "spm.model")
+    if not os.path.exists(corpus):
+        build_corpus(corpus, max_mb=4)
+    if not os.path.exists(spm):
+        train_tokenizer.train_sentencepiece(corpus, spm[:-len(".model")], vocab_size=8000)
+    return corpus, spm
+
+
+def matmul_roofline(n: int = 2048, repeats: int = 10) -> float:
+    """Best float32 matmul FLOP/s of this machine through XLA: the denominator of MFU."""
+    a = jnp.ones((n, n), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    best = min(_timed(lambda: f(a).block_until_ready()) for _ in range(repeats))
+    return 2 * n ** 3 / best
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def train_flops_per_step(config, batch_size: int, seq_len: int, predictions: int) -> float:
+    """6 x (matmul params) x tokens for the encoder, plus attention scores and the MLM decoder."""
+    m = config.model
+    per_layer = 4 * m.hidden_size ** 2 + 2 * m.hidden_size * m.intermediate_size
+    encoder = 6 * per_layer * m.num_layers * batch_size * seq_len
+    attention = 6 * 2 * m.num_layers * batch_size * seq_len ** 2 * m.hidden_size
+    decoder = 6 * (m.hidden_size ** 2 + m.hidden_size * m.vocab_size) * batch_size * predictions
+    return encoder + attention + decoder
+
+
+def run_jax(config, batches: list[dict], objective) -> tuple[list[float], list[float]]:
+    model = build_model(config.model)
+    example = {k: jnp.asarray(v[:1]) for k, v in objective.model_inputs(batches[0]).items()}
+    tx = state_lib.make_optimizer(config.optimizer, config.num_train_steps)
+    state = jax.jit(lambda: state_lib.unbox(
+        state_lib.create_train_state(model, example, jax.random.key(0), tx)))()
+    schedule = state_lib.learning_rate_schedule(config.optimizer, config.num_train_steps)
+    step = jax.jit(lambda s, b, r: trainer.train_step(s, b, r, objective=objective, schedule=schedule),
+                   donate_argnums=(0,))
+    times, losses = [], []
+    for batch in batches:
+        micro = {k: jnp.asarray(v)[None] for k, v in batch.items()}  # one micro-batch
+        start = time.perf_counter()
+        state, metrics = step(state, micro, jax.random.key(1))
+        losses.append(float(metrics["loss"]))  # blocks: the step is done
+        times.append(time.perf_counter() - start)
+    return times, losses
+
+
+def run_torch(config, batches: list[dict], threads: int) -> tuple[list[float], list[float]]:
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    torch.set_num_threads(threads)
+    m, o = config.model, config.optimizer
+    model = transformers.BertForPreTraining(transformers.BertConfig(
+        vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size,
+        max_position_embeddings=m.max_position_embeddings, hidden_dropout_prob=m.dropout_rate,
+        attention_probs_dropout_prob=m.attention_dropout_rate, layer_norm_eps=m.layer_norm_eps,
+        attn_implementation="sdpa"))
+    model.train()
+    no_decay = [p for n, p in model.named_parameters() if "LayerNorm" in n or n.endswith("bias")]
+    decay = [p for n, p in model.named_parameters() if not ("LayerNorm" in n or n.endswith("bias"))]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=o.learning_rate, betas=(o.b1, o.b2), eps=o.eps)
+    scheduler = transformers.get_linear_schedule_with_warmup(optimizer, o.warmup_steps, config.num_train_steps)
+    times, losses = [], []
+    for batch in batches:
+        labels = np.full(batch["input_ids"].shape, -100, np.int64)  # HF: -100 = not predicted
+        rows, cols = np.nonzero(batch["masked_lm_weights"])
+        labels[rows, batch["masked_lm_positions"][rows, cols]] = batch["masked_lm_ids"][rows, cols]
+        inputs = dict(input_ids=torch.from_numpy(batch["input_ids"].astype(np.int64)),
+                      token_type_ids=torch.from_numpy(batch["segment_ids"].astype(np.int64)),
+                      attention_mask=torch.from_numpy(batch["input_mask"].astype(np.int64)),
+                      labels=torch.from_numpy(labels),
+                      next_sentence_label=torch.from_numpy(batch["next_sentence_labels"].astype(np.int64)))
+        start = time.perf_counter()
+        loss = model(**inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        times.append(time.perf_counter() - start)
+    return times, losses
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="mini", choices=list(bert_configs.SIZES))
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--seq_len", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5, help="untimed first steps (JAX compiles here)")
+    parser.add_argument("--assets", default="demo_out", help="where the demo corpus/tokenizer live")
+    args = parser.parse_args()
+
+    corpus, spm = demo_assets(args.assets if os.path.isdir(args.assets) else tempfile.mkdtemp())
+    config = bert_configs.get_config(f"size={args.size},recipe=short")
+    with config.unlocked():
+        config.model.vocab_size = 8000
+        config.batch_size, config.num_train_steps = args.batch_size, args.steps
+        config.data.max_seq_length = args.seq_len
+        config.data.path, config.tokenizer.path = corpus, spm
+        config.optimizer.warmup_steps = max(1, args.steps // 10)
+    tokenizer = tokenizers.load_tokenizer("sentencepiece", spm)
+    objective = build_objective(config.objective, tokenizer)
+    train_docs, _ = pipeline.load_documents(config.data, tokenizer)
+    data = pipeline.PretrainingData(train_docs, objective, batch_size=args.batch_size, seed=0,
+                                    max_seq_length=args.seq_len)
+    batches = [data.batch(s) for s in range(args.steps)]
+
+    threads = os.cpu_count() or 1
+    print(f"BERT-{args.size} ({config.model.num_layers}L/{config.model.hidden_size}H), batch "
+          f"{args.batch_size} x {args.seq_len}, {args.steps} steps ({args.warmup} untimed), {threads} threads")
+    roofline = matmul_roofline()
+    flops = train_flops_per_step(config, args.batch_size, args.seq_len, config.objective.max_predictions_per_seq)
+    results = {"jax/flax (ours)": run_jax(config, batches, objective),
+               "pytorch/transformers": run_torch(config, batches, threads)}
+    tokens = args.batch_size * args.seq_len
+    print(f"matmul roofline {roofline / 1e9:.1f} GFLOP/s; model {flops / 1e9:.2f} GFLOP per step")
+    print(f"{'side':24s} {'step ms':>8s} {'tokens/s':>9s} {'MFU':>6s} {'loss@1':>7s} {'loss@end':>8s}")
+    median = {}
+    for side, (times, losses) in results.items():
+        median[side] = float(np.median(times[args.warmup:]))
+        end_loss = float(np.mean(losses[-5:]))
+        print(f"{side:24s} {median[side] * 1e3:8.1f} {tokens / median[side]:9.0f} "
+              f"{flops / median[side] / roofline:6.1%} {losses[0]:7.3f} {end_loss:8.3f}")
+    ours, ref = median["jax/flax (ours)"], median["pytorch/transformers"]
+    print(f"time ratio ours / reference = {ours / ref:.2f} (below 1: ours is faster)")
+
+
+if __name__ == "__main__":
+    main()
