@@ -31,6 +31,6 @@ setup(
         # build: an unpinned torch pulls several GB of CUDA packages.
         "hf": ["torch==2.13.0", "transformers>=4.44,<6"],
         "test": ["pytest>=8,<10", "tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5",
-                 "importlib-resources>=6"],
+                 "importlib-resources>=6", "torch==2.13.0", "transformers>=4.44,<6"],
     },
 )

@@ -26,7 +26,10 @@ def partitioned(init: Initializer, axes: tuple[str | None, ...]) -> Initializer:
 
 
 class Dense(nn.Module):
-    """DenseGeneral whose kernel and bias carry logical axis names."""
+    """y = x . kernel + bias over the `axis` input dimensions; kernel and bias carry logical axes.
+
+    kernel: [*x.shape[axis], *features], e.g. [D, H, K] for an attention projection.
+    """
     features: int | tuple[int, ...]
     kernel_axes: tuple[str | None, ...]
     axis: int | tuple[int, ...] = -1
@@ -38,27 +41,37 @@ class Dense(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         features = self.features if isinstance(self.features, tuple) else (self.features,)
-        bias_axes = self.kernel_axes[-len(features):]
-        return nn.DenseGeneral(
-            features=self.features, axis=self.axis, use_bias=self.use_bias,
-            kernel_init=partitioned(self.kernel_init, self.kernel_axes),
-            bias_init=partitioned(nn.initializers.zeros_init(), bias_axes),
-            dtype=self.dtype, param_dtype=self.param_dtype, name="dense")(x)
+        axis = self.axis if isinstance(self.axis, tuple) else (self.axis,)
+        axis = tuple(a % x.ndim for a in axis)
+        kernel = self.param("kernel", partitioned(self.kernel_init, self.kernel_axes),
+                            tuple(x.shape[a] for a in axis) + features, self.param_dtype)
+        y = jax.lax.dot_general(x.astype(self.dtype), jnp.asarray(kernel, self.dtype),
+                                ((axis, tuple(range(len(axis)))), ((), ())))
+        if self.use_bias:
+            bias = self.param("bias", partitioned(nn.initializers.zeros_init(), self.kernel_axes[-len(features):]),
+                              features, self.param_dtype)
+            y = y + jnp.asarray(bias, self.dtype)
+        return y
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm computed in float32 (bf16 statistics are too coarse), output in `dtype`."""
+    """LayerNorm with statistics in float32 (bf16 ones are too coarse), output in `dtype`."""
     epsilon: float = 1e-12
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        return nn.LayerNorm(
-            epsilon=self.epsilon, dtype=jnp.float32, param_dtype=self.param_dtype,
-            scale_init=partitioned(nn.initializers.ones_init(), ("embed",)),
-            bias_init=partitioned(nn.initializers.zeros_init(), ("embed",)),
-            name="norm")(x).astype(self.dtype)
+        features = x.shape[-1]
+        scale = self.param("scale", partitioned(nn.initializers.ones_init(), ("embed",)), (features,),
+                           self.param_dtype)
+        bias = self.param("bias", partitioned(nn.initializers.zeros_init(), ("embed",)), (features,),
+                          self.param_dtype)
+        x = x.astype(jnp.float32)
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+        y = (x - mean) * jax.lax.rsqrt(var + self.epsilon)
+        return (y * scale.astype(jnp.float32) + bias.astype(jnp.float32)).astype(self.dtype)
 
 
 class Embed(nn.Module):

@@ -1,0 +1,1 @@
+"""Checkpoint importers/exporters between this codebase and Hugging Face / original releases."""
