@@ -27,26 +27,23 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict]]:
     return train, evaluation
 
 
+def _curves(ax, names: tuple[str, ...], train: list[dict], evaluation: list[dict]) -> None:
+    """Train curves as lines, evaluation points as dashed markers, for each metric name."""
+    for name in names:
+        for records, key, style, label in ((train, name, "-", "train"), (evaluation, f"eval_{name}", "o--", "eval")):
+            points = [(r["step"], r[key]) for r in records if key in r]
+            if points:
+                ax.plot(*zip(*points), style, label=f"{label} {name}")
+
+
 def plot(workdir: str, output: str | None = None) -> str:
     train, evaluation = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     if not train:
         raise SystemExit(f"error: {workdir}/metrics.jsonl has no training records to plot")
     output = output or os.path.join(workdir, "loss.png")
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in CURVES:
-        points = [(r["step"], r[name]) for r in train if name in r]
-        if points:
-            ax_loss.plot(*zip(*points), label=f"train {name}")
-        points = [(r["step"], r[f"eval_{name}"]) for r in evaluation if f"eval_{name}" in r]
-        if points:
-            ax_loss.plot(*zip(*points), "o--", label=f"eval {name}")
-    for name in ACCURACIES:
-        points = [(r["step"], r[name]) for r in train if name in r]
-        if points:
-            ax_acc.plot(*zip(*points), label=f"train {name}")
-        points = [(r["step"], r[f"eval_{name}"]) for r in evaluation if f"eval_{name}" in r]
-        if points:
-            ax_acc.plot(*zip(*points), "o--", label=f"eval {name}")
+    _curves(ax_loss, CURVES, train, evaluation)
+    _curves(ax_acc, ACCURACIES, train, evaluation)
     ax_loss.set(xlabel="step", ylabel="loss", title="Pretraining loss")
     ax_acc.set(xlabel="step", ylabel="accuracy", title="MLM / NSP accuracy", ylim=(0, 1))
     for ax in (ax_loss, ax_acc):
