@@ -29,11 +29,12 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict]]:
 
 def _curves(ax, names: tuple[str, ...], train: list[dict], evaluation: list[dict]) -> None:
     """Train curves as lines, evaluation points as dashed markers, for each metric name."""
-    for name in names:
+    for i, name in enumerate(names):
+        color = f"C{i}"  # one colour per metric; evaluation dashed with markers
         for records, key, style, label in ((train, name, "-", "train"), (evaluation, f"eval_{name}", "o--", "eval")):
             points = [(r["step"], r[key]) for r in records if key in r]
             if points:
-                ax.plot(*zip(*points), style, label=f"{label} {name}")
+                ax.plot(*zip(*points), style, color=color, label=f"{label} {name}")
 
 
 def plot(workdir: str, output: str | None = None) -> str:
