@@ -32,7 +32,8 @@ class BertPretraining:
         except ValueError as e:  # too few documents, sequences too short: the user's corpus/config
             raise CorpusError(str(e)) from None
 
-    def max_predictions(self, max_seq_length: int, long_phase: bool) -> int:
+    def max_predictions(self, long_phase: bool) -> int:
+        """BERT: 20 predictions per 128-token sequence, 80 in the 512-token phase."""
         c = self.config
         return c.long_max_predictions_per_seq if long_phase else c.max_predictions_per_seq
 

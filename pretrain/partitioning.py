@@ -55,9 +55,9 @@ def logical_shardings(boxed_tree: Any, mesh: Mesh, rules=DEFAULT_RULES) -> Any:
     return nn.logical_to_mesh_sharding(specs, mesh, rules)
 
 
-def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Leading (batch) dimension split over data x fsdp; the rest replicated."""
-    return NamedSharding(mesh, P(("data", "fsdp")))
+def batch_sharding(mesh: Mesh, batch_dim: int = 0) -> NamedSharding:
+    """Dimension `batch_dim` (1 under gradient accumulation) split over data x fsdp; the rest replicated."""
+    return NamedSharding(mesh, P(*([None] * batch_dim), ("data", "fsdp")))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -70,8 +70,7 @@ def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh, batch_dim: int = 0) ->
     Single-process: device_put of the global batch. Multi-host runs would assemble the global
     array from per-host shards with jax.make_array_from_process_local_data.
     """
-    spec = P(*([None] * batch_dim), ("data", "fsdp"))
-    sharding = NamedSharding(mesh, spec)
+    sharding = batch_sharding(mesh, batch_dim)
     if jax.process_count() > 1:
         return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
     return {k: jax.device_put(v, sharding) for k, v in batch.items()}

@@ -143,10 +143,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     # ----- Jitted steps -----
     schedule = state_lib.learning_rate_schedule(config.optimizer, config.num_train_steps)
-    batch_sharding = partitioning.NamedSharding(mesh, partitioning.P(None, ("data", "fsdp")))
     replicated = partitioning.replicated(mesh)
     jit_train = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule),
-                        in_shardings=(state_shardings, batch_sharding, replicated),
+                        in_shardings=(state_shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
                         out_shardings=(state_shardings, replicated), donate_argnums=(0,))
     jit_eval = jax.jit(functools.partial(eval_step, objective=objective),
                        in_shardings=(state_shardings, partitioning.batch_sharding(mesh)),

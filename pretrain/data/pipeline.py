@@ -99,8 +99,7 @@ class PretrainingData:
     def batch(self, step: int) -> dict[str, np.ndarray]:
         phase = self.phase(step)
         rng = np.random.default_rng([self.seed, step, 1 << 20])
-        return self.objective.make_batch(self.instances(step), rng,
-                                         self.objective.max_predictions(self.phases[phase][1], phase > 0))
+        return self.objective.make_batch(self.instances(step), rng, self.objective.max_predictions(phase > 0))
 
 
 def prefetch(make_batch, steps: range, size: int = 2) -> Iterator[tuple[int, dict]]:
