@@ -32,6 +32,20 @@ SIZES = {  # name: (layers, hidden, heads, ffn)
 }
 SMALL_SIZES = ("tiny", "mini")  # these default to the short recipe on the demo corpus
 
+RECIPES = {  # flattened overrides of the fields below
+    "paper": {  # Devlin et al. (2019), Section A.2
+        "batch_size": 256, "num_train_steps": 1_000_000, "optimizer.learning_rate": 1e-4,
+        "optimizer.warmup_steps": 10_000, "log_every": 100, "checkpoint_every": 10_000, "eval_every": 10_000,
+    },
+    "short": {  # a few minutes on a laptop CPU with the demo corpus of `make demo`
+        "batch_size": 32, "num_train_steps": 1200, "optimizer.learning_rate": 1e-3,
+        "optimizer.warmup_steps": 100, "log_every": 10, "checkpoint_every": 400, "eval_every": 400,
+        "data.long_seq_length": 0, "data.path": "demo_out/corpus.txt", "data.eval_documents": 20,
+        "tokenizer.kind": "sentencepiece", "tokenizer.path": "demo_out/tokenizer/spm.model",
+        "model.vocab_size": 8000,
+    },
+}
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     arg = common.parse_arg(arg, size="base", nsp=True, wwm=False, recipe="")
@@ -67,28 +81,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.tokenizer = ml_collections.ConfigDict(dict(kind="wordpiece", path="", lowercase=True))
 
-    if recipe == "paper":
-        c.batch_size = 256
-        c.num_train_steps = 1_000_000
-        c.optimizer.learning_rate = 1e-4
-        c.optimizer.warmup_steps = 10_000
-        c.log_every = 100
-        c.checkpoint_every = 10_000
-        c.eval_every = 10_000
-    else:  # a few minutes on a laptop CPU with the demo corpus
-        c.batch_size = 32
-        c.num_train_steps = 1200
-        c.optimizer.learning_rate = 1e-3
-        c.optimizer.warmup_steps = 100
-        c.log_every = 10
-        c.checkpoint_every = 400
-        c.eval_every = 400
-        c.data.max_seq_length = 128
-        c.data.long_seq_length = 0
-        c.data.path = "demo_out/corpus.txt"
-        c.data.eval_documents = 20
-        c.tokenizer.kind = "sentencepiece"
-        c.tokenizer.path = "demo_out/tokenizer/spm.model"
-        c.model.vocab_size = 8000
+    c.update_from_flattened_dict(RECIPES[recipe])
     c.lock()
     return c

@@ -100,17 +100,6 @@ def padding_mask(query_valid: jax.Array, key_valid: jax.Array) -> jax.Array:
     return query_valid[:, None, :, None] & key_valid[:, None, None, :]
 
 
-def causal_mask(length: int) -> jax.Array:
-    """[1, 1, L, L] lower-triangular mask for decoder self-attention."""
-    return jnp.tril(jnp.ones((length, length), bool))[None, None]
-
-
-def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
-    """Packed sequences: tokens attend only within their own segment (id 0 = padding)."""
-    same = query_segments[:, None, :, None] == key_segments[:, None, None, :]
-    return same & (key_segments[:, None, None, :] > 0)
-
-
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention with per-head projections (self- or cross-attention)."""
     num_heads: int

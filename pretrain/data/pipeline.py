@@ -68,7 +68,9 @@ class PretrainingData:
         rng = np.random.default_rng([self.seed, phase, epoch])
         return self.objective.create_instances(self.documents, rng, self.phases[phase][1])
 
+    @functools.lru_cache(maxsize=None)
     def epoch_size(self, phase: int) -> int:
+        """Kept apart from `_created`'s small cache: it is read every step and must never recompute."""
         return len(self._created(phase, 0)["input_ids"])
 
     @functools.lru_cache(maxsize=2)
