@@ -93,3 +93,27 @@ def _shapes_by_name(tree: Any) -> dict[str, tuple[int, ...]]:
 def abstract_with_shardings(tree: Any, shardings: Any) -> Any:
     """Abstract arrays that tell Orbax where each restored leaf should live."""
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
+    """Only the `params` of a checkpoint written by Checkpointer (no optimizer state is read).
+
+    directory: the checkpoints/ folder (latest step, or `step`) or one step's folder inside it.
+    Returns (params as host-side arrays, step).
+    """
+    directory = os.path.abspath(directory)
+    if os.path.isdir(os.path.join(directory, "state")) and os.path.basename(directory).isdigit():
+        directory, step = os.path.dirname(directory), int(os.path.basename(directory))
+    steps = ocp.utils.checkpoint_steps(directory) if os.path.isdir(directory) else []
+    if step is None:
+        step = max(steps) if steps else None
+    if step is None or step not in steps:
+        raise CheckpointError(f"no checkpoint {'at step ' + str(step) + ' ' if step is not None else ''}in "
+                              f"{directory} (give a checkpoints/ folder written by pretrain.train or pretrain.finetune)")
+    path = os.path.join(directory, str(step), "state")
+    checkpointer = ocp.PyTreeCheckpointer()
+    stored = checkpointer.metadata(path).item_metadata.tree
+    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), stored["params"])
+    restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(item={"params": abstract},
+                                                                       partial_restore=True))
+    return jax.device_get(restored["params"]), step

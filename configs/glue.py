@@ -1,0 +1,62 @@
+"""Fine-tuning BERT on a GLUE task, with the BERT paper's recipe.
+
+  python -m pretrain.finetune --config=configs/glue.py:task=mrpc --workdir=runs/mrpc \
+      --config.init=PATH [--config.optimizer.learning_rate=3e-5 --config.seed=1 ...]
+
+PATH is a pretrain.train workdir (Orbax) or a Hugging Face BERT directory (config.json +
+model.safetensors / pytorch_model.bin + vocab.txt); the architecture and the tokenizer come from it.
+
+Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`,
+`freeze=none|head_only|lowest|gradual` (see pretrain/freezing.py).
+
+Recipe (Devlin et al., 2019, Section 4.1 and Appendix A.3): max sequence length 128, batch 32,
+3 epochs, Adam with learning rate picked on dev from {5e-5, 4e-5, 3e-5, 2e-5}, 10% linear warmup
+then linear decay, dropout 0.1, weight decay 0.01, the classifier on the pooled [CLS] vector.
+`scripts/reproduce_glue_table.py` sweeps the learning rates and seeds.
+"""
+import os
+
+import ml_collections
+
+from configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    arg = common.parse_arg(arg, task="mrpc", freeze="none")
+    c = common.trainer_config()
+    c.task = arg.task
+    c.init = ""                    # pretrain.train workdir or Hugging Face directory ('' = random init)
+    c.num_epochs = 3
+    c.batch_size = 32
+    c.eval_batch_size = 64
+    c.warmup_fraction = 0.1        # of all optimizer steps
+    c.log_every = 50
+    c.write_test_predictions = True
+    c.optimizer.learning_rate = 2e-5
+    c.optimizer.warmup_steps = -1  # derived from warmup_fraction
+    del c["num_train_steps"], c["checkpoint_every"], c["keep_checkpoints"], c["eval_every"], c["eval_batches"]
+
+    c.freezing = ml_collections.ConfigDict(dict(
+        strategy=arg.freeze,
+        num_frozen_layers=0,       # `lowest`: layers 0..N-1 stay frozen
+        freeze_embeddings=True,    # `lowest`: the embeddings too
+        unfreeze_every_epochs=1))  # `gradual`: one more layer every this many epochs
+
+    # Architecture defaults = BERT-Base; with an init they are replaced by the checkpoint's.
+    c.model = ml_collections.ConfigDict(dict(
+        name="bert", vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
+        intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2,
+        dropout_rate=0.1, attention_dropout_rate=0.1, layer_norm_eps=1e-12, initializer_range=0.02,
+        classifier_dropout=0.1, dtype="float32", param_dtype="float32"))
+    # Empty path: the init's tokenizer (a HF directory's vocab.txt, a workdir's tokenizer).
+    c.tokenizer = ml_collections.ConfigDict(dict(kind="wordpiece", path="", lowercase=True))
+
+    c.data = ml_collections.ConfigDict(dict(
+        source="dir",              # dir: official GLUE layout under glue_dir | tfds: glue/<task>
+        glue_dir=os.environ.get("GLUE_DIR", "../shared/data/glue"),
+        tfds_data_dir="",
+        max_seq_length=128,
+        max_train_examples=0,      # > 0: a fixed random subset of the train split (same for every seed)
+        pad_to_multiple_of=32))    # batches pad to the longest row rounded up to this
+    c.lock()
+    return c

@@ -1,0 +1,38 @@
+"""Fine-tuning entry point.
+
+  python -m pretrain.finetune --config=configs/glue.py:task=mrpc --workdir=runs/mrpc \
+      --config.init=PATH [--config.optimizer.learning_rate=3e-5 --config.seed=1 ...]
+
+PATH: a pretrain.train workdir (Orbax) or a Hugging Face BERT directory. The workdir receives
+results.json (task, metrics of the best epoch, best epoch, wall time), predictions/ (dev with
+labels, test in the GLUE submission format), checkpoints/ (the best epoch only), metrics.jsonl,
+tensorboard/ and config.json (with the architecture and tokenizer taken from the init).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from pretrain import errors
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/glue.py:task=mrpc.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results, predictions and the best checkpoint.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
+    from pretrain import finetuner  # imported late so that --help and flag errors stay fast
+    with errors.one_line_errors():
+        results = finetuner.finetune(_CONFIG.value, _WORKDIR.value)
+    print(json.dumps({k: results[k] for k in ("task", "best_epoch", "metrics", "wall_time_sec")}, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(errors.run_app(main))

@@ -1,0 +1,97 @@
+"""Freezing strategies for fine-tuning, as optax masks (course notes on fine-tuning, section 1.4).
+
+Every parameter gets the optimizer step from which it trains (`NEVER` = frozen for the whole run):
+
+  none      everything trains from step 0
+  head_only only the new task head trains; the whole pretrained encoder (pooler included) is frozen
+  lowest    the embeddings (if freeze_embeddings) and the lowest `num_frozen_layers` layers are frozen
+  gradual   gradual unfreezing: the head and the top layer train in epoch 0, then one more layer
+            from the top down joins every `unfreeze_every_epochs` epochs, the embeddings last
+
+`freeze(tx, unfreeze_at)` zeroes the gradients of frozen parameters before `tx` (so clipping
+and Adam's moments ignore them) and zeroes their updates after it (so weight decay cannot move
+them either): a frozen parameter stays bitwise unchanged.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+NEVER = 2**31 - 1
+STRATEGIES = ("none", "head_only", "lowest", "gradual")
+
+
+def _names(path) -> list[str]:
+    return [str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey)]
+
+
+def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers: int,
+                   steps_per_epoch: int) -> Any:
+    """params {'bert': {embeddings, layer_i, pooler}, 'head': ...} -> same tree of int step numbers.
+
+    config = config.freezing: strategy, num_frozen_layers, freeze_embeddings, unfreeze_every_epochs.
+    """
+    strategy = config.strategy
+    if strategy not in STRATEGIES:
+        raise ValueError(f"config.freezing.strategy={strategy!r} is unknown; use one of {STRATEGIES}")
+    if strategy == "lowest" and not 0 <= config.num_frozen_layers <= num_layers:
+        raise ValueError(f"config.freezing.num_frozen_layers={config.num_frozen_layers} must be in "
+                         f"[0, {num_layers}] (the encoder has {num_layers} layers)")
+    every = max(1, config.get("unfreeze_every_epochs", 1)) * steps_per_epoch
+
+    def start_step(path, _) -> int:
+        names = _names(path)
+        if names[0] != "bert" or strategy == "none":
+            return 0                                   # the task head always trains
+        part = names[1]
+        if strategy == "head_only":
+            return NEVER
+        if strategy == "lowest":
+            if part == "embeddings":
+                return NEVER if config.freeze_embeddings else 0
+            if part.startswith("layer_"):
+                return NEVER if int(part.removeprefix("layer_")) < config.num_frozen_layers else 0
+            return 0
+        # gradual: distance from the top decides the epoch a block joins.
+        if part == "pooler":
+            return 0
+        if part.startswith("layer_"):
+            return (num_layers - 1 - int(part.removeprefix("layer_"))) * every
+        return num_layers * every                      # embeddings, after the lowest layer
+
+    return jax.tree_util.tree_map_with_path(start_step, params)
+
+
+class FreezeState(NamedTuple):
+    count: jax.Array        # optimizer steps taken so far
+    inner: optax.OptState
+
+
+def freeze(tx: optax.GradientTransformation, unfreeze_at: Any) -> optax.GradientTransformation:
+    """Wraps `tx` so that a parameter is updated only once count >= its entry in `unfreeze_at`."""
+    def trainable(count):
+        return jax.tree.map(lambda start: count >= start, unfreeze_at)
+
+    def mask(tree, on):
+        return jax.tree.map(lambda x, keep: jnp.where(keep, x, jnp.zeros_like(x)), tree, on)
+
+    def init(params):
+        return FreezeState(jnp.zeros([], jnp.int32), tx.init(params))
+
+    def update(grads, state, params=None):
+        on = trainable(state.count)
+        updates, inner = tx.update(mask(grads, on), state.inner, params)
+        return mask(updates, on), FreezeState(state.count + 1, inner)
+
+    return optax.GradientTransformation(init, update)
+
+
+def trainable_fraction(params: Any, unfreeze_at: Any, step: int) -> float:
+    """Share of parameters that train at `step` (printed at start so a user sees the strategy act)."""
+    sizes = [p.size for p in jax.tree.leaves(params)]
+    starts = jax.tree.leaves(unfreeze_at)  # the same structure, so the leaves line up
+    return sum(n for n, s in zip(sizes, starts) if step >= s) / max(sum(sizes), 1)
