@@ -1,4 +1,6 @@
 """Our BERT against the reference implementation: Hugging Face transformers on PyTorch."""
+from __future__ import annotations
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,5 +63,5 @@ def test_converted_tree_matches_our_initialised_tree():
     ids, segments, mask, positions = batch(np.random.default_rng(1))
     init = unbox(BertForPreTraining(config).init(jax.random.key(0), jnp.asarray(ids), jnp.asarray(segments),
                                                  jnp.asarray(mask), jnp.asarray(positions)))["params"]
-    shapes = lambda tree: jax.tree.map(lambda x: tuple(np.shape(x)), tree)  # noqa: E731
+    shapes = lambda tree: jax.tree.map(lambda x: tuple(np.shape(x)), tree)
     assert shapes(params) == shapes(init)

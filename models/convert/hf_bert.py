@@ -1,61 +1,183 @@
-"""Hugging Face BERT weights (BertForPreTraining or BertModel naming) -> our BERT parameters.
+"""Hugging Face BERT <-> our BERT: tensor names, layouts and config.json fields.
 
 torch Linear weights are [out, in]; our kernels are [in, ...out] with attention projections split
-per head: query/key/value [D, H, K] and the output projection [H, K, D].
+per head: query/key/value [D, H, K] and the output projection [H, K, D]. One table (`_layout`) lists
+every tensor once, so import and export cannot drift apart. Reading and writing whole directories
+lives in models/convert/hf_io.py.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
+from typing import Any
 
+import flax.core.meta
 import numpy as np
+from absl import logging
 
 from models.bert import BertConfig
+from pretrain.errors import UserError
+
+# Ours <- HF and HF <- ours for each layout; c is the BertConfig (heads H, head dim K).
+_TO_OURS = {
+    "copy": lambda w, c: w,
+    "linear": lambda w, c: w.T,                                                          # [out, in] -> [in, out]
+    "heads_in": lambda w, c: w.T.reshape(w.shape[1], c.num_heads, -1),                   # [H*K, D] -> [D, H, K]
+    "heads_bias": lambda w, c: w.reshape(c.num_heads, -1),                               # [H*K] -> [H, K]
+    "heads_out": lambda w, c: w.T.reshape(c.num_heads, -1, w.shape[0]),                  # [D, H*K] -> [H, K, D]
+}
+_TO_HF = {
+    "copy": lambda w, c: w,
+    "linear": lambda w, c: w.T,
+    "heads_in": lambda w, c: w.reshape(w.shape[0], -1).T,
+    "heads_bias": lambda w, c: w.reshape(-1),
+    "heads_out": lambda w, c: w.reshape(-1, w.shape[-1]).T,
+}
+# config.json key -> BertConfig field
+_CONFIG_KEYS = {
+    "vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
+    "num_attention_heads": "num_heads", "intermediate_size": "intermediate_size",
+    "max_position_embeddings": "max_position_embeddings", "type_vocab_size": "type_vocab_size",
+    "hidden_dropout_prob": "dropout_rate", "attention_probs_dropout_prob": "attention_dropout_rate",
+    "layer_norm_eps": "layer_norm_eps", "initializer_range": "initializer_range",
+}
+# The first tensor of each optional section; its presence decides whether the section is there.
+_OPTIONAL = {"pooler": "pooler.dense.weight", "mlm_head": "cls.predictions.transform.dense.weight",
+             "nsp_head": "cls.seq_relationship.weight"}
 
 
-def bert_params_from_hf(state_dict: Mapping[str, np.ndarray], config: BertConfig) -> dict:
-    """state_dict: name -> numpy array (e.g. {k: v.numpy() for k, v in model.state_dict().items()}).
+def _layout(config: BertConfig) -> dict[str, list[tuple[str, tuple[str, ...], str, tuple[int, ...]]]]:
+    """section -> [(HF name without the 'bert.' prefix, our param path, layout, HF shape)]."""
+    d, f = config.hidden_size, config.intermediate_size
 
-    Returns the `params` collection of models.bert.BertForPreTraining. Heads absent from a
-    BertModel checkpoint are left out (the caller keeps freshly initialised ones).
-    """
-    sd = {k.removeprefix("bert."): np.asarray(v) for k, v in state_dict.items()}
-    heads, head_dim = config.num_heads, config.hidden_size // config.num_heads
+    def linear(hf, ours, n_in, n_out):
+        return [(f"{hf}.weight", (*ours, "kernel"), "linear", (n_out, n_in)),
+                (f"{hf}.bias", (*ours, "bias"), "copy", (n_out,))]
 
-    def linear(name: str) -> dict:
-        return {"kernel": sd[f"{name}.weight"].T, "bias": sd[f"{name}.bias"]}
+    def norm(hf, ours):
+        return [(f"{hf}.weight", (*ours, "scale"), "copy", (d,)), (f"{hf}.bias", (*ours, "bias"), "copy", (d,))]
 
-    def norm(name: str) -> dict:
-        return {"scale": sd[f"{name}.weight"], "bias": sd[f"{name}.bias"]}
+    def table(hf, ours, rows):
+        return [(f"{hf}.weight", (*ours, "embedding"), "copy", (rows, d))]
 
-    def attention_in(name: str) -> dict:  # [H*K, D] -> [D, H, K]
-        w, b = sd[f"{name}.weight"], sd[f"{name}.bias"]
-        return {"kernel": w.T.reshape(-1, heads, head_dim), "bias": b.reshape(heads, head_dim)}
-
-    e = "embeddings"
-    bert = {"embeddings": {
-        "word_embeddings": {"embedding": sd[f"{e}.word_embeddings.weight"]},
-        "position_embeddings": {"embedding": sd[f"{e}.position_embeddings.weight"]},
-        "token_type_embeddings": {"embedding": sd[f"{e}.token_type_embeddings.weight"]},
-        "norm": norm(f"{e}.LayerNorm")}}
+    e = ("bert", "embeddings")
+    body = (table("embeddings.word_embeddings", (*e, "word_embeddings"), config.vocab_size)
+            + table("embeddings.position_embeddings", (*e, "position_embeddings"), config.max_position_embeddings)
+            + table("embeddings.token_type_embeddings", (*e, "token_type_embeddings"), config.type_vocab_size)
+            + norm("embeddings.LayerNorm", (*e, "norm")))
     for i in range(config.num_layers):
-        p = f"encoder.layer.{i}"
-        out = sd[f"{p}.attention.output.dense.weight"]  # [D, H*K] -> [H, K, D]
-        bert[f"layer_{i}"] = {
-            "attention": {
-                "query": attention_in(f"{p}.attention.self.query"),
-                "key": attention_in(f"{p}.attention.self.key"),
-                "value": attention_in(f"{p}.attention.self.value"),
-                "out": {"kernel": out.T.reshape(heads, head_dim, -1), "bias": sd[f"{p}.attention.output.dense.bias"]}},
-            "attention_norm": norm(f"{p}.attention.output.LayerNorm"),
-            "mlp": {"intermediate": linear(f"{p}.intermediate.dense"), "output": linear(f"{p}.output.dense")},
-            "output_norm": norm(f"{p}.output.LayerNorm")}
-    if "pooler.dense.weight" in sd:
-        bert["pooler"] = linear("pooler.dense")
-    params = {"bert": bert}
-    if "cls.predictions.transform.dense.weight" in sd:
-        params["mlm_head"] = {"transform": linear("cls.predictions.transform.dense"),
-                              "transform_norm": norm("cls.predictions.transform.LayerNorm"),
-                              "bias": sd["cls.predictions.bias"]}
-    if config.next_sentence and "cls.seq_relationship.weight" in sd:
-        params["nsp_head"] = {"classifier": linear("cls.seq_relationship")}
+        hf, ours = f"encoder.layer.{i}", ("bert", f"layer_{i}")
+        for name in ("query", "key", "value"):
+            body += [(f"{hf}.attention.self.{name}.weight", (*ours, "attention", name, "kernel"), "heads_in", (d, d)),
+                     (f"{hf}.attention.self.{name}.bias", (*ours, "attention", name, "bias"), "heads_bias", (d,))]
+        body += [(f"{hf}.attention.output.dense.weight", (*ours, "attention", "out", "kernel"), "heads_out", (d, d)),
+                 (f"{hf}.attention.output.dense.bias", (*ours, "attention", "out", "bias"), "copy", (d,))]
+        body += norm(f"{hf}.attention.output.LayerNorm", (*ours, "attention_norm"))
+        body += linear(f"{hf}.intermediate.dense", (*ours, "mlp", "intermediate"), d, f)
+        body += linear(f"{hf}.output.dense", (*ours, "mlp", "output"), f, d)
+        body += norm(f"{hf}.output.LayerNorm", (*ours, "output_norm"))
+    mlm = ("mlm_head",)
+    return {
+        "bert": body,
+        "pooler": linear("pooler.dense", ("bert", "pooler"), d, d),
+        "mlm_head": (linear("cls.predictions.transform.dense", (*mlm, "transform"), d, d)
+                     + norm("cls.predictions.transform.LayerNorm", (*mlm, "transform_norm"))
+                     + [("cls.predictions.bias", (*mlm, "bias"), "copy", (config.vocab_size,))]),
+        "nsp_head": linear("cls.seq_relationship", ("nsp_head", "classifier"), d, 2),
+    }
+
+
+def _normalise_names(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Drop the 'bert.' prefix and accept the older spellings transformers still reads."""
+    sd = {}
+    for k, v in state_dict.items():
+        k = k.removeprefix("bert.").replace("LayerNorm.gamma", "LayerNorm.weight")
+        k = k.replace("LayerNorm.beta", "LayerNorm.bias")
+        sd[k] = np.asarray(v)
+    if "cls.predictions.bias" not in sd and "cls.predictions.decoder.bias" in sd:  # the tied copy was the one saved
+        sd["cls.predictions.bias"] = sd["cls.predictions.decoder.bias"]
+    return sd
+
+
+def bert_params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *, source: str = "the checkpoint") -> dict:
+    """state_dict: HF name -> array (BertModel names, or 'bert.'-prefixed ones with cls.* heads).
+
+    Returns the `params` collection of models.bert.BertForPreTraining. Sections absent from the
+    checkpoint (pooler, MLM head, NSP head; NSP also when config.next_sentence is False) are left
+    out: the caller keeps freshly initialised ones. `source` names the file in error messages.
+    """
+    sd = _normalise_names(state_dict)
+    params: dict = {}
+    for section, entries in _layout(config).items():
+        if section != "bert" and (_OPTIONAL[section] not in sd or (section == "nsp_head" and not config.next_sentence)):
+            continue
+        for name, path, layout, shape in entries:
+            if name not in sd:
+                raise UserError(f"{source} has no tensor {name!r} (is it a BERT checkpoint with {config.num_layers} "
+                                "layers? check config.json)")
+            if sd[name].shape != shape:
+                raise UserError(f"{source}: tensor {name!r} has shape {list(sd[name].shape)}, config.json implies "
+                                f"{list(shape)} (config and weights disagree)")
+            node = params
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = _TO_OURS[layout](sd[name], config)
+    decoder = sd.get("cls.predictions.decoder.weight")
+    tied = decoder is None or np.array_equal(decoder, sd["embeddings.word_embeddings.weight"])
+    if "mlm_head" in params and not tied:
+        logging.warning("%s: MLM decoder is not tied to the word embeddings; our BERT ties them, so the MLM head "
+                        "is left out", source)
+        del params["mlm_head"]
     return params
+
+
+def hf_state_dict_from_bert(params: dict, config: BertConfig, prefix: str = "bert.") -> dict[str, np.ndarray]:
+    """Our tree {'bert', optional 'mlm_head', 'nsp_head'} -> HF names, contiguous float32.
+
+    prefix='bert.' gives BertForPreTraining / BertForMaskedLM naming, prefix='' BertModel naming
+    (cls.* heads never take the prefix). The tied MLM decoder is written out too, so transformers
+    loads the export without reporting missing keys.
+    """
+    params = flax.core.meta.unbox(params)  # accept trees straight from model.init (nn.Partitioned boxes)
+    state_dict = {}
+    for section, entries in _layout(config).items():
+        for name, path, layout, _ in entries:
+            node = params
+            for key in path:
+                node = node.get(key) if isinstance(node, Mapping) else None
+            if node is None and section == "bert":
+                raise UserError(f"parameter {'/'.join(path)} is missing from the params to export "
+                                "(pass the whole tree, e.g. state.params)")
+            if node is not None:
+                hf = name if name.startswith("cls.") else prefix + name
+                state_dict[hf] = np.ascontiguousarray(_TO_HF[layout](np.asarray(node, np.float32), config))
+    if "cls.predictions.bias" in state_dict:
+        state_dict["cls.predictions.decoder.weight"] = state_dict[f"{prefix}embeddings.word_embeddings.weight"].copy()
+        state_dict["cls.predictions.decoder.bias"] = state_dict["cls.predictions.bias"].copy()
+    return state_dict
+
+
+def hf_config_to_bert(hf_config: dict, *, next_sentence: bool = False, source: str = "config.json") -> BertConfig:
+    """A config.json dict -> BertConfig. next_sentence=True only when the checkpoint has NSP weights.
+
+    Missing keys take transformers' defaults (equal to BertConfig's). Options our BERT does not
+    implement are rejected rather than silently computing a different function.
+    """
+    for key, supported in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
+        value = hf_config.get(key, supported)
+        if value != supported:
+            raise UserError(f"{source}: {key}={value!r} is not supported (our BERT implements "
+                            f"{key}={supported!r} only)")
+    default = BertConfig()
+    fields = {ours: type(getattr(default, ours))(hf_config[hf]) for hf, ours in _CONFIG_KEYS.items() if hf in hf_config}
+    config = BertConfig(**fields, next_sentence=next_sentence)
+    if config.hidden_size % config.num_heads:
+        raise UserError(f"{source}: hidden_size={config.hidden_size} is not a multiple of "
+                        f"num_attention_heads={config.num_heads}")
+    return config
+
+
+def bert_config_to_hf(config: BertConfig, architecture: str = "BertForPreTraining") -> dict:
+    """BertConfig -> a config.json dict transformers loads (AutoModel picks `architecture`)."""
+    return {"architectures": [architecture], "model_type": "bert",
+            **{hf: getattr(config, ours) for hf, ours in _CONFIG_KEYS.items()},
+            "hidden_act": "gelu", "position_embedding_type": "absolute", "pad_token_id": 0, "tie_word_embeddings": True}

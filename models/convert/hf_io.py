@@ -1,0 +1,138 @@
+"""Read and write Hugging Face BERT directories (config.json + model.safetensors [+ vocab.txt]).
+
+Reading needs no torch for safetensors; a legacy pytorch_model.bin is read with torch only if it is
+installed. Exports are written to a temporary directory and renamed into place, so an interrupted
+export never leaves a directory that looks complete but is not.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import tempfile
+
+import numpy as np
+
+from models.bert import BertConfig
+from models.convert.hf_bert import bert_config_to_hf, bert_params_from_hf, hf_config_to_bert, hf_state_dict_from_bert
+from pretrain.errors import UserError
+
+SAFETENSORS, PYTORCH_BIN, CONFIG, VOCAB, TOKENIZER_CONFIG = (
+    "model.safetensors", "pytorch_model.bin", "config.json", "vocab.txt", "tokenizer_config.json")
+_EXPORT_FILES = {SAFETENSORS, CONFIG, VOCAB, TOKENIZER_CONFIG}
+
+
+def _float32(array: np.ndarray) -> np.ndarray:
+    """Floats of any width (float16, bfloat16, float64) -> float32; integer buffers stay as they are."""
+    return array if np.issubdtype(array.dtype, np.integer) or array.dtype == bool else array.astype(np.float32)
+
+
+def _read_weights(directory: str) -> tuple[dict[str, np.ndarray], str]:
+    """(name -> numpy array with floats as float32, the file read)."""
+    path = os.path.join(directory, SAFETENSORS)
+    if os.path.isfile(path):
+        import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy, so bf16 checkpoints read too)
+        import safetensors
+        import safetensors.numpy
+        try:
+            return {k: _float32(v) for k, v in safetensors.numpy.load_file(path).items()}, path
+        except (safetensors.SafetensorError, OSError) as e:
+            raise UserError(f"cannot read {path}: {e} (re-export or re-download the checkpoint)") from None
+    path = os.path.join(directory, PYTORCH_BIN)
+    if os.path.isfile(path):
+        try:
+            import torch
+        except ImportError:
+            raise UserError(f"reading {path} needs torch (pip install torch, or convert the checkpoint to "
+                            f"{SAFETENSORS})") from None
+        try:
+            state_dict = torch.load(path, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, OSError, EOFError) as e:  # bad zip, bad pickle, not weights
+            raise UserError(f"cannot read {path}: {str(e).splitlines()[0]} (re-export it as {SAFETENSORS})") from None
+        return {k: _float32(v.float().numpy() if v.is_floating_point() else v.numpy())
+                for k, v in state_dict.items()}, path
+    raise UserError(f"no weights in {directory}: expected {SAFETENSORS} or {PYTORCH_BIN} (save the model with "
+                    "save_pretrained, or give the directory that holds them)")
+
+
+def load_hf_bert(directory: str) -> tuple[BertConfig, dict]:
+    """A Hugging Face BERT directory -> (BertConfig, our params as numpy arrays).
+
+    Accepts BertModel naming and 'bert.'-prefixed naming (BertForPreTraining / MaskedLM /
+    SequenceClassification; task heads other than cls.* are ignored). The result has 'bert' and,
+    only when the checkpoint has them, 'mlm_head' and 'nsp_head'; config.next_sentence says which.
+    """
+    directory = os.path.expanduser(directory)
+    if not os.path.isdir(directory):
+        raise UserError(f"Hugging Face checkpoint directory not found: {directory} (give a directory with "
+                        f"{CONFIG} and {SAFETENSORS})")
+    config_path = os.path.join(directory, CONFIG)
+    if not os.path.isfile(config_path):
+        raise UserError(f"{config_path} not found (a Hugging Face checkpoint directory has {CONFIG} next to its "
+                        "weights; save it with save_pretrained)")
+    try:
+        with open(config_path) as f:
+            hf_config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {config_path}: {e} (it must be a JSON object)") from None
+    if not isinstance(hf_config, dict) or hf_config.get("model_type", "bert") != "bert":
+        model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+        raise UserError(f"{config_path}: model_type={model_type!r}, only 'bert' checkpoints can be loaded "
+                        "(give a BERT checkpoint)")
+    state_dict, weights_path = _read_weights(directory)
+    config = hf_config_to_bert(hf_config, next_sentence="cls.seq_relationship.weight" in state_dict,
+                               source=config_path)
+    return config, bert_params_from_hf(state_dict, config, source=weights_path)
+
+
+def save_hf_bert(directory: str, params: dict, config: BertConfig, *, vocab_file: str | None = None,
+                 lowercase: bool = True) -> None:
+    """Export our params as a directory transformers' from_pretrained loads.
+
+    The architecture follows the heads present: MLM + NSP -> BertForPreTraining, MLM only ->
+    BertForMaskedLM, none -> BertModel (unprefixed names). An existing directory is replaced only if
+    it holds nothing but files an export writes; anything else is refused, never deleted.
+    """
+    directory = os.path.abspath(os.path.expanduser(directory))
+    if os.path.lexists(directory) and (not os.path.isdir(directory) or set(os.listdir(directory)) - _EXPORT_FILES):
+        raise UserError(f"{directory} exists and is not a previous export (export to a new directory or remove it)")
+    if vocab_file is not None:
+        vocab_file = os.path.expanduser(vocab_file)
+        if os.path.isdir(vocab_file):
+            vocab_file = os.path.join(vocab_file, VOCAB)
+        if not os.path.isfile(vocab_file):
+            raise UserError(f"vocab file not found: {vocab_file} (give the BERT vocab.txt the model was trained with)")
+        with open(vocab_file, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+        if lines > config.vocab_size:
+            raise UserError(f"{vocab_file} has {lines} tokens but the model's vocab_size is {config.vocab_size} "
+                            "(give the vocab the model was trained with)")
+    architecture = ("BertModel" if "mlm_head" not in params
+                    else "BertForPreTraining" if "nsp_head" in params else "BertForMaskedLM")
+    state_dict = hf_state_dict_from_bert(params, config, prefix="" if architecture == "BertModel" else "bert.")
+
+    import safetensors.numpy
+    parent = os.path.dirname(directory)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; an export is meant to be shared
+        with open(os.path.join(tmp, CONFIG), "w") as f:
+            json.dump(bert_config_to_hf(config, architecture), f, indent=2)
+        safetensors.numpy.save_file(state_dict, os.path.join(tmp, SAFETENSORS), metadata={"format": "pt"})
+        if vocab_file is not None:
+            shutil.copyfile(vocab_file, os.path.join(tmp, VOCAB))
+            with open(os.path.join(tmp, TOKENIZER_CONFIG), "w") as f:
+                json.dump({"do_lower_case": lowercase, "tokenizer_class": "BertTokenizer",
+                           "model_max_length": config.max_position_embeddings}, f, indent=2)
+        if os.path.isdir(directory):  # a previous export (checked above): swap it out, then delete it
+            old = tmp + ".old"
+            os.rename(directory, old)
+            os.rename(tmp, directory)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
