@@ -1,6 +1,7 @@
 """Output heads that sit on an encoder: BERT's masked-LM and next-sentence-prediction heads.
 
-Fine-tuning heads (classification, tagging, span, QA) and SpanBERT's SBO head join this file.
+Fine-tuning heads (sequence classification, BIO tagging, span classification, extractive QA) follow;
+SpanBERT's SBO head joins this file.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class MaskedLMHead(nn.Module):
     @nn.compact
     def __call__(self, hidden: jax.Array,            # [B, P, D] states at masked positions
                  word_embeddings: layers.Embed) -> jax.Array:  # -> [B, P, V] float32 logits
-        kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+        kw = {"dtype": self.dtype, "param_dtype": self.param_dtype}
         h = layers.Dense(hidden.shape[-1], ("embed", "embed_out"), name="transform",
                          kernel_init=layers.truncated_normal(self.initializer_range), **kw)(hidden)
         h = layers.exact_gelu(h)
@@ -54,3 +55,102 @@ class ClassifierHead(nn.Module):
         return layers.Dense(self.num_classes, ("embed", "classes"), name="classifier",
                             kernel_init=layers.truncated_normal(self.initializer_range),
                             dtype=self.dtype, param_dtype=self.param_dtype)(pooled).astype(jnp.float32)
+
+
+# ------------------------------------------------------------------------------ fine-tuning heads
+# J&M ch. 11: sequence classification reads the pooled [CLS] vector, tagging classifies every
+# token (eq. 11.12), span tasks classify spanRep_ij (eq. 11.16, 11.21), extractive QA scores every
+# token as an answer start and end. Logits leave every head in float32 (softmax / argmax / MSE).
+
+
+class SequenceClassificationHead(nn.Module):
+    """dropout -> Dense(num_labels) on the pooled [CLS] vector; num_labels=1 is regression (STS-B)."""
+    num_labels: int
+    dropout_rate: float = 0.1
+    initializer_range: float = 0.02
+    dtype: layers.Dtype = jnp.float32
+    param_dtype: layers.Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, pooled: jax.Array, deterministic: bool) -> jax.Array:  # [B, D] -> [B, num_labels]
+        x = nn.Dropout(self.dropout_rate)(pooled, deterministic=deterministic)
+        return layers.Dense(self.num_labels, ("embed", "classes"), name="classifier",
+                            kernel_init=layers.truncated_normal(self.initializer_range),
+                            dtype=self.dtype, param_dtype=self.param_dtype)(x).astype(jnp.float32)
+
+
+class TokenClassificationHead(nn.Module):
+    """BIO tagging (J&M eq. 11.12): dropout -> Dense(num_labels) at every position."""
+    num_labels: int
+    dropout_rate: float = 0.1
+    initializer_range: float = 0.02
+    dtype: layers.Dtype = jnp.float32
+    param_dtype: layers.Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, sequence: jax.Array, deterministic: bool) -> jax.Array:  # [B, L, D] -> [B, L, labels]
+        x = nn.Dropout(self.dropout_rate)(sequence, deterministic=deterministic)
+        return layers.Dense(self.num_labels, ("embed", "classes"), name="classifier",
+                            kernel_init=layers.truncated_normal(self.initializer_range),
+                            dtype=self.dtype, param_dtype=self.param_dtype)(x).astype(jnp.float32)
+
+
+def span_representation(sequence: jax.Array, spans: jax.Array) -> jax.Array:
+    """spanRep_ij = [h_i; h_j; g_ij] with g_ij = mean(h_i..h_j) (J&M eq. 11.15-11.16).
+
+    sequence: [B, L, D]; spans: [B, S, 2] int, inclusive (start, end). Returns [B, S, 3D] in
+    sequence.dtype. The span sums come from one prefix sum, sum(h_i..h_j) = C[j+1] - C[i], so the
+    cost is O(L + S) per row instead of O(S * L) for masked means; the sum is kept in float32
+    since bf16 prefix sums lose the small differences. Indices are clipped into [0, L) and an
+    empty span (end < start, e.g. padding) averages over one token, so padding never makes NaNs.
+    """
+    L = sequence.shape[1]
+    start = jnp.clip(spans[..., 0], 0, L - 1)                     # [B, S]
+    end = jnp.clip(spans[..., 1], 0, L - 1)                       # [B, S]
+    h = sequence.astype(jnp.float32)
+    csum = jnp.pad(jnp.cumsum(h, axis=1), ((0, 0), (1, 0), (0, 0)))  # [B, L+1, D]; csum[:, k] = sum h[:k]
+    total = gather_positions(csum, end + 1) - gather_positions(csum, start)  # [B, S, D]
+    count = jnp.maximum(end - start + 1, 1).astype(jnp.float32)[..., None]
+    mean = (total / count).astype(sequence.dtype)
+    return jnp.concatenate([gather_positions(sequence, start), gather_positions(sequence, end), mean], axis=-1)
+
+
+class SpanClassificationHead(nn.Module):
+    """y_ij = softmax(FFNN(spanRep_ij)) (J&M eq. 11.21): dropout -> Dense -> GELU -> dropout -> Dense.
+
+    hidden_size=0 uses the encoder width D. The hidden layer is unsharded like the pooler
+    ("embed_out"): a head this small is not worth splitting, and any hidden size then works.
+    """
+    num_labels: int
+    hidden_size: int = 0
+    dropout_rate: float = 0.1
+    initializer_range: float = 0.02
+    dtype: layers.Dtype = jnp.float32
+    param_dtype: layers.Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, sequence: jax.Array,   # [B, L, D]
+                 spans: jax.Array,            # [B, S, 2] int inclusive (start, end)
+                 deterministic: bool) -> jax.Array:  # -> [B, S, num_labels] float32
+        kw = {"kernel_init": layers.truncated_normal(self.initializer_range),
+              "dtype": self.dtype, "param_dtype": self.param_dtype}
+        dropout = nn.Dropout(self.dropout_rate)
+        x = span_representation(sequence, spans)                              # [B, S, 3D]
+        x = dropout(x, deterministic=deterministic)
+        x = layers.Dense(self.hidden_size or sequence.shape[-1], ("embed", "embed_out"), name="hidden", **kw)(x)
+        x = dropout(layers.exact_gelu(x), deterministic=deterministic)
+        return layers.Dense(self.num_labels, ("embed_out", "classes"), name="classifier", **kw)(x).astype(jnp.float32)
+
+
+class QuestionAnsweringHead(nn.Module):
+    """Extractive QA (BERT on SQuAD): Dense(2) at every position = start and end logits."""
+    initializer_range: float = 0.02
+    dtype: layers.Dtype = jnp.float32
+    param_dtype: layers.Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, sequence: jax.Array) -> tuple[jax.Array, jax.Array]:  # [B, L, D] -> 2 x [B, L]
+        logits = layers.Dense(2, ("embed", "classes"), name="qa_outputs",
+                              kernel_init=layers.truncated_normal(self.initializer_range),
+                              dtype=self.dtype, param_dtype=self.param_dtype)(sequence).astype(jnp.float32)
+        return logits[..., 0], logits[..., 1]

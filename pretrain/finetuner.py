@@ -120,7 +120,7 @@ def make_optimizer(config, params, steps_per_epoch: int):
 # ---------------------------------------------------------------------------------------------
 def predict_step(params, batch, *, apply_fn, objective):
     outputs = apply_fn({"params": params}, **objective.model_inputs(batch), deterministic=True)
-    return objective.predictions(outputs)
+    return objective.predictions(outputs, batch)
 
 
 def predict(jit_predict, params, data: finetune_data.FineTuningData, mesh) -> np.ndarray:
