@@ -4,6 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DEMO   ?= demo_out
+# GLUE in the official download layout; `make demo` fine-tunes its model on the tasks found there.
+GLUE_DIR ?= ../shared/data/glue
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
 
@@ -15,7 +17,8 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-# Offline end to end: corpus from CPython's docs -> SentencePiece -> tiny BERT (MLM + NSP) -> plot.
+# Offline end to end: corpus from CPython's docs -> SentencePiece -> tiny BERT (MLM + NSP) -> plot
+# -> fine-tune + evaluate on the GLUE tasks in $(GLUE_DIR) -> results table.
 demo: $(STAMP)
 	$(PY) scripts/build_demo_corpus.py --output $(DEMO)/corpus.txt --max_mb 4
 	$(PY) scripts/train_tokenizer.py --input $(DEMO)/corpus.txt --model_prefix $(DEMO)/tokenizer/spm --vocab_size 8000
@@ -23,6 +26,8 @@ demo: $(STAMP)
 	$(PY) -m pretrain.train --config=configs/bert.py:size=tiny --workdir=$(DEMO)/bert_tiny \
 	    --config.data.path=$(DEMO)/corpus.txt --config.tokenizer.path=$(DEMO)/tokenizer/spm.model
 	$(PY) scripts/plot_metrics.py --workdir $(DEMO)/bert_tiny
+	rm -rf $(DEMO)/glue
+	$(PY) scripts/demo_finetune.py --init $(DEMO)/bert_tiny --glue_dir "$(GLUE_DIR)" --output $(DEMO)/glue
 	@echo
 	@echo "Outputs:"
 	@echo "  corpus              $(DEMO)/corpus.txt"
@@ -32,6 +37,7 @@ demo: $(STAMP)
 	@echo "  metrics             $(DEMO)/bert_tiny/metrics.jsonl"
 	@echo "  resolved config     $(DEMO)/bert_tiny/config.json"
 	@echo "  loss plot           $(DEMO)/bert_tiny/loss.png"
+	@echo "  GLUE fine-tuning    $(DEMO)/glue/<task>/lr*_seed0/ (results.json, predictions/), table $(DEMO)/glue/table.json"
 
 # Every test, the slow end-to-end ones included (what CI runs).
 test: $(STAMP)
