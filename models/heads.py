@@ -79,20 +79,8 @@ class SequenceClassificationHead(nn.Module):
                             dtype=self.dtype, param_dtype=self.param_dtype)(x).astype(jnp.float32)
 
 
-class TokenClassificationHead(nn.Module):
-    """BIO tagging (J&M eq. 11.12): dropout -> Dense(num_labels) at every position."""
-    num_labels: int
-    dropout_rate: float = 0.1
-    initializer_range: float = 0.02
-    dtype: layers.Dtype = jnp.float32
-    param_dtype: layers.Dtype = jnp.float32
-
-    @nn.compact
-    def __call__(self, sequence: jax.Array, deterministic: bool) -> jax.Array:  # [B, L, D] -> [B, L, labels]
-        x = nn.Dropout(self.dropout_rate)(sequence, deterministic=deterministic)
-        return layers.Dense(self.num_labels, ("embed", "classes"), name="classifier",
-                            kernel_init=layers.truncated_normal(self.initializer_range),
-                            dtype=self.dtype, param_dtype=self.param_dtype)(x).astype(jnp.float32)
+class TokenClassificationHead(SequenceClassificationHead):
+    """BIO tagging (J&M eq. 11.12): the same dropout -> Dense, at every position: [B, L, D] -> [B, L, labels]."""
 
 
 def span_representation(sequence: jax.Array, spans: jax.Array) -> jax.Array:

@@ -110,7 +110,9 @@ class FineTuningObjective:
             metrics["accuracy"] = _weighted_mean(jnp.argmax(logits, -1) == labels, item_w)
         else:  # qa: BERT's (CE(start) + CE(end)) / 2, padding positions masked out of the softmax
             real = batch["input_mask"].astype(bool)
-            mask = lambda x: jnp.where(real, x.astype(jnp.float32), -1e9)  # finite: an all-padding row stays NaN-free
+
+            def mask(x):  # finite: an all-padding row stays NaN-free
+                return jnp.where(real, x.astype(jnp.float32), -1e9)
             ce = (_cross_entropy(mask(outputs["start_logits"]), batch["start_position"])
                   + _cross_entropy(mask(outputs["end_logits"]), batch["end_position"])) / 2
             loss = _weighted_mean(ce, w)

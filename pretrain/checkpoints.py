@@ -112,8 +112,9 @@ def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
     if step is None:
         step = max(steps) if steps else None
     if step is None or step not in steps:
-        raise CheckpointError(f"no checkpoint {'at step ' + str(step) + ' ' if step is not None else ''}in "
-                              f"{directory} (give a checkpoints/ folder written by pretrain.train or pretrain.finetune)")
+        where = f"at step {step} in" if step is not None else "in"
+        raise CheckpointError(f"no checkpoint {where} {directory} (give a checkpoints/ folder written by "
+                              "pretrain.train or pretrain.finetune)")
     path = os.path.join(directory, str(step), "state")
     checkpointer = ocp.PyTreeCheckpointer()
     with warnings.catch_warnings(), _quiet_absl():  # "no _CHECKPOINT_METADATA" for a bare item folder

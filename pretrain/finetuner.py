@@ -50,8 +50,8 @@ def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.Co
 def _load_split(config, task: glue.GlueTask, split: str, tokenizer, batch_size: int,
                 subset: int = 0) -> tuple[finetune_data.FineTuningData, np.ndarray, np.ndarray]:
     """-> (batched features, labels [N], example ids [N]) of one split."""
-    examples = glue.load_split(task, split, source=config.data.source,
-                               data_dir=config.data.glue_dir if config.data.source == "dir" else config.data.tfds_data_dir)
+    data_dir = config.data.glue_dir if config.data.source == "dir" else config.data.tfds_data_dir
+    examples = glue.load_split(task, split, source=config.data.source, data_dir=data_dir)
     examples = [examples[i] for i in finetune_data.subset_indices(len(examples), subset)]
     features = finetune_data.encode_texts(tokenizer, [e.text_a for e in examples],
                                           [e.text_b for e in examples] if task.is_pair else None,

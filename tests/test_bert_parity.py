@@ -63,5 +63,6 @@ def test_converted_tree_matches_our_initialised_tree():
     ids, segments, mask, positions = batch(np.random.default_rng(1))
     init = unbox(BertForPreTraining(config).init(jax.random.key(0), jnp.asarray(ids), jnp.asarray(segments),
                                                  jnp.asarray(mask), jnp.asarray(positions)))["params"]
-    shapes = lambda tree: jax.tree.map(lambda x: tuple(np.shape(x)), tree)
+    def shapes(tree):
+        return jax.tree.map(lambda x: tuple(np.shape(x)), tree)
     assert shapes(params) == shapes(init)

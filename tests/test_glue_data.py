@@ -64,7 +64,8 @@ def test_task_properties_and_lookup():
     assert (mnli.num_labels, mnli.dev_splits, mnli.test_splits) == (
         3, ("dev_matched", "dev_mismatched"), ("test_matched", "test_mismatched"))
     assert (cola.is_pair, cola.metrics, cola.main_metric) == (False, ("matthews_corr",), "matthews_corr")
-    assert [TASKS[t].main_metric for t in ("mrpc", "qqp", "sst2", "qnli", "rte", "wnli")] == ["f1"] * 2 + ["accuracy"] * 4
+    main = [TASKS[t].main_metric for t in ("mrpc", "qqp", "sst2", "qnli", "rte", "wnli")]
+    assert main == ["f1"] * 2 + ["accuracy"] * 4
     with pytest.raises(GlueDataError) as e:
         get_task("squad")
     _one_line_error(e, "squad", "cola", "wnli")
@@ -199,7 +200,8 @@ def test_crafted_official_layouts(crafted):
     assert read("stsb", "train") == [Example('A "plane" is taking off.', "An air plane is taking off.", 5.0, 0),
                                      Example("A man is playing a large flute.", "A man is playing a flute.", 3.8, 1)]
     assert read("sts-b", "dev") == [Example("One.", "Two.", 0.25, 0)]
-    assert read("stsb", "test") == [Example("Test one.", "Test two.", -1, 0), Example("Test three.", "Test four.", -1, 1)]
+    assert read("stsb", "test") == [Example("Test one.", "Test two.", -1, 0),
+                                    Example("Test three.", "Test four.", -1, 1)]
     assert [(e.text_a, e.label, e.idx) for e in read("qqp", "train")] == [
         ("How is life as a math student?", 0, 0), ("How do I relax?", 1, 1)]
     assert read("qqp", "test") == [Example("Why?", "Why not?", -1, 0), Example("Who?", "Whom?", -1, 1)]

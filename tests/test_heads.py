@@ -107,7 +107,9 @@ def random_case(kind, rng, B, pad=False):
     batch = {"input_ids": rng.integers(5, 50, (B, L)).astype(np.int32),
              "segment_ids": np.repeat([[0, 0, 0, 1, 1, 1, 1, 1]], B, 0).astype(np.int32),
              "input_mask": mask, "weight": np.full(B, 0.0 if pad else 1.0, np.float32)}
-    normal = lambda *shape: rng.normal(size=shape).astype(np.float32) * 3
+
+    def normal(*shape):
+        return rng.normal(size=shape).astype(np.float32) * 3
     if kind == "classification":
         out = {"logits": normal(B, C)}
         batch["label"] = rng.integers(0, C, B).astype(np.int32)
@@ -288,7 +290,9 @@ def test_learns_span_classification_from_boundaries():
         start = rng.integers(1, 16, (n, 6))
         end = np.minimum(start + rng.integers(0, 4, (n, 6)), 15)
         b["spans"] = np.stack([start, end], -1).astype(np.int32)
-        trig = lambda pos: np.isin(np.take_along_axis(b["input_ids"], pos, 1), TRIGGERS)
+
+        def trig(pos):
+            return np.isin(np.take_along_axis(b["input_ids"], pos, 1), TRIGGERS)
         b["span_labels"] = np.where(trig(start), 1, np.where(trig(end), 2, 0)).astype(np.int32)
         return b
     train, test = data(np.random.default_rng(0), 1024), data(np.random.default_rng(1), 256)

@@ -40,7 +40,9 @@ def align_word_labels(tokenizer, words: list[str], word_labels: list[int], max_s
     keep = max_seq_length - 1  # room for the closing [SEP]
     ids, labels, word_index = ids[:keep] + [tokenizer.sep_id], labels[:keep] + [IGNORE], word_index[:keep] + [-1]
     pad = max_seq_length - len(ids)
-    as_array = lambda x, fill: np.asarray(x + [fill] * pad, np.int32)
+
+    def as_array(x, fill):
+        return np.asarray(x + [fill] * pad, np.int32)
     return {"input_ids": as_array(ids, tokenizer.pad_id), "segment_ids": np.zeros(max_seq_length, np.int32),
             "input_mask": as_array([1] * len(ids), 0), "labels": as_array(labels, IGNORE),
             "word_index": as_array(word_index, -1)}
