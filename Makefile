@@ -9,7 +9,7 @@ GLUE_DIR ?= ../shared/data/glue
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast test-slow bench clean
+.PHONY: demo test test-fast test-slow bench bench-glue bench-glue-quick clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,15 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[hf]"
 	$(PY) scripts/bench_pretrain.py --size mini --steps 40
+
+# GLUE fine-tuning of all-MiniLM-L6-v2 here and with transformers (MRPC, CoLA, SST-2 8k; 3 seeds).
+# Resumable: finished runs under runs/bench_glue are reused (the quick variant, MRPC with one seed,
+# writes the first of them).
+bench-glue: $(STAMP)
+	$(PY) scripts/bench_glue.py
+
+bench-glue-quick: $(STAMP)
+	$(PY) scripts/bench_glue.py --quick --output runs/bench_glue_quick.json
 
 clean:
 	rm -rf $(VENV) $(DEMO) *.egg-info

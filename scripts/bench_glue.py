@@ -307,8 +307,8 @@ def main() -> None:
     print(f"model {args.model_dir}\ntasks {args.tasks}, seeds {args.seeds}, workdir {args.workdir}")
     runs = {t: {side: [] for side in SIDES} for t in args.tasks}
     crashed = []
-    for task in args.tasks:
-        for seed in args.seeds:
+    for seed in args.seeds:  # seed-major: an interrupted run already covers every task
+        for task in args.tasks:
             for side in SIDES:  # interleaved: ours, then HF, then the next (task, seed)
                 results = run_cell(side, args, task, seed)
                 if results is None:
