@@ -57,6 +57,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         tfds_data_dir="",
         max_seq_length=128,
         max_train_examples=0,      # > 0: a fixed random subset of the train split (same for every seed)
-        pad_to_multiple_of=32))    # batches pad to the longest row rounded up to this
+        pad_to_multiple_of=8))     # batches pad to the longest row rounded up to this (few jit shapes)
     c.lock()
     return c

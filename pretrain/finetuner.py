@@ -236,19 +236,22 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     with mesh:
         for epoch in range(config.num_epochs):
             chunks = train_data.epoch_order(config.seed, epoch)
-            losses = []
+            losses, window = [], []  # window: device metrics since the last log, fetched then (no per-step sync)
             bar = tqdm(prefetch(lambda i: train_data.batch(chunks[i]), range(len(chunks)), config.prefetch),
                        total=len(chunks), desc=f"epoch {epoch + 1}/{config.num_epochs}", unit="step",
                        dynamic_ncols=True, mininterval=1.0)
             for _, host_batch in bar:
                 batch = partitioning.shard_batch({k: v[None] for k, v in host_batch.items()}, mesh, batch_dim=1)
                 state, metrics = jit_train(state, batch, dropout_rng)
+                window.append(metrics)
                 step += 1
-                if step % config.log_every == 0 or step == steps_per_epoch * config.num_epochs:
-                    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-                    writer.write(step, metrics)
-                    bar.set_postfix(loss=f"{metrics['loss']:.3f}")
-                    losses.append(metrics["loss"])
+                if step % config.log_every == 0 or step % steps_per_epoch == 0:
+                    fetched = jax.device_get(window)
+                    losses += [float(m["loss"]) for m in fetched]
+                    record = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0] if k != "examples"}
+                    writer.write(step, record)
+                    bar.set_postfix(loss=f"{record['loss']:.3f}")
+                    window = []
             dev = {s: glue_metrics.compute_metrics(task, predict(jit_predict, state.params, d, mesh), labels)
                    for s, (d, labels, _) in dev_data.items()}
             score = dev_score(task, dev)
@@ -260,7 +263,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                                      for s, m in dev.items()))
             if best is None or score > best[1]:
                 best = (epoch + 1, score, dev)
-                ckpt.save(step, state, {"epoch": epoch + 1, task.main_metric: score}, force=True)
+                # Parameters only: a fine-tuning run restarts from scratch rather than resuming.
+                ckpt.save(step, {"params": state.params}, {"epoch": epoch + 1, task.main_metric: score}, force=True)
     train_time = time.perf_counter() - train_started
     ckpt.close()
     writer.close()

@@ -73,19 +73,21 @@ class FreezeState(NamedTuple):
 
 def freeze(tx: optax.GradientTransformation, unfreeze_at: Any) -> optax.GradientTransformation:
     """Wraps `tx` so that a parameter is updated only once count >= its entry in `unfreeze_at`."""
-    def trainable(count):
-        return jax.tree.map(lambda start: count >= start, unfreeze_at)
-
-    def mask(tree, on):
-        return jax.tree.map(lambda x, keep: jnp.where(keep, x, jnp.zeros_like(x)), tree, on)
+    def mask(tree, count):
+        def keep(x, start):  # decided in Python where the start allows: no pass over always-trained weights
+            if start == 0:
+                return x
+            if start == NEVER:
+                return jnp.zeros_like(x)
+            return jnp.where(count >= start, x, jnp.zeros_like(x))
+        return jax.tree.map(keep, tree, unfreeze_at)
 
     def init(params):
         return FreezeState(jnp.zeros([], jnp.int32), tx.init(params))
 
     def update(grads, state, params=None):
-        on = trainable(state.count)
-        updates, inner = tx.update(mask(grads, on), state.inner, params)
-        return mask(updates, on), FreezeState(state.count + 1, inner)
+        updates, inner = tx.update(mask(grads, state.count), state.inner, params)
+        return mask(updates, state.count), FreezeState(state.count + 1, inner)
 
     return optax.GradientTransformation(init, update)
 

@@ -258,7 +258,7 @@ def print_summary(summary: dict[str, dict], args) -> None:
     print("wall s: a whole run, process start + imports + data + model load + training + dev evals (ours also JAX "
           "compilation and saving the best epoch's checkpoint; no test-set predictions on either side).\n"
           "train s: the epochs' loops with their dev evals (ours still compiles there). HF pads each batch to its "
-          "longest sequence, ours to that rounded up to a multiple of 32.")
+          "longest sequence, ours to that rounded up to a multiple of 8.")
     for task, s in summary.items():
         names = list(s["sides"]["ours"]["metrics"])
         header = "".join(f"{m:>16s}" for m in names) + f"{'wall s':>14s}{'train s':>14s}"

@@ -57,7 +57,7 @@ class FineTuningData:
     fields: dict[str, np.ndarray]          # name -> [N, ...] (e.g. 'label')
     batch_size: int
     pad_id: int
-    pad_to_multiple_of: int = 32
+    pad_to_multiple_of: int = 8
 
     def __len__(self) -> int:
         return len(self.features)
