@@ -208,8 +208,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     # ----- Model, optimizer (with freezing) and sharded state -----
     mesh = partitioning.create_mesh(config.mesh_shape)
     model = build_model(config, task)
-    example = {k: v[:1] for k, v in FineTuningObjective(model.kind, task.num_labels).model_inputs(
-        train_data.batch(np.arange(1))).items()}
+    objective = FineTuningObjective(model.kind, task.num_labels)
+    example = {k: v[:1] for k, v in objective.model_inputs(train_data.batch(np.arange(1))).items()}
     abstract_params = state_lib.unbox(jax.eval_shape(
         lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
     tx, schedule, unfreeze_at = make_optimizer(config, abstract_params, steps_per_epoch)
@@ -218,7 +218,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
           f"{freezing.trainable_fraction(state.params, unfreeze_at, 0):.1%} trainable at step 0 "
           f"(freezing: {config.freezing.strategy}); mesh {dict(mesh.shape)}; workdir {os.path.abspath(workdir)}")
 
-    objective = FineTuningObjective(model.kind, task.num_labels)
     replicated = partitioning.replicated(mesh)
     jit_train = jax.jit(functools.partial(trainer.train_step, objective=objective, schedule=schedule),
                         in_shardings=(shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
