@@ -1,0 +1,517 @@
+"""models/decoding.py on toy models whose answers a plain Python loop or brute force can give.
+
+Two toy models drive the routines through `tokens_to_logits(ids [B, 1], cache, step)`:
+- a Markov chain: logits depend only on the fed token, through a [V, V] table;
+- a history model: logits depend on the whole prefix, read back from cache leaves of several
+  shapes ([B] hash, [B, L] token history, [B, 2, V] counts, a scalar) -- if beam search gathered
+  any leaf from the wrong beam, its scores would stop matching brute-force enumeration.
+"""
+from __future__ import annotations
+
+import itertools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import decoding
+from pretrain.errors import UserError
+
+
+# ----------------------------------------------------------------------------------------------
+# Toy models and their plain-Python references
+# ----------------------------------------------------------------------------------------------
+
+def markov_model(table: np.ndarray):
+    """logits = table[fed token]; the cache only counts calls per row."""
+    table = jnp.asarray(table, jnp.float32)
+
+    def tokens_to_logits(ids, cache, step):
+        return table[ids[:, 0]], {"calls": cache["calls"] + 1}
+    return tokens_to_logits
+
+
+def markov_cache(batch: int) -> dict:
+    return {"calls": jnp.zeros((batch,), jnp.int32)}
+
+
+HASH_MOD = 7
+
+
+class HistoryModel:
+    """logits(prefix) = A[hash(prefix)] + Bm[token fed one step earlier] + 0.5 * (even - odd counts) @ C."""
+
+    def __init__(self, vocab: int, max_length: int, seed: int):
+        rng = np.random.default_rng(seed)
+        self.vocab, self.max_length = vocab, max_length
+        self.a = rng.normal(size=(HASH_MOD, vocab)).astype(np.float32) * 1.5
+        self.b = rng.normal(size=(vocab, vocab)).astype(np.float32)
+        self.c = rng.normal(size=(vocab, vocab)).astype(np.float32)
+
+    def reference_logits(self, fed: list[int]) -> np.ndarray:
+        """fed = [start, t_0, ..., t_{i-1}] -> logits of t_i, in numpy."""
+        h = 0
+        counts = np.zeros((2, self.vocab), np.float32)
+        for position, token in enumerate(fed):
+            h = (h * 3 + token + 1) % HASH_MOD
+            counts[position % 2, token] += 1
+        earlier = fed[-2] if len(fed) > 1 else fed[-1]
+        return self.a[h] + self.b[earlier] + 0.5 * (counts[0] - counts[1]) @ self.c
+
+    def init_cache(self, batch: int) -> dict:
+        return {"hash": jnp.zeros((batch,), jnp.int32),
+                "history": jnp.zeros((batch, self.max_length + 1), jnp.int32),
+                "counts": jnp.zeros((batch, 2, self.vocab), jnp.float32),
+                "calls": jnp.int32(0)}
+
+    def __call__(self, ids, cache, step):
+        token = ids[:, 0]
+        hash_ = (cache["hash"] * 3 + token + 1) % HASH_MOD
+        history = cache["history"].at[:, step].set(token)
+        counts = cache["counts"].at[:, step % 2].add(jax.nn.one_hot(token, self.vocab))
+        earlier = history[:, jnp.maximum(step - 1, 0)]
+        logits = (jnp.asarray(self.a)[hash_] + jnp.asarray(self.b)[earlier]
+                  + 0.5 * (counts[:, 0] - counts[:, 1]) @ jnp.asarray(self.c))
+        return logits, {"hash": hash_, "history": history, "counts": counts, "calls": cache["calls"] + 1}
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    return x - np.log(np.sum(np.exp(x - x.max()))) - x.max()
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    return np.exp(log_softmax(x))
+
+
+def python_greedy(logits_of, start: int, max_length: int, eos: int | None, prompt=()) -> list[int]:
+    """logits_of(fed tokens) -> [V]; the obvious loop, with forced prompt positions."""
+    fed, out = [start], []
+    for i in range(max_length):
+        token = prompt[i] if i < len(prompt) else int(np.argmax(logits_of(fed)))
+        out.append(token)
+        fed.append(token)
+        if token == eos and i >= len(prompt):
+            break
+    return out + [0] * (max_length - len(out))
+
+
+def brute_force_beams(logits_of, start: int, vocab: int, max_length: int, eos: int, alpha: float,
+                      prompt=()) -> list[tuple[float, list[int]]]:
+    """Every sequence that ends at EOS within max_length, scored log p / ((5 + n) / 6) ** alpha, best first.
+
+    Forced prompt tokens add 0 to log p (t5x's prompt forcing) but count in the length n.
+    """
+    finished = []
+
+    def extend(seq: list[int], logprob: float):
+        step = len(seq)
+        if step == max_length:
+            return
+        if step < len(prompt):
+            extend(seq + [prompt[step]], logprob)
+            return
+        logprobs = log_softmax(logits_of([start] + seq))
+        for token in range(vocab):
+            if token == eos:
+                finished.append((float((logprob + logprobs[token]) / ((5 + step + 1) / 6) ** alpha),
+                                 seq + [token] + [0] * (max_length - step - 1)))
+            else:
+                extend(seq + [token], logprob + logprobs[token])
+    extend([], 0.0)
+    return sorted(finished, key=lambda x: -x[0])
+
+
+def markov_logits_of(table):
+    return lambda fed: table[fed[-1]]
+
+
+def jit_call(fn, *args, **static):
+    """Runs a decoding routine under jax.jit (arrays traced, the rest static)."""
+    return jax.jit(lambda *a: fn(*a, **static))(*args)
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy
+# ----------------------------------------------------------------------------------------------
+
+def test_greedy_matches_python_argmax_chain_and_stops_rows_independently():
+    vocab, eos, max_length = 7, 6, 9
+    table = np.random.default_rng(0).normal(size=(vocab, vocab)).astype(np.float32) * 0.5
+    for token, successor in {0: 1, 1: 2, 2: eos, 3: 4, 4: 3, 5: eos, 6: 0}.items():
+        table[token, successor] += 3.0  # 3 <-> 4 never stops; the others stop after 0 to 3 steps
+    starts = np.arange(vocab, dtype=np.int32)
+    tokens = jit_call(lambda c, s: decoding.greedy_search(markov_model(table), c, s, max_length, eos),
+                      markov_cache(vocab), jnp.asarray(starts))
+    expected = [python_greedy(markov_logits_of(table), int(s), max_length, eos) for s in starts]
+    np.testing.assert_array_equal(np.asarray(tokens), expected)
+    stopped = [eos in row for row in expected]
+    assert any(stopped) and not all(stopped), "the table must stop some rows and not others"
+    lengths = {row.index(eos) for row in expected if eos in row}
+    assert len(lengths) > 1, "rows should stop at different steps"
+
+
+def test_greedy_on_history_model_and_multiple_stop_ids():
+    model = HistoryModel(vocab=5, max_length=8, seed=3)
+    starts = jnp.asarray([0, 1, 2, 3, 4], jnp.int32)
+    stop_ids = (3, 4)
+    tokens = np.asarray(jit_call(lambda c, s: decoding.greedy_search(model, c, s, 8, stop_ids=stop_ids),
+                                 model.init_cache(5), starts))
+    for row, start in zip(tokens, np.asarray(starts)):
+        expected = python_greedy(model.reference_logits, int(start), 8, None)
+        stop = next((i for i, t in enumerate(expected) if t in stop_ids), None)
+        if stop is not None:
+            expected = expected[:stop + 1] + [0] * (7 - stop)
+        np.testing.assert_array_equal(row, expected)
+
+
+def test_loop_ends_when_every_row_has_stopped():
+    vocab, eos = 4, 3
+    table = np.full((vocab, vocab), -5.0, np.float32)
+    table[0, 1] = table[1, 2] = table[2, eos] = 5.0  # 0 -> 1 -> 2 -> EOS for every row
+    calls = []
+
+    def counting_model(ids, cache, step):
+        jax.debug.callback(lambda s: calls.append(int(s)), step)
+        return markov_model(table)(ids, cache, step)
+
+    tokens = jit_call(lambda c, s: decoding.greedy_search(counting_model, c, s, 12, eos),
+                      markov_cache(2), jnp.zeros((2,), jnp.int32))
+    np.testing.assert_array_equal(np.asarray(tokens), [[1, 2, 3] + [0] * 9] * 2)
+    assert calls == [0, 1, 2]
+
+
+def test_prompts_of_different_lengths_are_forced():
+    vocab, eos, max_length = 6, 5, 8
+    table = np.random.default_rng(1).normal(size=(vocab, vocab)).astype(np.float32)
+    table[:, eos] -= 3.0  # long continuations
+    table[eos, 0] = -9.0  # after the EOS inside row 1's prompt the model picks a non-pad token
+    prompt = np.array([[4, 4, 4, 4], [2, eos, 0, 0], [1, 3, 2, 1]], np.int32)
+    lengths = np.array([0, 2, 4], np.int32)
+    starts = np.array([1, 0, 3], np.int32)
+    tokens = np.asarray(jit_call(
+        lambda c, s: decoding.greedy_search(markov_model(table), c, s, max_length, eos,
+                                            prompt=jnp.asarray(prompt), prompt_lengths=jnp.asarray(lengths)),
+        markov_cache(3), jnp.asarray(starts)))
+    for b in range(3):
+        expected = python_greedy(markov_logits_of(table), int(starts[b]), max_length, eos,
+                                 prompt=list(prompt[b, :lengths[b]]))
+        np.testing.assert_array_equal(tokens[b], expected)
+    assert tokens[1, 1] == eos and tokens[1, 2] == np.argmax(table[eos]) != 0, \
+        "an EOS inside the prompt must not stop the row"
+
+
+def test_split_prompts_continues_a_decoder_only_prompt():
+    vocab = 6
+    table = np.random.default_rng(2).normal(size=(vocab, vocab)).astype(np.float32)
+    prompts = np.array([[3, 1, 4, 0], [2, 5, 0, 0]], np.int32)
+    lengths = np.array([3, 1], np.int32)
+    start, prompt, prompt_lengths = decoding.split_prompts(prompts, lengths)
+    tokens = np.asarray(decoding.greedy_search(markov_model(table), markov_cache(2), start, 5,
+                                               prompt=prompt, prompt_lengths=prompt_lengths))
+    np.testing.assert_array_equal(tokens[0, :2], [1, 4])
+    assert tokens[0, 2] == np.argmax(table[4])
+    assert tokens[1, 0] == np.argmax(table[2])
+
+
+# ----------------------------------------------------------------------------------------------
+# Logit filters
+# ----------------------------------------------------------------------------------------------
+
+def test_top_k_filter_keeps_exactly_the_k_largest():
+    logits = jnp.asarray(np.random.default_rng(4).normal(size=(3, 5, 11)), jnp.float32)
+    filtered = np.asarray(decoding.top_k_filter(logits, 4))
+    kept = np.isfinite(filtered)
+    np.testing.assert_array_equal(kept.sum(-1), 4)
+    top4 = np.argsort(-np.asarray(logits), axis=-1)[..., :4]
+    np.testing.assert_array_equal(np.take_along_axis(kept, top4, -1), True)
+    np.testing.assert_array_equal(filtered[kept], np.asarray(logits)[kept])
+    assert decoding.top_k_filter(logits, 0) is logits
+
+
+@pytest.mark.parametrize("p, kept", [(1e-6, {2}), (0.5, {2}), (0.51, {2, 0}), (0.79, {2, 0}),
+                                     (0.81, {2, 0, 3}), (1.0, {0, 1, 2, 3})])
+def test_top_p_filter_keeps_the_smallest_nucleus(p, kept):
+    probs = np.array([0.3, 0.05, 0.5, 0.15])  # sorted: 2 (0.5), 0 (0.3), 3 (0.15), 1 (0.05)
+    filtered = np.asarray(decoding.top_p_filter(jnp.log(jnp.asarray(probs, jnp.float32)), p))
+    assert set(np.flatnonzero(np.isfinite(filtered))) == kept
+
+
+def test_top_p_filter_matches_numpy_on_random_rows():
+    logits = np.random.default_rng(5).normal(size=(50, 9)).astype(np.float32) * 2
+    for p in (0.3, 0.7, 0.95):
+        filtered = np.asarray(decoding.top_p_filter(jnp.asarray(logits), jnp.float32(p)))
+        for row, out in zip(logits, filtered):
+            order = np.argsort(-row)
+            mass = np.cumsum(softmax(row)[order])
+            size = int(np.searchsorted(mass, p - 1e-6) + 1)  # first prefix whose mass reaches p
+            assert set(np.flatnonzero(np.isfinite(out))) == set(order[:size])
+
+
+# ----------------------------------------------------------------------------------------------
+# Sampling
+# ----------------------------------------------------------------------------------------------
+
+def sample_two_steps(logits_row: np.ndarray, samples: int, seed: int, **kw) -> np.ndarray:
+    """Every state has the same next-token logits, so the two tokens are i.i.d. -> [samples, 2]."""
+    vocab = logits_row.shape[0]
+    table = np.tile(logits_row, (vocab, 1))
+    tokens = jit_call(lambda c, s, r: decoding.sample(markov_model(table), c, s, 2, r, **kw),
+                      markov_cache(samples), jnp.zeros((samples,), jnp.int32), jax.random.PRNGKey(seed))
+    return np.asarray(tokens)
+
+
+def first_token_frequencies(logits_row: np.ndarray, samples: int, seed: int, **kw) -> np.ndarray:
+    return np.bincount(sample_two_steps(logits_row, samples, seed, **kw)[:, 0], minlength=len(logits_row)) / samples
+
+
+def assert_frequencies(freq: np.ndarray, probs: np.ndarray, samples: int):
+    tolerance = 4.5 * np.sqrt(probs * (1 - probs) / samples) + 1e-3
+    assert np.all(np.abs(freq - probs) <= tolerance), (freq, probs)
+
+
+LOGITS_ROW = np.array([1.0, 0.2, -0.5, 2.0, 0.0, -1.5, 1.4, 0.7], np.float32)
+SAMPLES = 20000
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_sampling_frequencies_match_the_tempered_softmax(temperature):
+    """Both steps follow softmax(logits / T), independently (each step draws fresh randomness)."""
+    tokens = sample_two_steps(LOGITS_ROW, SAMPLES, seed=0, temperature=temperature)
+    probs = softmax(LOGITS_ROW / temperature)
+    for step in range(2):
+        assert_frequencies(np.bincount(tokens[:, step], minlength=len(probs)) / SAMPLES, probs, SAMPLES)
+    same = np.sum(probs ** 2)
+    assert_frequencies(np.mean(tokens[:, 0] == tokens[:, 1]), same, SAMPLES)
+
+
+def test_top_k_and_top_p_sampling_renormalise_over_the_kept_tokens():
+    probs = softmax(LOGITS_ROW)
+    top3 = np.argsort(-LOGITS_ROW)[:3]
+    expected = np.zeros_like(probs)
+    expected[top3] = probs[top3] / probs[top3].sum()
+    assert_frequencies(first_token_frequencies(LOGITS_ROW, SAMPLES, seed=1, top_k=3), expected, SAMPLES)
+
+    order = np.argsort(-LOGITS_ROW)
+    nucleus = order[:int(np.searchsorted(np.cumsum(probs[order]), 0.8) + 1)]
+    expected = np.zeros_like(probs)
+    expected[nucleus] = probs[nucleus] / probs[nucleus].sum()
+    assert_frequencies(first_token_frequencies(LOGITS_ROW, SAMPLES, seed=2, top_p=0.8), expected, SAMPLES)
+
+
+@pytest.mark.parametrize("filter_kw", [{"top_k": 3}, {"top_p": 0.6}, {"top_k": 4, "top_p": 0.5}])
+def test_every_sampled_token_lies_in_the_filtered_set(filter_kw):
+    vocab, rows, max_length = 10, 400, 8
+    table = np.random.default_rng(6).normal(size=(vocab, vocab)).astype(np.float32) * 1.5
+    starts = jnp.asarray(np.arange(rows) % vocab, jnp.int32)
+    tokens = np.asarray(jit_call(
+        lambda c, s, r: decoding.sample(markov_model(table), c, s, max_length, r, **filter_kw),
+        markov_cache(rows), starts, jax.random.PRNGKey(7)))
+    allowed = np.isfinite(np.asarray(decoding.top_p_filter(decoding.top_k_filter(
+        jnp.asarray(table), filter_kw.get("top_k", 0)), filter_kw.get("top_p", 1.0))))
+    previous = np.concatenate([np.asarray(starts)[:, None], tokens[:, :-1]], axis=1)
+    assert allowed[previous, tokens].all()
+    assert len(np.unique(tokens[:, 0][np.asarray(starts) == 0])) > 1, "sampling should not collapse to argmax"
+
+
+@pytest.mark.parametrize("temperature", [0.0, jnp.float32(0.0)])
+def test_temperature_zero_is_greedy(temperature):
+    model = HistoryModel(vocab=6, max_length=7, seed=8)
+    starts = jnp.arange(6, dtype=jnp.int32)
+    greedy = decoding.greedy_search(model, model.init_cache(6), starts, 7, eos_id=5)
+    sampled = decoding.sample(model, model.init_cache(6), starts, 7, jax.random.PRNGKey(0),
+                              temperature=temperature, top_k=3, eos_id=5)
+    np.testing.assert_array_equal(np.asarray(sampled), np.asarray(greedy))
+
+
+def test_sampling_is_a_function_of_the_rng_and_respects_prompts_and_eos():
+    vocab, eos, max_length = 6, 5, 10
+    table = np.random.default_rng(9).normal(size=(vocab, vocab)).astype(np.float32)
+    prompt = jnp.asarray([[1, 2, 3]] * 64, jnp.int32)
+    lengths = jnp.asarray(np.arange(64) % 4, jnp.int32)
+
+    sampler = jax.jit(lambda rng: decoding.sample(
+        markov_model(table), markov_cache(64), jnp.zeros((64,), jnp.int32), max_length, rng, eos_id=eos,
+        prompt=prompt, prompt_lengths=lengths))
+
+    def draw(seed):
+        return np.asarray(sampler(jax.random.PRNGKey(seed)))
+    first, again, other = draw(0), draw(0), draw(1)
+    np.testing.assert_array_equal(first, again)
+    assert (first != other).any()
+    for row, n in zip(first, np.asarray(lengths)):
+        np.testing.assert_array_equal(row[:n], [1, 2, 3][:n])
+        generated = list(row[n:])
+        if eos in generated:
+            stop = generated.index(eos)
+            assert not any(generated[stop + 1:]), "after EOS a row must emit pad 0"
+    assert sum(eos in list(row) for row in first) > 10, "the table should make EOS common"
+
+
+def test_bad_arguments_raise_user_errors():
+    model = markov_model(np.zeros((3, 3), np.float32))
+    with pytest.raises(UserError, match="temperature"):
+        decoding.sample(model, markov_cache(1), jnp.zeros((1,), jnp.int32), 3, jax.random.PRNGKey(0),
+                        temperature=-1.0)
+    with pytest.raises(UserError, match="max_length"):
+        decoding.greedy_search(model, markov_cache(1), jnp.zeros((1,), jnp.int32), 2,
+                               prompt=jnp.zeros((1, 3), jnp.int32))
+    with pytest.raises(UserError, match="leading axis"):
+        decoding.beam_search(model, {"calls": jnp.zeros((5,), jnp.int32)}, jnp.zeros((2,), jnp.int32), 3, 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Beam search
+# ----------------------------------------------------------------------------------------------
+
+def run_beam_search(model, cache, starts, max_length, eos, beam_size, alpha, **kw):
+    sequences, scores = jit_call(
+        lambda c, s: decoding.beam_search(model, c, s, max_length, eos, beam_size, alpha, **kw),
+        cache, jnp.asarray(starts, jnp.int32))
+    return np.asarray(sequences), np.asarray(scores)
+
+
+def test_beam_search_equals_brute_force_enumeration():
+    """V=3 (EOS=2), length 4: at most 2**3 live prefixes, so 8 beams make the search exhaustive.
+
+    Without a length penalty and with GNMT's, whose winner differs here for start token 0.
+    """
+    vocab, eos, max_length, beams = 3, 2, 4, 8
+    model = HistoryModel(vocab, max_length, seed=31)
+    starts = jnp.asarray([0, 1, 2], jnp.int32)
+    search = jax.jit(lambda cache, alpha: decoding.beam_search(model, cache, starts, max_length, eos, beams, alpha))
+    winners = {}
+    for alpha in (0.0, 0.6, 2.0):
+        sequences, scores = search(model.init_cache(3), jnp.float32(alpha))
+        for b, start in enumerate(np.asarray(starts)):
+            expected = brute_force_beams(model.reference_logits, int(start), vocab, max_length, eos, alpha)[:beams]
+            np.testing.assert_allclose(scores[b], [s for s, _ in expected], rtol=1e-5, atol=1e-5)
+            np.testing.assert_array_equal(sequences[b], [seq for _, seq in expected])
+        winners[alpha] = list(np.asarray(sequences[0, 0]))
+    assert winners[0.0] != winners[0.6], "pick a seed where the penalty matters, or the test proves less"
+
+
+def test_beam_search_with_prompts_equals_brute_force():
+    vocab, eos, max_length, beams = 3, 2, 5, 8
+    model = HistoryModel(vocab, max_length, seed=11)
+    prompt = np.array([[1, 1, 0], [0, 2, 1], [1, 0, 1]], np.int32)  # an EOS inside row 1's prompt
+    lengths = np.array([0, 2, 3], np.int32)
+    sequences, scores = run_beam_search(model, model.init_cache(3), [0, 1, 0], max_length, eos, beams, 0.6,
+                                        prompt=jnp.asarray(prompt), prompt_lengths=jnp.asarray(lengths))
+    for b, start in enumerate([0, 1, 0]):
+        forced = list(prompt[b, :lengths[b]])
+        expected = brute_force_beams(model.reference_logits, start, vocab, max_length, eos, 0.6,
+                                     prompt=forced)[:beams]
+        filled = len(expected)  # fewer finished hypotheses than beams when the prompt is long
+        np.testing.assert_allclose(scores[b, :filled], [s for s, _ in expected], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(sequences[b, :filled], [seq for _, seq in expected])
+        assert np.all(scores[b, filled:] < decoding.NEG_INF / 2)
+
+
+def test_beam_size_one_is_greedy():
+    """With alpha=0 and EOS unlikely except where greedy takes it, beam 1 keeps the greedy path."""
+    vocab, eos, max_length = 6, 5, 8
+    rng = np.random.default_rng(12)
+    table = rng.normal(size=(vocab, vocab)).astype(np.float32)
+    table[:, eos] = -30.0
+    table[3, eos] = 10.0  # EOS only after token 3
+    starts = np.arange(5, dtype=np.int32)
+    greedy = np.asarray(decoding.greedy_search(markov_model(table), markov_cache(5), jnp.asarray(starts),
+                                               max_length, eos))
+    sequences, _ = run_beam_search(markov_model(table), markov_cache(5), starts, max_length, eos, 1, 0.0)
+    np.testing.assert_array_equal(sequences[:, 0], greedy)
+    assert (greedy == eos).any(axis=1).any() and not (greedy == eos).any(axis=1).all(), \
+        "cover rows that finish and rows that fall back to the live beam"
+
+
+def test_beam_search_beats_greedy_on_a_crafted_table():
+    """Greedy takes A (0.5) then B (0.35) then EOS (0.95): p = 0.166; B then EOS has p = 0.38."""
+    eos = 3
+    probs = np.array([[1e-6, 0.5, 0.4, 0.1],       # from the start token 0
+                      [0.05, 0.3, 0.35, 0.3],      # from A = 1
+                      [0.02, 0.02, 0.01, 0.95],    # from B = 2
+                      [0.25, 0.25, 0.25, 0.25]])
+    table = np.log(probs / probs.sum(1, keepdims=True)).astype(np.float32)
+    greedy = np.asarray(decoding.greedy_search(markov_model(table), markov_cache(1), jnp.zeros((1,), jnp.int32),
+                                               3, eos))
+    np.testing.assert_array_equal(greedy[0], [1, 2, eos])
+    sequences, scores = run_beam_search(markov_model(table), markov_cache(1), [0], 3, eos, 2, 0.0)
+    np.testing.assert_array_equal(sequences[0, 0], [2, eos, 0])
+    np.testing.assert_allclose(scores[0, 0], np.log(0.4 * 0.95), rtol=1e-5)
+    assert scores[0, 0] > scores[0, 1]
+
+
+def test_expand_to_beams_repeats_rows_and_keeps_scalars():
+    tree = {"x": jnp.arange(6).reshape(2, 3), "index": jnp.int32(4)}
+    expanded = decoding.expand_to_beams(tree, 3)
+    np.testing.assert_array_equal(expanded["x"], np.repeat(np.arange(6).reshape(2, 3), 3, axis=0))
+    assert expanded["index"].shape == ()
+
+
+def test_brute_force_reference_is_exhaustive():
+    """Guards the reference itself: probabilities of all finished sequences plus unfinished ones sum to 1."""
+    vocab, eos, max_length = 3, 2, 3
+    model = HistoryModel(vocab, max_length, seed=13)
+    finished = brute_force_beams(model.reference_logits, 0, vocab, max_length, eos, 0.0)
+    unfinished = 0.0
+    for seq in itertools.product([t for t in range(vocab) if t != eos], repeat=max_length):
+        fed, logprob = [0], 0.0
+        for token in seq:
+            logprob += log_softmax(model.reference_logits(fed))[token]
+            fed.append(token)
+        unfinished += np.exp(logprob)
+    assert len(finished) == 1 + 2 + 4
+    np.testing.assert_allclose(sum(np.exp(s) for s, _ in finished) + unfinished, 1.0, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# A real Flax decoder with the 'cache' collection (what T5 and GPT hand to these routines)
+# ----------------------------------------------------------------------------------------------
+
+class TinyCausalLM(nn.Module):
+    """One causal self-attention layer; decode=True reads and writes Flax's attention cache."""
+    vocab: int
+    length: int
+
+    @nn.compact
+    def __call__(self, ids, positions, decode=False):                # [B, L] -> [B, L, V]
+        x = nn.Embed(self.vocab, 16)(ids) + nn.Embed(self.length, 16)(positions)
+        mask = None if decode else nn.make_causal_mask(ids)
+        x = x + nn.SelfAttention(num_heads=2, qkv_features=16, decode=decode, deterministic=True)(x, mask=mask)
+        return 4.0 * nn.Dense(self.vocab)(x)                         # peaky enough to avoid near-ties
+
+
+@pytest.mark.slow  # ~7 s of CPU, mostly compiling a real attention layer
+def test_flax_attention_cache_with_greedy_and_beam_search():
+    """Cached one-token decoding (cache leaves [B, 1, L, H, K] plus a scalar index) against full forward passes."""
+    vocab, eos, max_length, batch = 3, 2, 4, 2
+    model = TinyCausalLM(vocab, max_length + 1)
+    full = jnp.zeros((batch, max_length + 1), jnp.int32)
+    params = model.init(jax.random.PRNGKey(0), full, full)["params"]
+    cache = model.init(jax.random.PRNGKey(0), full, full, decode=True)["cache"]
+    assert any(jnp.ndim(leaf) == 0 for leaf in jax.tree_util.tree_leaves(cache))
+
+    def tokens_to_logits(ids, cache, step):
+        logits, variables = model.apply({"params": params, "cache": cache}, ids, jnp.full_like(ids, step),
+                                        decode=True, mutable=["cache"])
+        return logits[:, 0], variables["cache"]
+
+    full_forward = jax.jit(lambda ids: model.apply({"params": params}, ids, jnp.arange(ids.shape[1])[None]))
+
+    def reference_logits(fed):  # causal: the right padding does not change position len(fed) - 1
+        ids = np.zeros((1, max_length + 1), np.int32)
+        ids[0, :len(fed)] = fed
+        return np.asarray(full_forward(jnp.asarray(ids)))[0, len(fed) - 1]
+
+    starts = [0, 1]
+    greedy = jit_call(lambda c, s: decoding.greedy_search(tokens_to_logits, c, s, max_length, eos),
+                      cache, jnp.asarray(starts, jnp.int32))
+    for row, start in zip(np.asarray(greedy), starts):
+        np.testing.assert_array_equal(row, python_greedy(reference_logits, start, max_length, eos))
+    sequences, scores = run_beam_search(tokens_to_logits, cache, starts, max_length, eos, 8, 0.6)
+    for b, start in enumerate(starts):
+        expected = brute_force_beams(reference_logits, start, vocab, max_length, eos, 0.6)[:8]
+        np.testing.assert_allclose(scores[b], [s for s, _ in expected], rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(sequences[b, :3], [seq for _, seq in expected[:3]])
