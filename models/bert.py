@@ -1,4 +1,5 @@
-"""BERT (Devlin et al., 2019): a post-LayerNorm Transformer encoder with MLM and NSP heads.
+"""BERT (Devlin et al., 2019): a post-LayerNorm Transformer encoder with MLM and NSP heads, and
+optionally SpanBERT's span boundary head (Joshi et al., 2020; `span_boundary=True`).
 
 Parameter names follow Hugging Face's `BertForPreTraining` closely (embeddings / encoder layers /
 pooler / heads) so that `models/convert/` can map checkpoints one to one.
@@ -28,6 +29,8 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     next_sentence: bool = True           # build the NSP head (False: RoBERTa-style MLM only)
+    span_boundary: bool = False          # build SpanBERT's SBO head (objective "spanbert")
+    max_span_tokens: int = 32            # SBO relative positions embedded; longer spans share the last
     dtype: str = "float32"               # compute dtype (activations): float32 | bfloat16
     param_dtype: str = "float32"         # storage dtype of the weights
 
@@ -110,15 +113,29 @@ class BertForPreTraining(nn.Module):
         self.mlm_head = heads.MaskedLMHead(c.vocab_size, c.initializer_range, c.layer_norm_eps, **c.kwargs)
         if c.next_sentence:
             self.nsp_head = heads.ClassifierHead(2, c.initializer_range, **c.kwargs)
+        if c.span_boundary:
+            self.sbo_head = heads.SpanBoundaryHead(c.vocab_size, c.max_span_tokens, c.initializer_range,
+                                                   c.layer_norm_eps, **c.kwargs)
 
     def __call__(self, input_ids: jax.Array,          # [B, L] int32
                  segment_ids: jax.Array,               # [B, L] int32 (0 = sentence A, 1 = B)
                  input_mask: jax.Array,                # [B, L] 1 = real token, 0 = padding
                  masked_lm_positions: jax.Array,       # [B, P] int32
+                 span_left_boundary: jax.Array | None = None,   # [B, P] int32, SBO only: span start - 1
+                 span_right_boundary: jax.Array | None = None,  # [B, P] int32, SBO only: span end + 1
+                 span_position: jax.Array | None = None,        # [B, P] int32, SBO only: 1-based in span
                  deterministic: bool = True) -> dict[str, jax.Array]:
         sequence, pooled = self.bert(input_ids, segment_ids, input_mask, deterministic)
         masked = heads.gather_positions(sequence, masked_lm_positions)
-        out = {"mlm_logits": self.mlm_head(masked, self.bert.embeddings.word_embeddings)}  # [B, P, V]
+        word_embeddings = self.bert.embeddings.word_embeddings
+        out = {"mlm_logits": self.mlm_head(masked, word_embeddings)}                         # [B, P, V]
         if self.config.next_sentence:
             out["nsp_logits"] = self.nsp_head(pooled)                                        # [B, 2]
+        if self.config.span_boundary:
+            if span_left_boundary is None or span_right_boundary is None or span_position is None:
+                raise ValueError("BertForPreTraining(span_boundary=True) needs span_left_boundary, "
+                                 "span_right_boundary and span_position (objective 'spanbert' provides them)")
+            out["sbo_logits"] = self.sbo_head(heads.gather_positions(sequence, span_left_boundary),
+                                              heads.gather_positions(sequence, span_right_boundary),
+                                              span_position, word_embeddings)                # [B, P, V]
         return out

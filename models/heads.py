@@ -1,7 +1,6 @@
-"""Output heads that sit on an encoder: BERT's masked-LM and next-sentence-prediction heads.
-
-Fine-tuning heads (sequence classification, BIO tagging, span classification, extractive QA) follow;
-SpanBERT's SBO head joins this file.
+"""Output heads that sit on an encoder: BERT's masked-LM and next-sentence-prediction heads,
+SpanBERT's span boundary head, then the fine-tuning heads (sequence classification, BIO tagging,
+span classification, extractive QA).
 """
 from __future__ import annotations
 
@@ -55,6 +54,41 @@ class ClassifierHead(nn.Module):
         return layers.Dense(self.num_classes, ("embed", "classes"), name="classifier",
                             kernel_init=layers.truncated_normal(self.initializer_range),
                             dtype=self.dtype, param_dtype=self.param_dtype)(pooled).astype(jnp.float32)
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span boundary objective (SBO; Joshi et al., 2020, Section 3.2; J&M eq. 11.9-11.10).
+
+    Each token x_i of a masked span (s..e) is predicted from the encoder outputs just outside the
+    span and an embedding of its relative position: s_i = FFNN([y_{s-1}; y_{e+1}; p_i]),
+    z_i = softmax(E s_i + b). The FFNN is the paper's two layers of Dense -> GeLU -> LayerNorm; its
+    second layer and the tied decoder are exactly a `MaskedLMHead` (with its own weights), so that
+    head is reused rather than restated. The position table is D wide (the paper's code used 200)
+    and holds `max_span_tokens` positions; later positions of longer spans share the last one.
+    """
+    vocab_size: int
+    max_span_tokens: int
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    dtype: layers.Dtype = jnp.float32
+    param_dtype: layers.Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, left: jax.Array,           # [B, P, D] y_{s-1}: state before each token's span
+                 right: jax.Array,                 # [B, P, D] y_{e+1}: state after it
+                 span_position: jax.Array,         # [B, P] int, 1-based position of the token in its span
+                 word_embeddings: layers.Embed) -> jax.Array:  # -> [B, P, V] float32 logits
+        kw = {"dtype": self.dtype, "param_dtype": self.param_dtype}
+        init = layers.truncated_normal(self.initializer_range)
+        width = left.shape[-1]
+        table = layers.Embed(self.max_span_tokens, width, "positions", init, name="position_embeddings", **kw)
+        # Clipped explicitly: an out-of-range jnp.take would silently return NaNs.
+        position = table(jnp.clip(span_position - 1, 0, self.max_span_tokens - 1))
+        h = jnp.concatenate([left.astype(self.dtype), right.astype(self.dtype), position], axis=-1)  # [B, P, 3D]
+        h = layers.Dense(width, ("embed", "embed_out"), name="boundary_transform", kernel_init=init, **kw)(h)
+        h = layers.LayerNorm(self.layer_norm_eps, name="boundary_transform_norm", **kw)(layers.exact_gelu(h))
+        return MaskedLMHead(self.vocab_size, self.initializer_range, self.layer_norm_eps, name="decoder",
+                            **kw)(h, word_embeddings)
 
 
 # ------------------------------------------------------------------------------ fine-tuning heads
