@@ -1,13 +1,22 @@
-"""Fine-tuning BERT on a GLUE task, with the BERT paper's recipe.
+"""Fine-tuning BERT (a task head) or T5 (text to text) on a GLUE task, with each paper's recipe.
 
   python -m pretrain.finetune --config=configs/glue.py:task=mrpc --workdir=runs/mrpc \
       --config.init=PATH [--config.optimizer.learning_rate=3e-5 --config.seed=1 ...]
+  python -m pretrain.finetune --config=configs/glue.py:task=mrpc,model=t5 --workdir=runs/mrpc_t5 \
+      --config.init=PATH
 
-PATH is a pretrain.train workdir (Orbax) or a Hugging Face BERT directory (config.json +
-model.safetensors / pytorch_model.bin + vocab.txt); the architecture and the tokenizer come from it.
+PATH is a pretrain.train workdir (Orbax) or a Hugging Face directory (BERT: config.json +
+model.safetensors / pytorch_model.bin + vocab.txt; T5: the same with spiece.model); the architecture
+and the tokenizer come from it.
 
-Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`,
-`freeze=none|head_only|lowest|gradual` (see pretrain/freezing.py).
+Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|t5`,
+`freeze=none|head_only|lowest|gradual` (BERT only; see pretrain/freezing.py), `size=` (T5 without an
+init: the configs/t5.py size, default small).
+
+T5 recipe (Raffel et al. 2020, Section 3.1.3): Adafactor with a constant learning rate of 0.001,
+dropout 0.1, the task as "mrpc sentence1: ... sentence2: ..." -> "equivalent" (Appendix D). The
+paper fine-tunes for 2^18 steps of 128 x 512 tokens; here the loop counts epochs (num_epochs) with
+batch 32, which fits a CPU.
 
 Recipe (Devlin et al., 2019, Section 4.1 and Appendix A.3): max sequence length 128, batch 32,
 3 epochs, Adam with learning rate picked on dev from {5e-5, 4e-5, 3e-5, 2e-5}, 10% linear warmup
@@ -22,7 +31,9 @@ from configs import common
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    arg = common.parse_arg(arg, task="mrpc", freeze="none")
+    arg = common.parse_arg(arg, task="mrpc", model="bert", freeze="none", size="small")
+    if arg.model not in ("bert", "t5"):
+        raise ValueError(f"configs/glue.py: model={arg.model!r} must be 'bert' or 't5'")
     c = common.trainer_config()
     c.task = arg.task
     c.init = ""                    # pretrain.train workdir or Hugging Face directory ('' = random init)
@@ -58,5 +69,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         max_seq_length=128,
         max_train_examples=0,      # > 0: a fixed random subset of the train split (same for every seed)
         pad_to_multiple_of=8))     # batches pad to the longest row rounded up to this (few jit shapes)
+    if arg.model == "t5":
+        _text_to_text(c, arg.size)
     c.lock()
     return c
+
+
+def _text_to_text(c: ml_collections.ConfigDict, size: str) -> None:
+    """T5's fine-tuning recipe in place of BERT's (Raffel et al. 2020, Section 3.1.3)."""
+    from configs import t5
+    pretraining = t5.get_config(f"size={size},recipe=paper")
+    c.model = pretraining.model
+    c.model.dropout_rate = 0.1
+    c.optimizer = pretraining.optimizer
+    c.optimizer.update(dict(schedule="constant", learning_rate=1e-3, warmup_steps=0))
+    c.warmup_fraction = 0.0
+    c.z_loss = pretraining.objective.z_loss
+    c.tokenizer = pretraining.tokenizer
+    c.data.max_seq_length = 512  # inputs; the targets are the longest label word + EOS

@@ -1,4 +1,4 @@
-"""Transformer building blocks shared by every model family (BERT now; T5 and GPT reuse them).
+"""Transformer building blocks shared by every model family (BERT, T5; GPT reuses them).
 
 Every weight carries logical axis names (`embed`, `mlp`, `heads`, `kv`, `vocab`, ...) so that
 `pretrain/partitioning.py` can map them onto a device mesh without the model knowing about it.
@@ -6,6 +6,7 @@ Shapes use B = batch, L = query length, S = key length, D = embed, H = heads, K 
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -74,6 +75,24 @@ class LayerNorm(nn.Module):
         return (y * scale.astype(jnp.float32) + bias.astype(jnp.float32)).astype(self.dtype)
 
 
+class RMSNorm(nn.Module):
+    """T5's "LayerNorm" (Zhang & Sennrich 2019, RMSNorm): x / rms(x) * scale, no mean, no bias.
+
+    Statistics in float32 (as Hugging Face's T5LayerNorm and t5x do), output in `dtype`.
+    """
+    epsilon: float = 1e-6
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        scale = self.param("scale", partitioned(nn.initializers.ones_init(), ("embed",)), (x.shape[-1],),
+                           self.param_dtype)
+        x = x.astype(jnp.float32)
+        y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.epsilon)
+        return (y * scale.astype(jnp.float32)).astype(self.dtype)
+
+
 class Embed(nn.Module):
     """Token (or position / segment) embedding table [num_embeddings, D]; `attend` ties outputs."""
     num_embeddings: int
@@ -100,13 +119,89 @@ def padding_mask(query_valid: jax.Array, key_valid: jax.Array) -> jax.Array:
     return query_valid[:, None, :, None] & key_valid[:, None, None, :]
 
 
+def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
+    """[B, L] and [B, S] segment ids (0 = padding, 1..n = packed example) -> [B, 1, L, S] mask.
+
+    A token attends only to tokens of its own example; padding neither attends nor is attended to.
+    For rows without packing the segment ids are simply the 0/1 padding mask.
+    """
+    same = query_segments[:, None, :, None] == key_segments[:, None, None, :]
+    return same & (query_segments != 0)[:, None, :, None]
+
+
+def causal_mask(length: int) -> jax.Array:
+    """[1, 1, L, L]: query i attends to keys j <= i. In packed rows, combine with segment_mask."""
+    return jnp.tril(jnp.ones((length, length), bool))[None, None]
+
+
+def relative_position_bucket(relative_position: jax.Array, bidirectional: bool = True, num_buckets: int = 32,
+                             max_distance: int = 128) -> jax.Array:
+    """T5's bucketing of relative positions (Mesh TensorFlow `_relative_position_bucket`).
+
+    relative_position = key position - query position (ints, any shape) -> bucket ids in
+    [0, num_buckets). Bidirectional: separate halves for keys before and after the query.
+    Unidirectional (causal decoder): every key after the query falls in bucket 0 (it is masked).
+    Within a half, the first half of the buckets are the exact distances 0, 1, ...; the rest are
+    logarithmically wider bins up to max_distance, beyond which all distances share the last bucket.
+    """
+    buckets = jnp.zeros(relative_position.shape, jnp.int32)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = (relative_position > 0).astype(jnp.int32) * num_buckets
+        distance = jnp.abs(relative_position)
+    else:
+        distance = jnp.maximum(-relative_position, 0)
+    max_exact = num_buckets // 2
+    # float32 like the reference implementations, so the bins agree at their edges; the maximum only
+    # keeps log() away from 0 where the exact branch is taken anyway.
+    scaled = (jnp.log(jnp.maximum(distance, max_exact).astype(jnp.float32) / max_exact)
+              / math.log(max_distance / max_exact) * (num_buckets - max_exact))
+    large = jnp.minimum(max_exact + scaled.astype(jnp.int32), num_buckets - 1)
+    return buckets + jnp.where(distance < max_exact, distance, large).astype(jnp.int32)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's learned relative position bias (Raffel et al. 2020, Section 2.1): a scalar per head and bucket.
+
+    The [buckets, H] table belongs to a whole stack: call this once and give the bias to every
+    layer, as T5 does. It takes positions rather than indices so that packed rows, whose positions
+    restart at 0 for each example, bucket by the distance inside their example.
+    """
+    num_heads: int
+    num_buckets: int = 32
+    max_distance: int = 128
+    bidirectional: bool = True
+    embedding_init: Initializer = nn.initializers.normal(1.0)
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, query_positions: jax.Array,   # [B|1, L] int
+                 key_positions: jax.Array) -> jax.Array:  # [B|1, S] int -> [B|1, H, L, S]
+        table = self.param("embedding", partitioned(self.embedding_init, ("relpos_buckets", "heads")),
+                           (self.num_buckets, self.num_heads), self.param_dtype)
+        relative = key_positions[:, None, :] - query_positions[:, :, None]   # [B, L, S]
+        buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
+        bias = jnp.take(jnp.asarray(table, self.dtype), buckets, axis=0)      # [B, L, S, H]
+        return jnp.transpose(bias, (0, 3, 1, 2))
+
+
 class MultiHeadAttention(nn.Module):
-    """Scaled dot-product attention with per-head projections (self- or cross-attention)."""
+    """Dot-product attention with per-head projections (self- or cross-attention), BERT or T5 style.
+
+    BERT (the defaults): biases, queries scaled by 1/sqrt(K). T5 (Raffel et al. 2020, Mesh
+    TensorFlow): use_bias=False, scale_query=False (the scaling is folded into the query
+    initialiser) and a relative position `bias`. decode=True is incremental self-attention against
+    a key/value cache in the 'cache' collection (the Flax examples / t5x pattern): see __call__.
+    """
     num_heads: int
     head_dim: int
     dropout_rate: float = 0.0
     use_bias: bool = True
-    kernel_init: Initializer = truncated_normal(0.02)
+    scale_query: bool = True
+    kernel_init: Initializer = truncated_normal(0.02)   # all projections, unless given below
+    query_kernel_init: Initializer | None = None
+    out_kernel_init: Initializer | None = None
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
@@ -115,17 +210,30 @@ class MultiHeadAttention(nn.Module):
                  context: jax.Array | None = None,   # [B, S, D]; None = self-attention
                  mask: jax.Array | None = None,      # [B|1, 1, L, S] bool
                  bias: jax.Array | None = None,      # [B|1, H, L, S] additive (relative positions)
-                 deterministic: bool = True) -> jax.Array:  # [B, L, D]
-        context = x if context is None else context
-        dense = lambda name, axes, features, axis=-1: Dense(  # noqa: E731
-            features, axes, axis=axis, use_bias=self.use_bias, kernel_init=self.kernel_init,
-            dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+                 deterministic: bool = True,
+                 decode: bool = False) -> jax.Array:  # [B, L, D]
+        """decode=True (self-attention only): when the cache does not exist yet (model.init, or an
+        apply with mutable=['cache'] on a full-length [B, S_max, D] input) it is created empty with
+        room for S_max keys and the call computes as usual. Every later call takes one token
+        x [B, 1, D], stores its key/value at the row's cache index, and attends to keys 0..index
+        (then `mask` and `bias` are [B|1, ., 1, S_max]).
+        """
+        self_attention = context is None
+        context = x if self_attention else context
         heads = (self.num_heads, self.head_dim)
-        q = dense("query", ("embed", "heads", "kv"), heads)(x)          # [B, L, H, K]
-        k = dense("key", ("embed", "heads", "kv"), heads)(context)      # [B, S, H, K]
-        v = dense("value", ("embed", "heads", "kv"), heads)(context)    # [B, S, H, K]
 
-        q = q / jnp.sqrt(self.head_dim).astype(self.dtype)
+        def dense(name, axes, features, init, axis=-1):
+            return Dense(features, axes, axis=axis, use_bias=self.use_bias, kernel_init=init or self.kernel_init,
+                         dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+
+        q = dense("query", ("embed", "heads", "kv"), heads, self.query_kernel_init)(x)   # [B, L, H, K]
+        k = dense("key", ("embed", "heads", "kv"), heads, None)(context)                 # [B, S, H, K]
+        v = dense("value", ("embed", "heads", "kv"), heads, None)(context)               # [B, S, H, K]
+        if decode and self_attention:
+            k, v, mask = self._cached_keys_values(k, v, mask)
+
+        if self.scale_query:
+            q = q / jnp.sqrt(self.head_dim).astype(self.dtype)
         logits = jnp.einsum("blhk,bshk->bhls", q, k).astype(jnp.float32)  # softmax in float32
         if bias is not None:
             logits = logits + bias.astype(jnp.float32)
@@ -134,27 +242,66 @@ class MultiHeadAttention(nn.Module):
         weights = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
         weights = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
         out = jnp.einsum("bhls,bshk->blhk", weights, v)                  # [B, L, H, K]
-        return dense("out", ("heads", "kv", "embed"), x.shape[-1], axis=(-2, -1))(out)
+        return dense("out", ("heads", "kv", "embed"), x.shape[-1], self.out_kernel_init, axis=(-2, -1))(out)
+
+    def _cached_keys_values(self, k: jax.Array, v: jax.Array, mask: jax.Array | None):
+        """k, v [B, 1, H, K] of the new token -> all cached keys/values [B, S_max, H, K] and the mask.
+
+        The index is per row ([B]) so that beam search can gather every cache leaf along its batch axis.
+        """
+        initialized = self.has_variable("cache", "cached_key")
+        cached_key = self.variable("cache", "cached_key", jnp.zeros, k.shape, k.dtype)
+        cached_value = self.variable("cache", "cached_value", jnp.zeros, v.shape, v.dtype)
+        index = self.variable("cache", "cache_index", lambda: jnp.zeros(k.shape[:1], jnp.int32))
+        if not initialized:  # sizing call: nothing is stored
+            return k, v, mask
+        if k.shape[1] != 1:
+            raise ValueError(f"decode=True takes one token per call, got {k.shape[1]} (run the full sequence "
+                             "with decode=False)")
+        slots = jnp.arange(cached_key.value.shape[1])[None, :]           # [1, S_max]
+        here = (slots == index.value[:, None])[:, :, None, None]          # [B, S_max, 1, 1]
+        cached_key.value = jnp.where(here, k.astype(cached_key.value.dtype), cached_key.value)
+        cached_value.value = jnp.where(here, v.astype(cached_value.value.dtype), cached_value.value)
+        seen = (slots <= index.value[:, None])[:, None, None, :]           # [B, 1, 1, S_max]
+        index.value = index.value + 1
+        return cached_key.value, cached_value.value, seen if mask is None else mask & seen
 
 
 class MLP(nn.Module):
-    """Position-wise feed-forward block: D -> mlp_dim -> D."""
+    """Position-wise feed-forward block D -> mlp_dim -> D; `gated` is the GLU variant.
+
+    Gated (Shazeer 2020, "GLU Variants Improve Transformer"; T5 1.1's gated-GELU):
+    activation(x W_intermediate) * (x W_intermediate_linear), then the output projection.
+    Dropout on the hidden activations is T5's; BERT has none there (dropout_rate=0).
+    """
     mlp_dim: int
     activation: Callable[[jax.Array], jax.Array] = nn.gelu
     use_bias: bool = True
+    gated: bool = False
+    dropout_rate: float = 0.0
     kernel_init: Initializer = truncated_normal(0.02)
+    output_kernel_init: Initializer | None = None   # default: kernel_init
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:  # [B, L, D]
-        kw = dict(use_bias=self.use_bias, kernel_init=self.kernel_init,
-                  dtype=self.dtype, param_dtype=self.param_dtype)
-        h = Dense(self.mlp_dim, ("embed", "mlp"), name="intermediate", **kw)(x)
-        h = self.activation(h)
-        return Dense(x.shape[-1], ("mlp", "embed"), name="output", **kw)(h)
+    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:  # [B, L, D]
+        kw = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype)
+        h = self.activation(Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
+                                  name="intermediate", **kw)(x))
+        if self.gated:
+            h = h * Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
+                          name="intermediate_linear", **kw)(x)
+        h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+        return Dense(x.shape[-1], ("mlp", "embed"), kernel_init=self.output_kernel_init or self.kernel_init,
+                     name="output", **kw)(h)
 
 
 def exact_gelu(x: jax.Array) -> jax.Array:
     """BERT's GELU is the erf form, not the tanh approximation."""
     return nn.gelu(x, approximate=False)
+
+
+def tanh_gelu(x: jax.Array) -> jax.Array:
+    """GELU's tanh approximation: T5 1.1's gated-GELU (Hugging Face calls it "gelu_new")."""
+    return nn.gelu(x, approximate=True)

@@ -3,9 +3,17 @@ from __future__ import annotations
 
 import ml_collections
 
+NAMES = ("bert_pretraining", "spanbert", "span_corruption", "encoder_decoder_denoising")
+
 
 def build_objective(config: ml_collections.ConfigDict, tokenizer):
     if config.name == "bert_pretraining":
         from objectives.bert_pretraining import BertPretraining
         return BertPretraining(config, tokenizer)
-    raise ValueError(f"config.objective.name={config.name!r} is unknown; available: 'bert_pretraining'")
+    if config.name == "spanbert":
+        from objectives.span_masking import SpanBertPretraining
+        return SpanBertPretraining(config, tokenizer)
+    if config.name in ("span_corruption", "encoder_decoder_denoising"):  # mode: span_corruption | prefix_lm | iid
+        from objectives.denoising import EncoderDecoderDenoising
+        return EncoderDecoderDenoising(config, tokenizer)
+    raise ValueError(f"config.objective.name={config.name!r} is unknown; available: {', '.join(NAMES)}")

@@ -39,8 +39,10 @@ MODES = ("span_corruption", "prefix_lm", "iid_denoising")
 IID_CORRUPTIONS = ("replace_spans", "drop_tokens")
 BATCH_KEYS = ("encoder_input_ids", "encoder_segment_ids", "encoder_positions", "decoder_input_ids",
               "decoder_target_ids", "decoder_segment_ids", "decoder_positions", "decoder_loss_weights")
-MODEL_INPUT_KEYS = ("encoder_input_ids", "decoder_input_ids", "encoder_segment_ids", "decoder_segment_ids",
-                    "encoder_positions", "decoder_positions")
+# No positions: T5's only positional signal is the relative bias, and inside one packed segment
+# (attention never crosses segments) row offsets give the same distances as restarted positions.
+# Without them the model builds one [1, H, L, S] bias per stack instead of a [B, H, L, S] one.
+MODEL_INPUT_KEYS = ("encoder_input_ids", "decoder_input_ids", "encoder_segment_ids", "decoder_segment_ids")
 
 
 class EncoderDecoderDenoising:

@@ -23,14 +23,11 @@ flags.mark_flags_as_required(["workdir"])
 
 
 def evaluate(workdir: str, splits: list[str], glue_dir: str | None = None) -> dict:
-    import functools
-
     import jax
     import ml_collections
 
-    from objectives.finetuning import FineTuningObjective
-    from pretrain import checkpoints, finetuner, partitioning
-    from pretrain.data import glue, tokenizers
+    from pretrain import checkpoints, finetune_families, finetuner, partitioning
+    from pretrain.data import glue
 
     config_path = os.path.join(workdir, "config.json")
     if not os.path.isfile(config_path):
@@ -48,15 +45,12 @@ def evaluate(workdir: str, splits: list[str], glue_dir: str | None = None) -> di
             raise errors.UserError(f"--splits: {unknown[0]!r} is not a split of {task.name} "
                                    f"(use dev, test or one of {task.dev_splits + task.test_splits})")
         wanted += expanded
-    tokenizer = tokenizers.load_tokenizer(config.tokenizer.kind, config.tokenizer.path,
-                                          lowercase=config.tokenizer.lowercase)
-    model = finetuner.build_model(config, task)
+    family = finetune_families.for_config(config, task, finetuner.load_tokenizer(config))
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
     mesh = partitioning.create_mesh(config.mesh_shape)
-    objective = FineTuningObjective(model.kind, task.num_labels)
-    jit_predict = jax.jit(functools.partial(finetuner.predict_step, apply_fn=model.apply, objective=objective))
+    jit_predict = jax.jit(family.predict_fn(family.build_model()))
     with mesh:
-        results = finetuner.score_splits(config, task, jit_predict, params, mesh, tokenizer, wanted, workdir)
+        results = finetuner.score_splits(config, family, jit_predict, params, mesh, wanted, workdir)
     out = {"task": task.name, "checkpoint_step": step, "metrics": results}
     with open(os.path.join(workdir, "eval_results.json"), "w") as f:
         json.dump(out, f, indent=2)

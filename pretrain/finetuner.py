@@ -19,9 +19,7 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
-from models.finetuning import BertForFineTuning, bert_config_from_dict
-from objectives.finetuning import FineTuningObjective
-from pretrain import checkpoints, freezing, glue_metrics, partitioning, pretrained, trainer
+from pretrain import checkpoints, finetune_families, freezing, glue_metrics, partitioning, pretrained, trainer
 from pretrain import state as state_lib
 from pretrain.data import finetune_data, glue, tokenizers
 from pretrain.data.pipeline import prefetch
@@ -38,6 +36,9 @@ def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.Co
     config.unlock()
     init = pretrained.load_pretrained(config.init) if config.init else None
     if init is not None:
+        if init.family != config.model.name:
+            raise UserError(f"--config.init={config.init} holds a {init.family} model but the config fine-tunes "
+                            f"{config.model.name}: use configs/glue.py:task={config.task},model={init.family}")
         config.model.update(init.model)
         if not config.tokenizer.path:
             config.tokenizer.update(init.tokenizer)
@@ -47,50 +48,23 @@ def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.Co
     return config, init
 
 
-def _load_split(config, task: glue.GlueTask, split: str, tokenizer, batch_size: int,
-                subset: int = 0) -> tuple[finetune_data.FineTuningData, np.ndarray, np.ndarray]:
+def load_tokenizer(config: ml_collections.ConfigDict) -> tokenizers.Tokenizer:
+    t = config.tokenizer
+    return tokenizers.load_tokenizer(t.kind, t.path, lowercase=t.lowercase, extra_ids=t.get("extra_ids", 0))
+
+
+def _load_split(config, family, split: str, batch_size: int, subset: int = 0
+                ) -> tuple[finetune_data.FineTuningData, np.ndarray, np.ndarray]:
     """-> (batched features, labels [N], example ids [N]) of one split."""
+    task = family.task
     data_dir = config.data.glue_dir if config.data.source == "dir" else config.data.tfds_data_dir
     examples = glue.load_split(task, split, source=config.data.source, data_dir=data_dir)
     examples = [examples[i] for i in finetune_data.subset_indices(len(examples), subset)]
-    features = finetune_data.encode_texts(tokenizer, [e.text_a for e in examples],
-                                          [e.text_b for e in examples] if task.is_pair else None,
-                                          config.data.max_seq_length)
     labels = np.array([e.label for e in examples], np.float32 if task.is_regression else np.int32)
-    data = finetune_data.FineTuningData(features, {"label": labels}, batch_size, tokenizer.pad_id,
-                                        config.data.pad_to_multiple_of)
-    return data, labels, np.array([e.idx for e in examples], np.int64)
+    return family.encode(examples, batch_size), labels, np.array([e.idx for e in examples], np.int64)
 
 
-def build_model(config: ml_collections.ConfigDict, task: glue.GlueTask) -> BertForFineTuning:
-    kind = "regression" if task.is_regression else "classification"
-    return BertForFineTuning(bert_config_from_dict(config.model.to_dict()), kind, task.num_labels,
-                             config.model.classifier_dropout)
-
-
-def _merge_encoder(params: dict, bert_params: dict, source: str) -> tuple[dict, list[str]]:
-    """Pretrained encoder weights into the fresh tree (shapes must agree); -> (params, fresh names)."""
-    fresh = []
-
-    def take(path, current):
-        node = bert_params
-        for key in path:
-            node = node.get(key.key) if isinstance(node, dict) else None
-        name = "/".join(str(k.key) for k in path)
-        if node is None:
-            fresh.append(name)
-            return current
-        if tuple(np.shape(node)) != tuple(current.shape):
-            raise UserError(f"{source}: bert/{name} has shape {tuple(np.shape(node))}, the model wants "
-                            f"{tuple(current.shape)}")
-        return np.asarray(node, current.dtype)
-
-    merged = dict(params)
-    merged["bert"] = jax.tree_util.tree_map_with_path(take, jax.device_get(params["bert"]))
-    return merged, fresh
-
-
-def create_state(config, model, example, mesh, tx, init: pretrained.Pretrained | None):
+def create_state(config, family, model, example, mesh, tx, init: pretrained.Pretrained | None):
     """Sharded TrainState: random init, then the pretrained encoder put onto the same shardings."""
     init_fn = functools.partial(state_lib.create_train_state, model, example, jax.random.key(config.seed), tx)
     boxed = jax.eval_shape(init_fn)
@@ -98,18 +72,18 @@ def create_state(config, model, example, mesh, tx, init: pretrained.Pretrained |
     with mesh:
         state = jax.jit(lambda: state_lib.unbox(init_fn()), out_shardings=shardings)()
     if init is not None:
-        params, fresh = _merge_encoder(state.params, init.bert_params, init.source)
+        params, fresh = family.merge_pretrained(state.params, init)
         state = state.replace(params=jax.device_put(params, shardings.params))
-        print(f"Encoder from {init.source}" + (f"; freshly initialised: {', '.join(fresh)}" if fresh else ""))
+        print(f"Weights from {init.source}" + (f"; freshly initialised: {', '.join(fresh)}" if fresh else ""))
     return state, shardings
 
 
-def make_optimizer(config, params, steps_per_epoch: int):
+def make_optimizer(config, params, steps_per_epoch: int, num_layers: int):
     total = config.num_epochs * steps_per_epoch
     opt = copy.deepcopy(config.optimizer)
     if opt.warmup_steps < 0:
         opt.warmup_steps = int(round(config.warmup_fraction * total))
-    unfreeze_at = freezing.unfreeze_steps(params, config.freezing, num_layers=config.model.num_layers,
+    unfreeze_at = freezing.unfreeze_steps(params, config.freezing, num_layers=num_layers,
                                           steps_per_epoch=steps_per_epoch)
     tx = freezing.freeze(state_lib.make_optimizer(opt, total), unfreeze_at)
     return tx, state_lib.learning_rate_schedule(opt, total), unfreeze_at
@@ -118,16 +92,11 @@ def make_optimizer(config, params, steps_per_epoch: int):
 # ---------------------------------------------------------------------------------------------
 # Prediction and scoring (shared with pretrain.evaluate).
 # ---------------------------------------------------------------------------------------------
-def predict_step(params, batch, *, apply_fn, objective):
-    outputs = apply_fn({"params": params}, **objective.model_inputs(batch), deterministic=True)
-    return objective.predictions(outputs, batch)
-
-
-def predict(jit_predict, params, data: finetune_data.FineTuningData, mesh) -> np.ndarray:
+def predict(jit_predict, family, params, data: finetune_data.FineTuningData, mesh) -> np.ndarray:
     """Predicted label ids (or STS-B scores) for every example of `data`, in its order."""
     out = None
     for batch in data.batches():
-        prediction = next(iter(jax.device_get(jit_predict(params, partitioning.shard_batch(batch, mesh))).values()))
+        prediction = family.to_labels(jax.device_get(jit_predict(params, partitioning.shard_batch(batch, mesh))))
         real = batch["weight"] > 0
         out = np.zeros(len(data), prediction.dtype) if out is None else out
         out[batch["index"][real]] = prediction[real]
@@ -137,35 +106,39 @@ def predict(jit_predict, params, data: finetune_data.FineTuningData, mesh) -> np
 def write_predictions(path: str, task: glue.GlueTask, ids: np.ndarray, predictions: np.ndarray,
                       labels: np.ndarray) -> None:
     """A readable dev file: index, prediction, label (label names for classification)."""
-    def name(v):
-        return f"{float(v):.4f}" if task.is_regression else task.labels[int(v)]
+    def name(v):  # a class id < 0: a T5 output that names no class
+        return f"{float(v):.4f}" if task.is_regression else (task.labels[int(v)] if v >= 0 else "(invalid)")
     with open(path, "w") as f:
         f.write("index\tprediction\tlabel\n")
         for i, p, y in zip(ids, predictions, labels):
             f.write(f"{i}\t{name(p)}\t{name(y)}\n")
 
 
-def score_splits(config, task, jit_predict, params, mesh, tokenizer, splits, workdir: str) -> dict:
+def score_splits(config, family, jit_predict, params, mesh, splits, workdir: str) -> dict:
     """Dev splits: predictions file + official metrics. Test splits: the GLUE submission file."""
-    results = {}
+    task, results = family.task, {}
     os.makedirs(os.path.join(workdir, "predictions"), exist_ok=True)
     for split in splits:
         try:
-            data, labels, ids = _load_split(config, task, split, tokenizer, config.eval_batch_size)
+            data, labels, ids = _load_split(config, family, split, config.eval_batch_size)
         except glue.GlueDataError as e:
             if split in task.test_splits:
                 print(f"Skipped test predictions for {split}: {e}")
                 continue
             raise
-        predictions = predict(jit_predict, params, data, mesh)
+        predictions = predict(jit_predict, family, params, data, mesh)
         if split in task.test_splits:
-            path = glue.write_submission(task, split, predictions.tolist(), ids.tolist(),
+            path = glue.write_submission(task, split, family.for_submission(predictions).tolist(), ids.tolist(),
                                          os.path.join(workdir, "predictions"))
             print(f"Test predictions ({split}, GLUE submission format): {path}")
         else:
             write_predictions(os.path.join(workdir, "predictions", f"{split}.tsv"), task, ids, predictions, labels)
-            results[split] = glue_metrics.compute_metrics(task, predictions, labels)
+            results[split] = dev_metrics(family, predictions, labels)
     return results
+
+
+def dev_metrics(family, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    return glue_metrics.compute_metrics(family.task, family.for_metrics(predictions, labels), labels)
 
 
 def dev_score(task: glue.GlueTask, results: dict) -> float:
@@ -187,33 +160,29 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
             return json.load(f)
     task = glue.get_task(config.task)
     config, init = resolve_config(config)
-    tokenizer = tokenizers.load_tokenizer(config.tokenizer.kind, config.tokenizer.path,
-                                          lowercase=config.tokenizer.lowercase)
+    tokenizer = load_tokenizer(config)
     if tokenizer.vocab_size > config.model.vocab_size:
         raise trainer.ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary "
                                   f"has {config.model.vocab_size}; use the tokenizer the checkpoint was trained with")
-    if config.data.max_seq_length > config.model.max_position_embeddings:
-        raise trainer.ConfigError(f"config.data.max_seq_length={config.data.max_seq_length} exceeds the model's "
-                                  f"{config.model.max_position_embeddings} positions")
+    family = finetune_families.for_config(config, task, tokenizer)
+    family.check()
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=2))
 
     # ----- Data -----
-    train_data, _, _ = _load_split(config, task, "train", tokenizer, config.batch_size,
-                                   subset=config.data.max_train_examples)
+    train_data, _, _ = _load_split(config, family, "train", config.batch_size, subset=config.data.max_train_examples)
     steps_per_epoch = train_data.steps_per_epoch
     print(f"Task {task.name}: {len(train_data)} training examples, {steps_per_epoch} steps/epoch x "
           f"{config.num_epochs} epochs")
 
     # ----- Model, optimizer (with freezing) and sharded state -----
     mesh = partitioning.create_mesh(config.mesh_shape)
-    model = build_model(config, task)
-    objective = FineTuningObjective(model.kind, task.num_labels)
+    model, objective = family.build_model(), family.objective
     example = {k: v[:1] for k, v in objective.model_inputs(train_data.batch(np.arange(1))).items()}
     abstract_params = state_lib.unbox(jax.eval_shape(
         lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
-    tx, schedule, unfreeze_at = make_optimizer(config, abstract_params, steps_per_epoch)
-    state, shardings = create_state(config, model, example, mesh, tx, init)
+    tx, schedule, unfreeze_at = make_optimizer(config, abstract_params, steps_per_epoch, family.num_layers)
+    state, shardings = create_state(config, family, model, example, mesh, tx, init)
     print(f"Model: {state_lib.count_params(state.params):,} parameters, "
           f"{freezing.trainable_fraction(state.params, unfreeze_at, 0):.1%} trainable at step 0 "
           f"(freezing: {config.freezing.strategy}); mesh {dict(mesh.shape)}; workdir {os.path.abspath(workdir)}")
@@ -222,9 +191,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     jit_train = jax.jit(functools.partial(trainer.train_step, objective=objective, schedule=schedule),
                         in_shardings=(shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
                         out_shardings=(shardings, replicated), donate_argnums=(0,))
-    jit_predict = jax.jit(functools.partial(predict_step, apply_fn=model.apply, objective=objective),
-                          in_shardings=(shardings.params, partitioning.batch_sharding(mesh)))
-    dev_data = {s: _load_split(config, task, s, tokenizer, config.eval_batch_size) for s in task.dev_splits}
+    jit_predict = jax.jit(family.predict_fn(model), in_shardings=(shardings.params, partitioning.batch_sharding(mesh)))
+    dev_data = {s: _load_split(config, family, s, config.eval_batch_size) for s in task.dev_splits}
 
     # ----- Epochs -----
     ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=0, keep=1)
@@ -251,7 +219,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     writer.write(step, record)
                     bar.set_postfix(loss=f"{record['loss']:.3f}")
                     window = []
-            dev = {s: glue_metrics.compute_metrics(task, predict(jit_predict, state.params, d, mesh), labels)
+            dev = {s: dev_metrics(family, predict(jit_predict, family, state.params, d, mesh), labels)
                    for s, (d, labels, _) in dev_data.items()}
             score = dev_score(task, dev)
             for split, values in dev.items():
@@ -273,7 +241,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     params = jax.device_put(best_params, shardings.params)
     splits = list(task.dev_splits) + (list(task.test_splits) if config.write_test_predictions else [])
     with mesh:
-        score_splits(config, task, jit_predict, params, mesh, tokenizer, splits, workdir)
+        score_splits(config, family, jit_predict, params, mesh, splits, workdir)
     results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": best[0], "best_score": best[1],
                "metrics": best[2], "epochs": epochs, "wall_time_sec": time.perf_counter() - started,
                "train_time_sec": train_time, "seed": config.seed,

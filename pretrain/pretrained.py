@@ -1,7 +1,8 @@
-"""Where fine-tuning starts from: a pretrain.train workdir (Orbax) or a Hugging Face BERT directory.
+"""Where fine-tuning starts from: a pretrain.train workdir (Orbax) or a Hugging Face directory.
 
-`load_pretrained(path)` returns the encoder's architecture, its `bert` parameters and the tokenizer
-that goes with them, so that `--config.init=PATH` is all a user has to give.
+`load_pretrained(path)` returns the family (bert | t5), its architecture, the parameters the
+fine-tuning model starts from (BERT: the `bert` encoder subtree; T5: the whole model) and the
+tokenizer that goes with them, so that `--config.init=PATH` is all a user has to give.
 """
 from __future__ import annotations
 
@@ -16,22 +17,47 @@ from pretrain.errors import UserError
 
 @dataclasses.dataclass
 class Pretrained:
-    model: dict[str, Any]          # BertConfig fields (architecture only)
-    bert_params: dict              # the `bert` subtree: embeddings, layer_i, pooler
-    tokenizer: dict[str, Any]      # kind, path, lowercase
+    family: str                    # config.model.name of the checkpoint: 'bert' | 't5'
+    model: dict[str, Any]          # the family's config fields (architecture only)
+    params: dict                   # BERT: the `bert` subtree (embeddings, layer_i, pooler); T5: all
+    tokenizer: dict[str, Any]      # kind, path, lowercase (, extra_ids)
     source: str                    # 'orbax:<dir>/<step>' or 'huggingface:<dir>'
 
 
 ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
+# Training-time fields the fine-tuning config sets itself rather than inheriting.
+NOT_ARCHITECTURE = ("name", "dropout_rate", "attention_dropout_rate", "dtype", "param_dtype")
+FAMILIES = ("bert", "t5")
 
 
-def _is_hf_dir(path: str) -> bool:
+def _hf_model_type(path: str) -> str | None:
     config = os.path.join(path, "config.json")
     if not os.path.isfile(config):
-        return False
+        return None
     with open(config) as f:
-        return "model_type" in json.load(f)
+        return json.load(f).get("model_type")
+
+
+def _load_hf(path: str, model_type: str) -> Pretrained:
+    if model_type == "t5":
+        from models.convert.hf_t5 import load_hf_t5
+        config, params = load_hf_t5(path)
+        model = {k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_ARCHITECTURE}
+        # T5's SentencePiece model (spiece.model) plus the 100 sentinels <extra_id_*>, cased.
+        tokenizer = dict(kind="sentencepiece", path=os.path.join(path, "spiece.model"), lowercase=False,
+                         extra_ids=100)
+        return Pretrained("t5", model, params, tokenizer, f"huggingface:{path}")
+    from models.convert import load_hf_bert
+    config, params = load_hf_bert(path)
+    lowercase = True
+    tokenizer_config = os.path.join(path, "tokenizer_config.json")
+    if os.path.isfile(tokenizer_config):
+        with open(tokenizer_config) as f:
+            lowercase = bool(json.load(f).get("do_lower_case", True))
+    model = {k: getattr(config, k) for k in ARCHITECTURE_KEYS}
+    return Pretrained("bert", model, params["bert"], dict(kind="wordpiece", path=path, lowercase=lowercase),
+                      f"huggingface:{path}")
 
 
 def _find_workdir(path: str) -> tuple[str, str]:
@@ -50,26 +76,22 @@ def load_pretrained(path: str) -> Pretrained:
     if not os.path.exists(path):
         raise UserError(f"--config.init={path} does not exist (give a pretrain.train workdir or a "
                         "Hugging Face BERT directory)")
-    if _is_hf_dir(path):
-        from models.convert import load_hf_bert
-        config, params = load_hf_bert(path)
-        lowercase = True
-        tokenizer_config = os.path.join(path, "tokenizer_config.json")
-        if os.path.isfile(tokenizer_config):
-            with open(tokenizer_config) as f:
-                lowercase = bool(json.load(f).get("do_lower_case", True))
-        model = {k: getattr(config, k) for k in ARCHITECTURE_KEYS}
-        return Pretrained(model, params["bert"], dict(kind="wordpiece", path=path, lowercase=lowercase),
-                          f"huggingface:{path}")
+    model_type = _hf_model_type(path)
+    if model_type is not None:
+        return _load_hf(path, model_type)
 
     workdir, ckpt = _find_workdir(path)
     with open(os.path.join(workdir, "config.json")) as f:
         config = json.load(f)
-    if config.get("model", {}).get("name") != "bert":
-        raise UserError(f"--config.init={path}: only BERT encoders can be fine-tuned here "
-                        f"(its config.json names model {config.get('model', {}).get('name')!r})")
+    family = config.get("model", {}).get("name")
+    if family not in FAMILIES:
+        raise UserError(f"--config.init={path}: its config.json names model {family!r}; "
+                        f"fine-tuning starts from one of {FAMILIES}")
     params, step = checkpoints.restore_params(ckpt)
     # A relative tokenizer path is relative to where pretraining ran; --config.tokenizer.path overrides it.
     tokenizer = dict(config["tokenizer"])
-    model = {k: config["model"][k] for k in ARCHITECTURE_KEYS}
-    return Pretrained(model, params["bert"], tokenizer, f"orbax:{ckpt}/{step}")
+    if family == "bert":
+        model, params = {k: config["model"][k] for k in ARCHITECTURE_KEYS}, params["bert"]
+    else:
+        model = {k: v for k, v in config["model"].items() if k not in NOT_ARCHITECTURE}
+    return Pretrained(family, model, params, tokenizer, f"orbax:{ckpt}/{step}")

@@ -39,7 +39,7 @@ def _check_config(config: ml_collections.ConfigDict, tokenizer: tokenizers.Token
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but config.model.vocab_size="
                           f"{config.model.vocab_size}; set --config.model.vocab_size={tokenizer.vocab_size}")
     longest = max(config.data.max_seq_length, config.data.get("long_seq_length", 0))
-    if longest > config.model.max_position_embeddings:
+    if "max_position_embeddings" in config.model and longest > config.model.max_position_embeddings:
         raise ConfigError(f"sequence length {longest} exceeds config.model.max_position_embeddings="
                           f"{config.model.max_position_embeddings}")
 
@@ -99,7 +99,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     # ----- Data -----
     tokenizer = tokenizers.load_tokenizer(config.tokenizer.kind, config.tokenizer.path,
-                                          lowercase=config.tokenizer.lowercase)
+                                          lowercase=config.tokenizer.lowercase,
+                                          extra_ids=config.tokenizer.get("extra_ids", 0))
     _check_config(config, tokenizer)
     objective = objectives.build_objective(config.objective, tokenizer)
     train_docs, eval_docs = pipeline.load_documents(config.data, tokenizer)

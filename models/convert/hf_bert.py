@@ -15,23 +15,9 @@ import numpy as np
 from absl import logging
 
 from models.bert import BertConfig
+from models.convert.layouts import TO_HF, TO_OURS
 from pretrain.errors import UserError
 
-# Ours <- HF and HF <- ours for each layout; c is the BertConfig (heads H, head dim K).
-_TO_OURS = {
-    "copy": lambda w, c: w,
-    "linear": lambda w, c: w.T,                                                          # [out, in] -> [in, out]
-    "heads_in": lambda w, c: w.T.reshape(w.shape[1], c.num_heads, -1),                   # [H*K, D] -> [D, H, K]
-    "heads_bias": lambda w, c: w.reshape(c.num_heads, -1),                               # [H*K] -> [H, K]
-    "heads_out": lambda w, c: w.T.reshape(c.num_heads, -1, w.shape[0]),                  # [D, H*K] -> [H, K, D]
-}
-_TO_HF = {
-    "copy": lambda w, c: w,
-    "linear": lambda w, c: w.T,
-    "heads_in": lambda w, c: w.reshape(w.shape[0], -1).T,
-    "heads_bias": lambda w, c: w.reshape(-1),
-    "heads_out": lambda w, c: w.reshape(-1, w.shape[-1]).T,
-}
 # config.json key -> BertConfig field
 _CONFIG_KEYS = {
     "vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
@@ -120,7 +106,7 @@ def bert_params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *, so
             node = params
             for key in path[:-1]:
                 node = node.setdefault(key, {})
-            node[path[-1]] = _TO_OURS[layout](sd[name], config)
+            node[path[-1]] = TO_OURS[layout](sd[name], config)
     decoder = sd.get("cls.predictions.decoder.weight")
     tied = decoder is None or np.array_equal(decoder, sd["embeddings.word_embeddings.weight"])
     if "mlm_head" in params and not tied:
@@ -149,7 +135,7 @@ def hf_state_dict_from_bert(params: dict, config: BertConfig, prefix: str = "ber
                                 "(pass the whole tree, e.g. state.params)")
             if node is not None:
                 hf = name if name.startswith("cls.") else prefix + name
-                state_dict[hf] = np.ascontiguousarray(_TO_HF[layout](np.asarray(node, np.float32), config))
+                state_dict[hf] = np.ascontiguousarray(TO_HF[layout](np.asarray(node, np.float32), config))
     if "cls.predictions.bias" in state_dict:
         state_dict["cls.predictions.decoder.weight"] = state_dict[f"{prefix}embeddings.word_embeddings.weight"].copy()
         state_dict["cls.predictions.decoder.bias"] = state_dict["cls.predictions.bias"].copy()

@@ -11,6 +11,7 @@ import os
 import pickle
 import shutil
 import tempfile
+from collections.abc import Callable
 
 import numpy as np
 
@@ -20,7 +21,8 @@ from pretrain.errors import UserError
 
 SAFETENSORS, PYTORCH_BIN, CONFIG, VOCAB, TOKENIZER_CONFIG = (
     "model.safetensors", "pytorch_model.bin", "config.json", "vocab.txt", "tokenizer_config.json")
-_EXPORT_FILES = {SAFETENSORS, CONFIG, VOCAB, TOKENIZER_CONFIG}
+SPIECE = "spiece.model"  # T5's SentencePiece model
+_EXPORT_FILES = {SAFETENSORS, CONFIG, VOCAB, TOKENIZER_CONFIG, SPIECE}
 
 
 def _float32(array: np.ndarray) -> np.ndarray:
@@ -28,7 +30,7 @@ def _float32(array: np.ndarray) -> np.ndarray:
     return array if np.issubdtype(array.dtype, np.integer) or array.dtype == bool else array.astype(np.float32)
 
 
-def _read_weights(directory: str) -> tuple[dict[str, np.ndarray], str]:
+def read_weights(directory: str) -> tuple[dict[str, np.ndarray], str]:
     """(name -> numpy array with floats as float32, the file read)."""
     path = os.path.join(directory, SAFETENSORS)
     if os.path.isfile(path):
@@ -80,7 +82,7 @@ def load_hf_bert(directory: str) -> tuple[BertConfig, dict]:
         model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
         raise UserError(f"{config_path}: model_type={model_type!r}, only 'bert' checkpoints can be loaded "
                         "(give a BERT checkpoint)")
-    state_dict, weights_path = _read_weights(directory)
+    state_dict, weights_path = read_weights(directory)
     config = hf_config_to_bert(hf_config, next_sentence="cls.seq_relationship.weight" in state_dict,
                                source=config_path)
     return config, bert_params_from_hf(state_dict, config, source=weights_path)
@@ -94,9 +96,7 @@ def save_hf_bert(directory: str, params: dict, config: BertConfig, *, vocab_file
     BertForMaskedLM, none -> BertModel (unprefixed names). An existing directory is replaced only if
     it holds nothing but files an export writes; anything else is refused, never deleted.
     """
-    directory = os.path.abspath(os.path.expanduser(directory))
-    if os.path.lexists(directory) and (not os.path.isdir(directory) or set(os.listdir(directory)) - _EXPORT_FILES):
-        raise UserError(f"{directory} exists and is not a previous export (export to a new directory or remove it)")
+    directory = check_export_target(directory)
     if vocab_file is not None:
         vocab_file = os.path.expanduser(vocab_file)
         if os.path.isdir(vocab_file):
@@ -112,6 +112,26 @@ def save_hf_bert(directory: str, params: dict, config: BertConfig, *, vocab_file
                     else "BertForPreTraining" if "nsp_head" in params else "BertForMaskedLM")
     state_dict = hf_state_dict_from_bert(params, config, prefix="" if architecture == "BertModel" else "bert.")
 
+    def tokenizer_files(tmp: str) -> None:
+        if vocab_file is not None:
+            shutil.copyfile(vocab_file, os.path.join(tmp, VOCAB))
+            with open(os.path.join(tmp, TOKENIZER_CONFIG), "w") as f:
+                json.dump({"do_lower_case": lowercase, "tokenizer_class": "BertTokenizer",
+                           "model_max_length": config.max_position_embeddings}, f, indent=2)
+    write_export(directory, bert_config_to_hf(config, architecture), state_dict, tokenizer_files)
+
+
+def check_export_target(directory: str) -> str:
+    """The absolute export path; refused (never deleted) unless new or a previous export."""
+    directory = os.path.abspath(os.path.expanduser(directory))
+    if os.path.lexists(directory) and (not os.path.isdir(directory) or set(os.listdir(directory)) - _EXPORT_FILES):
+        raise UserError(f"{directory} exists and is not a previous export (export to a new directory or remove it)")
+    return directory
+
+
+def write_export(directory: str, hf_config: dict, state_dict: dict[str, np.ndarray],
+                 extra_files: Callable[[str], None] | None = None) -> None:
+    """config.json + model.safetensors (+ what extra_files(tmp_dir) writes), renamed into place at the end."""
     import safetensors.numpy
     parent = os.path.dirname(directory)
     os.makedirs(parent, exist_ok=True)
@@ -119,14 +139,11 @@ def save_hf_bert(directory: str, params: dict, config: BertConfig, *, vocab_file
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; an export is meant to be shared
         with open(os.path.join(tmp, CONFIG), "w") as f:
-            json.dump(bert_config_to_hf(config, architecture), f, indent=2)
+            json.dump(hf_config, f, indent=2)
         safetensors.numpy.save_file(state_dict, os.path.join(tmp, SAFETENSORS), metadata={"format": "pt"})
-        if vocab_file is not None:
-            shutil.copyfile(vocab_file, os.path.join(tmp, VOCAB))
-            with open(os.path.join(tmp, TOKENIZER_CONFIG), "w") as f:
-                json.dump({"do_lower_case": lowercase, "tokenizer_class": "BertTokenizer",
-                           "model_max_length": config.max_position_embeddings}, f, indent=2)
-        if os.path.isdir(directory):  # a previous export (checked above): swap it out, then delete it
+        if extra_files is not None:
+            extra_files(tmp)
+        if os.path.isdir(directory):  # a previous export (checked by check_export_target): swap, then delete
             old = tmp + ".old"
             os.rename(directory, old)
             os.rename(tmp, directory)

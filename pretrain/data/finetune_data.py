@@ -76,10 +76,25 @@ class FineTuningData:
         order = np.random.default_rng([seed, epoch]).permutation(len(self))
         return [order[s:s + self.batch_size] for s in range(0, len(self), self.batch_size)]
 
-    def batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+    def example_columns(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """'weight' (0 on the rows that fill the last batch), 'index' (-1 there) and the fields, [B, ...]."""
         b = self.batch_size
+        out = {"weight": np.zeros((b,), np.float32), "index": np.full((b,), -1, np.int32)}
+        out["weight"][:len(indices)] = 1.0
+        out["index"][:len(indices)] = indices
+        for name, values in self.fields.items():
+            column = np.zeros((b, *values.shape[1:]), values.dtype)
+            column[:len(indices)] = values[indices]
+            out[name] = column
+        return out
+
+    def padded_length(self, indices: np.ndarray) -> int:
+        """The longest first feature of the batch, rounded up to pad_to_multiple_of (few jit shapes)."""
         longest = max(len(self.features[i][0]) for i in indices)
-        length = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        return -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
+
+    def batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        b, length = self.batch_size, self.padded_length(indices)
         input_ids = np.full((b, length), self.pad_id, np.int32)
         segment_ids = np.zeros((b, length), np.int32)
         input_mask = np.zeros((b, length), np.int32)
@@ -88,12 +103,34 @@ class FineTuningData:
             input_ids[row, :len(tokens)] = tokens
             segment_ids[row, :len(tokens)] = segments
             input_mask[row, :len(tokens)] = 1
-        out = {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask,
-               "weight": np.zeros((b,), np.float32), "index": np.full((b,), -1, np.int32)}
-        out["weight"][:len(indices)] = 1.0
-        out["index"][:len(indices)] = indices
-        for name, values in self.fields.items():
-            column = np.zeros((b, *values.shape[1:]), values.dtype)
-            column[:len(indices)] = values[indices]
-            out[name] = column
-        return out
+        out = {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask}
+        return out | self.example_columns(indices)
+
+
+@dataclasses.dataclass
+class Seq2SeqData(FineTuningData):
+    """Text-to-text examples: features are (encoder ids, target ids), each ending with EOS.
+
+    Encoder rows pad to the longest in the batch (rounded up to `pad_to_multiple_of`); targets pad
+    to `targets_length`, one shape for every batch. Decoder inputs are the targets shifted right
+    with 0 (T5's pad) as the start token.
+    """
+    targets_length: int = 8
+
+    def batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        b, length = self.batch_size, self.padded_length(indices)
+        inputs = np.full((b, length), self.pad_id, np.int32)
+        targets = np.full((b, self.targets_length), self.pad_id, np.int32)
+        for row, i in enumerate(indices):
+            encoder_ids, target_ids = self.features[i]
+            inputs[row, :len(encoder_ids)] = encoder_ids
+            targets[row, :len(target_ids)] = target_ids[:self.targets_length]
+        decoder_inputs = np.zeros_like(targets)
+        decoder_inputs[:, 1:] = targets[:, :-1]
+        real = targets != self.pad_id
+        # Segment ids (1 = the row's one example, 0 = padding) as the pretraining batches carry them.
+        out = {"encoder_input_ids": inputs, "decoder_input_ids": decoder_inputs, "decoder_target_ids": targets,
+               "decoder_loss_weights": real.astype(np.float32),
+               "encoder_segment_ids": (inputs != self.pad_id).astype(np.int32),
+               "decoder_segment_ids": real.astype(np.int32)}
+        return out | self.example_columns(indices)

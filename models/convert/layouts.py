@@ -1,0 +1,19 @@
+"""Weight layouts shared by the Hugging Face converters: PyTorch's [out, in] Linear weights and fused
+[H*K] head dimensions against our [in, out] kernels with separate [H, K] axes."""
+from __future__ import annotations
+
+# Ours <- HF and HF <- ours for each layout; c is the model config (heads H = c.num_heads).
+TO_OURS = {
+    "copy": lambda w, c: w,
+    "linear": lambda w, c: w.T,                                                          # [out, in] -> [in, out]
+    "heads_in": lambda w, c: w.T.reshape(w.shape[1], c.num_heads, -1),                   # [H*K, D] -> [D, H, K]
+    "heads_bias": lambda w, c: w.reshape(c.num_heads, -1),                               # [H*K] -> [H, K]
+    "heads_out": lambda w, c: w.T.reshape(c.num_heads, -1, w.shape[0]),                  # [D, H*K] -> [H, K, D]
+}
+TO_HF = {
+    "copy": lambda w, c: w,
+    "linear": lambda w, c: w.T,
+    "heads_in": lambda w, c: w.reshape(w.shape[0], -1).T,
+    "heads_bias": lambda w, c: w.reshape(-1),
+    "heads_out": lambda w, c: w.reshape(-1, w.shape[-1]).T,
+}
