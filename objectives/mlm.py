@@ -116,18 +116,28 @@ def mask_tokens(input_ids: np.ndarray,
         pos = np.pad(pos, ((0, 0), (0, P - pos.shape[1])), constant_values=L)
     valid = pos < L  # [B, P]
     pos = np.where(valid, pos, 0).astype(np.int32)
-    labels = np.where(valid, np.take_along_axis(ids, pos, axis=1), 0).astype(np.int32)
-
     # 80/10/10 per selected token, drawn on [B, P] only.
-    u = rng.random((B, P))
-    random_ids = rng.integers(0, vocab_size, (B, P))
+    out, labels = replace_selected(ids, pos, valid, rng.random((B, P)), rng, vocab_size=vocab_size, mask_id=mask_id,
+                                   replace_with_mask=replace_with_mask, replace_with_random=replace_with_random)
+    return {"input_ids": out, "masked_lm_positions": pos, "masked_lm_ids": labels,
+            "masked_lm_weights": valid.astype(np.float32)}
+
+
+def replace_selected(ids: np.ndarray, pos: np.ndarray, valid: np.ndarray, u: np.ndarray, rng: np.random.Generator,
+                     *, vocab_size: int, mask_id: int, replace_with_mask: float, replace_with_random: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """BERT's corruption of the selected tokens: ids [B, L], positions pos [B, P] (valid [B, P]),
+    u [B, P] uniform in [0, 1): u < replace_with_mask -> [MASK], then replace_with_random -> a random
+    id, else unchanged. Returns (corrupted copy of ids [B, L] int32, original ids at pos [B, P], 0 on
+    invalid slots). SpanBERT passes one u per span, repeated over its tokens."""
+    labels = np.where(valid, np.take_along_axis(ids, pos, axis=1), 0).astype(np.int32)
+    random_ids = rng.integers(0, vocab_size, pos.shape)
     new = np.where(u < replace_with_mask, mask_id,
                    np.where(u < replace_with_mask + replace_with_random, random_ids, labels))
     out = np.array(ids, dtype=np.int32)  # a copy: the caller's batch is never mutated
     r, c = np.nonzero(valid)
     out[r, pos[r, c]] = new[r, c]
-    return {"input_ids": out, "masked_lm_positions": pos, "masked_lm_ids": labels,
-            "masked_lm_weights": valid.astype(np.float32)}
+    return out, labels
 
 
 def mlm_loss(logits: jax.Array, target_ids: jax.Array, weights: jax.Array,

@@ -184,14 +184,9 @@ def mask_spans(input_ids: np.ndarray,
     def at_slots(x: np.ndarray) -> np.ndarray:  # [B, L] -> [B, P], 0 on padding slots
         return np.where(valid, np.take_along_axis(x, pos, axis=1), 0)
 
-    labels = at_slots(ids)
-    u = np.take_along_axis(treatment, pos, axis=1)
-    random_ids = rng.integers(0, vocab_size, (B, P))
-    new = np.where(u < replace_with_mask, mask_id,
-                   np.where(u < replace_with_mask + replace_with_random, random_ids, labels))
-    out = np.array(ids, dtype=np.int32)        # a copy: the caller's batch is never mutated
-    r, c = np.nonzero(valid)
-    out[r, pos[r, c]] = new[r, c]
+    out, labels = mlm.replace_selected(  # the span's one draw, shared by its tokens
+        ids, pos, valid, np.take_along_axis(treatment, pos, axis=1), rng, vocab_size=vocab_size, mask_id=mask_id,
+        replace_with_mask=replace_with_mask, replace_with_random=replace_with_random)
     return {"input_ids": out, "masked_lm_positions": pos.astype(np.int32),
             "masked_lm_ids": labels.astype(np.int32), "masked_lm_weights": valid.astype(np.float32),
             "span_left_boundary": at_slots(left).astype(np.int32),
