@@ -9,7 +9,7 @@ GLUE_DIR ?= ../shared/data/glue
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast test-slow bench bench-glue bench-glue-quick clean
+.PHONY: demo demo-t5 test test-fast test-slow bench bench-glue bench-glue-quick clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,17 @@ demo: $(STAMP)
 	@echo "  resolved config     $(DEMO)/bert_tiny/config.json"
 	@echo "  loss plot           $(DEMO)/bert_tiny/loss.png"
 	@echo "  GLUE fine-tuning    $(DEMO)/glue/<task>/lr*_seed0/ (results.json, predictions/), table $(DEMO)/glue/table.json"
+
+# T5 on the same offline assets (run `make demo` first): span-corruption pretraining of a tiny
+# T5 1.0 on the demo corpus (its SentencePiece model + 100 sentinels), then SST-2 as text to text.
+demo-t5: $(STAMP)
+	@test -f $(DEMO)/tokenizer/spm.model || { echo "demo-t5: run make demo first (it builds $(DEMO)/corpus.txt and the tokenizer)"; exit 1; }
+	rm -rf $(DEMO)/t5_tiny $(DEMO)/t5_sst2
+	$(PY) -m pretrain.train --config=configs/t5.py:size=tiny --workdir=$(DEMO)/t5_tiny \
+	    --config.data.path=$(DEMO)/corpus.txt --config.tokenizer.path=$(DEMO)/tokenizer/spm.model
+	$(PY) -m pretrain.finetune --config=configs/glue.py:task=sst2,model=t5 --workdir=$(DEMO)/t5_sst2 \
+	    --config.init=$(DEMO)/t5_tiny --config.data.glue_dir="$(GLUE_DIR)" --config.data.max_train_examples=8000 \
+	    --config.data.max_seq_length=128 --config.optimizer.learning_rate=0.01 --config.write_test_predictions=false
 
 # Every test, the slow end-to-end ones included (what CI runs).
 test: $(STAMP)
