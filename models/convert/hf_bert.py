@@ -15,7 +15,7 @@ import numpy as np
 from absl import logging
 
 from models.bert import BertConfig
-from models.convert.layouts import TO_HF, TO_OURS
+from models.convert.layouts import TO_HF, place_tensor
 from pretrain.errors import UserError
 
 # config.json key -> BertConfig field
@@ -97,16 +97,8 @@ def bert_params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *, so
         if section != "bert" and (_OPTIONAL[section] not in sd or (section == "nsp_head" and not config.next_sentence)):
             continue
         for name, path, layout, shape in entries:
-            if name not in sd:
-                raise UserError(f"{source} has no tensor {name!r} (is it a BERT checkpoint with {config.num_layers} "
-                                "layers? check config.json)")
-            if sd[name].shape != shape:
-                raise UserError(f"{source}: tensor {name!r} has shape {list(sd[name].shape)}, config.json implies "
-                                f"{list(shape)} (config and weights disagree)")
-            node = params
-            for key in path[:-1]:
-                node = node.setdefault(key, {})
-            node[path[-1]] = TO_OURS[layout](sd[name], config)
+            place_tensor(params, sd, name, path, layout, shape, config, source=source,
+                         missing_hint=f"is it a BERT checkpoint with {config.num_layers} layers? check config.json")
     decoder = sd.get("cls.predictions.decoder.weight")
     tied = decoder is None or np.array_equal(decoder, sd["embeddings.word_embeddings.weight"])
     if "mlm_head" in params and not tied:

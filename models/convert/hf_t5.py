@@ -22,7 +22,7 @@ import flax.core.meta
 import numpy as np
 from absl import logging
 
-from models.convert.layouts import TO_HF, TO_OURS
+from models.convert.layouts import TO_HF, place_tensor
 from models.convert.hf_io import CONFIG, SAFETENSORS, SPIECE, check_export_target, read_weights, write_export
 from models.t5 import T5Config
 from pretrain.errors import UserError
@@ -124,17 +124,9 @@ def t5_params_from_hf(state_dict: Mapping[str, Any], config: T5Config, *, source
     params: dict = {}
     used = set()
     for name, path, layout, shape in _layout(config):
-        if sd.get(name) is None:
-            raise UserError(f"{source} has no tensor {name!r} (is it a T5 checkpoint with {config.num_encoder_layers}"
-                            f"+{config.num_decoder_layers} layers and feed_forward_proj={config.feed_forward!r}? "
-                            "check config.json)")
-        if sd[name].shape != shape:
-            raise UserError(f"{source}: tensor {name!r} has shape {list(sd[name].shape)}, config.json implies "
-                            f"{list(shape)} (config and weights disagree)")
-        node = params
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = TO_OURS[layout](sd[name], config)
+        place_tensor(params, sd, name, path, layout, shape, config, source=source,
+                     missing_hint=f"is it a T5 checkpoint with {config.num_encoder_layers}+{config.num_decoder_layers} "
+                                  f"layers and feed_forward_proj={config.feed_forward!r}? check config.json")
         used.add(name)
     unused = sorted(set(sd) - used - set(_REDUNDANT) - {"lm_head.weight"})
     if unused:

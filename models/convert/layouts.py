@@ -2,6 +2,8 @@
 [H*K] head dimensions against our [in, out] kernels with separate [H, K] axes."""
 from __future__ import annotations
 
+from pretrain.errors import UserError
+
 # Ours <- HF and HF <- ours for each layout; c is the model config (heads H = c.num_heads).
 TO_OURS = {
     "copy": lambda w, c: w,
@@ -17,3 +19,17 @@ TO_HF = {
     "heads_bias": lambda w, c: w.reshape(-1),
     "heads_out": lambda w, c: w.reshape(-1, w.shape[-1]).T,
 }
+
+
+def place_tensor(params: dict, state_dict: dict, name: str, path: tuple[str, ...], layout: str,
+                 shape: tuple[int, ...], config, *, source: str, missing_hint: str) -> None:
+    """params[path] = state_dict[name] in our layout, after checking it exists with the expected shape."""
+    if state_dict.get(name) is None:
+        raise UserError(f"{source} has no tensor {name!r} ({missing_hint})")
+    if state_dict[name].shape != shape:
+        raise UserError(f"{source}: tensor {name!r} has shape {list(state_dict[name].shape)}, config.json implies "
+                        f"{list(shape)} (config and weights disagree)")
+    node = params
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = TO_OURS[layout](state_dict[name], config)
