@@ -1,7 +1,9 @@
-"""The fine-tuning loop: GLUE task data, a BERT with a task head, epochs with dev evaluation.
+"""The fine-tuning loop: GLUE task data, a pretrained model, epochs with dev evaluation.
 
+The model family (pretrain/finetune_families.py: BERT + a task head, or T5 text to text) says how
+examples become batches, what trains and how predictions become labels; the loop is shared.
 `finetune(config, workdir)` reads top to bottom: the init checkpoint and its tokenizer, the task's
-splits, the model and sharded state (pretrained encoder + fresh head), the optimizer with the
+splits, the model and sharded state (pretrained weights + a fresh head), the optimizer with the
 freezing strategy, then epochs of `trainer.train_step` (the pretraining step, shared) with a dev
 evaluation after each. The best epoch by the task's main metric is the one checkpoint kept; its
 dev and test predictions and DIR/results.json are written at the end.
