@@ -25,4 +25,7 @@ def build_model(config: ml_collections.ConfigDict) -> nn.Module:
     if config.name == "t5":
         from models import t5
         return t5.T5(config_dataclass(t5.T5Config, fields, "t5"))
-    raise ValueError(f"config.model.name={config.name!r} is unknown; available: 'bert', 't5'")
+    if config.name == "gpt":
+        from models import gpt
+        return gpt.GPT(config_dataclass(gpt.GPTConfig, fields, "gpt"))
+    raise ValueError(f"config.model.name={config.name!r} is unknown; available: 'bert', 't5', 'gpt'")

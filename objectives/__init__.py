@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ml_collections
 
-NAMES = ("bert_pretraining", "spanbert", "span_corruption", "encoder_decoder_denoising")
+NAMES = ("bert_pretraining", "spanbert", "span_corruption", "encoder_decoder_denoising", "causal_lm", "prefix_lm")
 
 
 def build_objective(config: ml_collections.ConfigDict, tokenizer):
@@ -16,4 +16,10 @@ def build_objective(config: ml_collections.ConfigDict, tokenizer):
     if config.name in ("span_corruption", "encoder_decoder_denoising"):  # mode: span_corruption | prefix_lm | iid
         from objectives.denoising import EncoderDecoderDenoising
         return EncoderDecoderDenoising(config, tokenizer)
+    if config.name == "causal_lm":
+        from objectives.causal_lm import CausalLM
+        return CausalLM(config, tokenizer)
+    if config.name == "prefix_lm":  # decoder-only; T5's is encoder_decoder_denoising with mode=prefix_lm
+        from objectives.prefix_lm import PrefixLM
+        return PrefixLM(config, tokenizer)
     raise ValueError(f"config.objective.name={config.name!r} is unknown; available: {', '.join(NAMES)}")

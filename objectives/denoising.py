@@ -31,6 +31,7 @@ import ml_collections
 import numpy as np
 
 from objectives import span_corruption as sc
+from objectives.losses import token_cross_entropy
 from pretrain.data import packing
 from pretrain.data.sources import CorpusError
 from pretrain.errors import UserError
@@ -233,16 +234,7 @@ def denoising_loss(logits: jax.Array, batch: dict[str, jax.Array], z_loss: float
     logits: [B, L_dec, V] (computed in float32). Returns (loss, {'loss', 'cross_entropy', 'z_loss',
     'accuracy', 'tokens'}); 'tokens' counts real encoder + decoder tokens, for tokens/s.
     """
-    logits = logits.astype(jnp.float32)
-    targets = batch["decoder_target_ids"]
-    weights = batch["decoder_loss_weights"].astype(jnp.float32)
-    log_z = jax.nn.logsumexp(logits, axis=-1)  # [B, L_dec]
-    target_logit = jnp.take_along_axis(logits, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
-    denom = jnp.maximum(weights.sum(), 1.0)  # an all-padding batch gives 0, not NaN
-    cross_entropy = ((log_z - target_logit) * weights).sum() / denom
-    z_term = z_loss * (jnp.square(log_z) * weights).sum() / denom
-    loss = cross_entropy + z_term
-    accuracy = ((jnp.argmax(logits, axis=-1) == targets) * weights).sum() / denom
+    metrics = token_cross_entropy(logits, batch["decoder_target_ids"], batch["decoder_loss_weights"], z_loss)
+    loss = metrics["cross_entropy"] + metrics["z_loss"]
     tokens = ((batch["encoder_segment_ids"] > 0).sum() + (batch["decoder_segment_ids"] > 0).sum())
-    return loss, {"loss": loss, "cross_entropy": cross_entropy, "z_loss": z_term, "accuracy": accuracy,
-                  "tokens": tokens.astype(jnp.float32)}
+    return loss, {**metrics, "loss": loss, "tokens": tokens.astype(jnp.float32)}

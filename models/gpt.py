@@ -1,0 +1,191 @@
+"""GPT-2 (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners"): a decoder-only LM.
+
+As OpenAI's released model and Hugging Face's GPT2LMHeadModel: learned position embeddings added to
+the token embeddings, pre-LayerNorm blocks x += Attn(LN(x)); x += MLP(LN(x)) (Section 2.3: "layer
+normalization was moved to the input of each sub-block ... an additional layer normalization was
+added after the final self-attention block"), causal self-attention with biases scaled by
+1/sqrt(head_dim), a GELU MLP of width 4 * d_model with GELU's tanh approximation (HF's "gelu_new",
+as OpenAI's TensorFlow code), and the output layer tied to the token embedding. Dropout as GPT-2's
+embd_pdrop / resid_pdrop (`dropout_rate`: after the embeddings and on each sub-block's output) and
+attn_pdrop (`attention_dropout_rate`: on the attention probabilities). Initialisation: N(0, 0.02)
+everywhere and N(0, 0.02 / sqrt(2 * num_layers)) for the two output projections of each block that
+write into the residual stream (Section 2.3; HF's _init_weights, nanoGPT's c_proj).
+
+Batches (the project's decoder-only contract): packed rows with segment ids (0 = padding,
+1..n = packed documents) and positions restarting at 0 per document; attention is causal AND within
+one nonzero segment. Prefix LM (Raffel et al. 2020, Section 3.2.1; Liu et al. 2018): tokens of a
+row's prefix (`prefix_lengths` [B] or `bidirectional_mask` [B, L]) attend to each other
+bidirectionally; every other pair stays causal. Incremental decoding: `init_cache` and
+`make_tokens_to_logits` at the bottom (the interface of models/decoding.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from models import layers
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 50257
+    n_positions: int = 1024               # the largest position embedded (GPT-2's context)
+    d_model: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    d_ff: int = 3072                      # 4 * d_model in every GPT-2
+    dropout_rate: float = 0.1             # embd_pdrop = resid_pdrop
+    attention_dropout_rate: float = 0.1   # attn_pdrop
+    layer_norm_eps: float = 1e-5
+    initializer_range: float = 0.02
+    dtype: str = "float32"                # compute dtype (activations): float32 | bfloat16
+    param_dtype: str = "float32"          # storage dtype of the weights
+
+    def __post_init__(self):
+        if self.d_model % self.num_heads:
+            raise ValueError(f"GPTConfig.d_model={self.d_model} must be a multiple of num_heads={self.num_heads}")
+
+    @property
+    def kwargs(self) -> dict:
+        return dict(dtype=jnp.dtype(self.dtype), param_dtype=jnp.dtype(self.param_dtype))
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def init(self, residual_output: bool = False) -> layers.Initializer:
+        """N(0, initializer_range); the projections into the residual stream are scaled by 1/sqrt(2 * layers)."""
+        scale = 1 / math.sqrt(2 * self.num_layers) if residual_output else 1.0
+        return nn.initializers.normal(self.initializer_range * scale)
+
+
+class GPTBlock(nn.Module):
+    """Pre-LN block: x += Drop(Attn(LN(x))); x += Drop(MLP(LN(x)))."""
+    config: GPTConfig
+
+    @nn.compact
+    def __call__(self, x: jax.Array,              # [B, L, D]
+                 mask: jax.Array | None,          # [B|1, 1, L, L] (None in decode: the cache masks)
+                 deterministic: bool = True, decode: bool = False) -> jax.Array:
+        c = self.config
+        dropout = nn.Dropout(c.dropout_rate)
+        h = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)(x)
+        h = layers.MultiHeadAttention(c.num_heads, c.head_dim, dropout_rate=c.attention_dropout_rate,
+                                      kernel_init=c.init(), out_kernel_init=c.init(residual_output=True),
+                                      name="attention", **c.kwargs)(h, mask=mask, deterministic=deterministic,
+                                                                    decode=decode)
+        x = x + dropout(h, deterministic=deterministic)
+        h = layers.LayerNorm(c.layer_norm_eps, name="mlp_norm", **c.kwargs)(x)
+        # GPT-2 drops out the MLP's output (resid_pdrop), not its hidden activations: MLP dropout stays 0.
+        h = layers.MLP(c.d_ff, layers.tanh_gelu, kernel_init=c.init(), output_kernel_init=c.init(residual_output=True),
+                       name="mlp", **c.kwargs)(h)
+        return x + dropout(h, deterministic=deterministic)
+
+
+class GPT(nn.Module):
+    """GPT2LMHeadModel: token ids -> next-token logits."""
+    config: GPTConfig
+
+    def setup(self):
+        c = self.config
+        self.token_embedding = layers.Embed(c.vocab_size, c.d_model, "vocab", c.init(), **c.kwargs)
+        self.position_embedding = layers.Embed(c.n_positions, c.d_model, "positions", c.init(), **c.kwargs)
+        self.blocks = [GPTBlock(c, name=f"layer_{i}") for i in range(c.num_layers)]
+        self.final_norm = layers.LayerNorm(c.layer_norm_eps, **c.kwargs)
+        self.dropout = nn.Dropout(c.dropout_rate)
+        self.decode_position = DecodePosition()
+
+    def __call__(self, input_ids: jax.Array,                     # [B, L] int
+                 segment_ids: jax.Array | None = None,           # [B, L]: 0 = padding, 1..n = packed documents
+                 positions: jax.Array | None = None,             # [B, L]: restart at 0 per document
+                 prefix_lengths: jax.Array | None = None,        # [B]: the first n tokens of a row are its prefix
+                 bidirectional_mask: jax.Array | None = None,    # [B, L] bool: True = inside a prefix
+                 deterministic: bool = True, decode: bool = False) -> dict[str, jax.Array]:
+        """-> {"logits": [B, L, V] float32}. decode=True: one token per call ([B, 1]) against the 'cache'
+        collection (build it with `init_cache`); the cache keeps each row's position, so segment ids,
+        positions and prefixes must be None (prefill a prefix-LM prompt is not supported)."""
+        if decode:
+            if any(a is not None for a in (segment_ids, positions, prefix_lengths, bidirectional_mask)):
+                raise ValueError("decode=True decodes one causal document per row: pass no segment ids, positions, "
+                                 "prefix_lengths or bidirectional_mask")
+            positions, mask = self.decode_position(input_ids), None
+        else:
+            positions = jnp.arange(input_ids.shape[1])[None] if positions is None else positions
+            mask = attention_mask(input_ids.shape[1], segment_ids, prefix_lengths, bidirectional_mask)
+        x = self.token_embedding(input_ids) + self.position_embedding(positions)
+        x = self.dropout(x, deterministic=deterministic)
+        for block in self.blocks:
+            x = block(x, mask, deterministic=deterministic, decode=decode)
+        logits = self.token_embedding.attend(self.final_norm(x))   # tied output layer (GPT-2)
+        return {"logits": logits.astype(jnp.float32)}
+
+
+class DecodePosition(nn.Module):
+    """The position of each row's next token in incremental decoding, kept in the 'cache' collection with
+    a leading batch axis (so beam search gathers it). The sizing call (ids [B, max_length]) gets
+    0..max_length-1 and stores nothing; each later call is the token at the row's current position,
+    which then advances."""
+
+    @nn.compact
+    def __call__(self, input_ids: jax.Array) -> jax.Array:  # [B, L] -> [B|1, L] positions
+        initialized = self.has_variable("cache", "position")
+        position = self.variable("cache", "position", lambda: jnp.zeros(input_ids.shape[:1], jnp.int32))
+        if not initialized:
+            return jnp.arange(input_ids.shape[1])[None]
+        current = position.value
+        position.value = current + 1
+        return current[:, None]
+
+
+def attention_mask(length: int, segment_ids: jax.Array | None = None, prefix_lengths: jax.Array | None = None,
+                   bidirectional_mask: jax.Array | None = None) -> jax.Array:
+    """[B|1, 1, L, L] bool, True = may attend: causal, or both tokens inside the row's prefix; and, with
+    segment ids, within the same nonzero segment (so a prefix never reaches into another document)."""
+    if prefix_lengths is not None and bidirectional_mask is not None:
+        raise ValueError("give prefix_lengths or bidirectional_mask, not both (they say the same thing)")
+    mask = layers.causal_mask(length)
+    if prefix_lengths is not None:
+        bidirectional_mask = jnp.arange(length)[None, :] < jnp.asarray(prefix_lengths)[:, None]
+    if bidirectional_mask is not None:
+        mask = mask | (bidirectional_mask[:, None, :, None] & bidirectional_mask[:, None, None, :])
+    if segment_ids is not None:
+        mask = mask & layers.segment_mask(segment_ids, segment_ids)
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------
+# Incremental decoding (the interface of models/decoding.py).
+# ---------------------------------------------------------------------------------------------
+def init_cache(model: GPT, params, batch_size: int, max_length: int) -> dict:
+    """An empty cache for `batch_size` rows of up to `max_length` tokens (prompt included); every leaf has
+    a leading batch axis. One sizing pass on zeros, compiled once per model and shape."""
+    if max_length > model.config.n_positions:
+        raise ValueError(f"max_length={max_length} exceeds the model's n_positions={model.config.n_positions} "
+                         "(generate fewer tokens or shorten the prompt)")
+    return _sizing_pass(model, params, batch_size, max_length)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2, 3))
+def _sizing_pass(model: GPT, params, batch_size: int, max_length: int) -> dict:
+    _, variables = model.apply({"params": params}, jnp.zeros((batch_size, max_length), jnp.int32), decode=True,
+                               mutable=["cache"])
+    return variables["cache"]
+
+
+def make_tokens_to_logits(model: GPT, params):
+    """-> tokens_to_logits(token_ids [B, 1] int32, cache, step) -> (logits [B, V] float32, new cache).
+
+    `step` is not needed (the cache keeps each row's position); it is accepted for models/decoding.py.
+    For a prompt, see decoding.split_prompts: its first token is the start token, the rest is forced.
+    """
+    def tokens_to_logits(token_ids: jax.Array, cache, step):
+        del step
+        outputs, variables = model.apply({"params": params, "cache": cache}, token_ids, decode=True,
+                                         mutable=["cache"])
+        return outputs["logits"][:, 0], variables["cache"]
+    return tokens_to_logits
