@@ -11,7 +11,6 @@ that differs from it is refused: our GPT ties them).
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -20,7 +19,7 @@ import flax.core.meta
 import numpy as np
 from absl import logging
 
-from models.convert.hf_io import CONFIG, SAFETENSORS, check_export_target, read_weights, write_export
+from models.convert.hf_io import check_export_target, read_hf_config, read_weights, write_export
 from models.convert.layouts import TO_HF, place_tensor
 from models.gpt import GPTConfig
 from pretrain.errors import UserError
@@ -175,18 +174,7 @@ def load_hf_gpt2(directory: str) -> tuple[GPTConfig, dict]:
     """A Hugging Face GPT-2 directory (config.json + model.safetensors or pytorch_model.bin) ->
     (GPTConfig, our params as numpy arrays)."""
     directory = os.path.expanduser(directory)
-    config_path = os.path.join(directory, CONFIG)
-    if not os.path.isfile(config_path):
-        raise UserError(f"{config_path} not found (give a Hugging Face GPT-2 directory with {CONFIG} and "
-                        f"{SAFETENSORS}, as save_pretrained writes)")
-    try:
-        with open(config_path) as f:
-            hf_config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {config_path}: {e} (it must be a JSON object)") from None
-    model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
-    if model_type != "gpt2":
-        raise UserError(f"{config_path}: model_type={model_type!r}, only 'gpt2' checkpoints can be loaded here")
+    hf_config, config_path = read_hf_config(directory, "gpt2", "GPT-2")
     state_dict, weights_path = read_weights(directory)
     config = hf_config_to_gpt(hf_config, source=config_path)
     return config, gpt_params_from_hf(state_dict, config, source=weights_path)

@@ -58,6 +58,23 @@ def read_weights(directory: str) -> tuple[dict[str, np.ndarray], str]:
                     "save_pretrained, or give the directory that holds them)")
 
 
+def read_hf_config(directory: str, model_type: str, family: str) -> tuple[dict, str]:
+    """directory/config.json of a `model_type` checkpoint -> (the dict, its path); one-line errors."""
+    config_path = os.path.join(directory, CONFIG)
+    if not os.path.isfile(config_path):
+        raise UserError(f"{config_path} not found (give a Hugging Face {family} directory with {CONFIG} and "
+                        f"{SAFETENSORS}, as save_pretrained writes)")
+    try:
+        with open(config_path) as f:
+            hf_config = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {config_path}: {e} (it must be a JSON object)") from None
+    found = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+    if found != model_type:
+        raise UserError(f"{config_path}: model_type={found!r}, only {model_type!r} checkpoints can be loaded here")
+    return hf_config, config_path
+
+
 def load_hf_bert(directory: str) -> tuple[BertConfig, dict]:
     """A Hugging Face BERT directory -> (BertConfig, our params as numpy arrays).
 

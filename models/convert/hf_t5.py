@@ -12,7 +12,6 @@ becomes our untied model with lm_head = a copy of the embedding: the same functi
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Mapping
@@ -23,7 +22,7 @@ import numpy as np
 from absl import logging
 
 from models.convert.layouts import TO_HF, place_tensor
-from models.convert.hf_io import CONFIG, SAFETENSORS, SPIECE, check_export_target, read_weights, write_export
+from models.convert.hf_io import SPIECE, check_export_target, read_hf_config, read_weights, write_export
 from models.t5 import T5Config
 from pretrain.errors import UserError
 
@@ -153,18 +152,7 @@ def hf_state_dict_from_t5(params: dict, config: T5Config) -> dict[str, np.ndarra
 def load_hf_t5(directory: str) -> tuple[T5Config, dict]:
     """A Hugging Face T5ForConditionalGeneration directory -> (T5Config, our params as numpy arrays)."""
     directory = os.path.expanduser(directory)
-    config_path = os.path.join(directory, CONFIG)
-    if not os.path.isfile(config_path):
-        raise UserError(f"{config_path} not found (give a Hugging Face T5 directory with {CONFIG} and "
-                        f"{SAFETENSORS}, as save_pretrained writes)")
-    try:
-        with open(config_path) as f:
-            hf_config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {config_path}: {e} (it must be a JSON object)") from None
-    model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
-    if model_type != "t5":
-        raise UserError(f"{config_path}: model_type={model_type!r}, only 't5' checkpoints can be loaded here")
+    hf_config, config_path = read_hf_config(directory, "t5", "T5")
     state_dict, weights_path = read_weights(directory)
     config = hf_config_to_t5(hf_config, untied_lm_head=has_untied_lm_head(state_dict), source=config_path)
     return config, t5_params_from_hf(state_dict, config, source=weights_path)
