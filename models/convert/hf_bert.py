@@ -15,7 +15,7 @@ import numpy as np
 from absl import logging
 
 from models.bert import BertConfig
-from models.convert.layouts import TO_HF, place_tensor
+from models.convert.layouts import lookup, place_tensor, take_tensor
 from pretrain.errors import UserError
 
 # config.json key -> BertConfig field
@@ -119,15 +119,9 @@ def hf_state_dict_from_bert(params: dict, config: BertConfig, prefix: str = "ber
     state_dict = {}
     for section, entries in _layout(config).items():
         for name, path, layout, _ in entries:
-            node = params
-            for key in path:
-                node = node.get(key) if isinstance(node, Mapping) else None
-            if node is None and section == "bert":
-                raise UserError(f"parameter {'/'.join(path)} is missing from the params to export "
-                                "(pass the whole tree, e.g. state.params)")
-            if node is not None:
+            if section == "bert" or lookup(params, path) is not None:  # the heads are optional
                 hf = name if name.startswith("cls.") else prefix + name
-                state_dict[hf] = np.ascontiguousarray(TO_HF[layout](np.asarray(node, np.float32), config))
+                state_dict[hf] = take_tensor(params, path, layout, config)
     if "cls.predictions.bias" in state_dict:
         state_dict["cls.predictions.decoder.weight"] = state_dict[f"{prefix}embeddings.word_embeddings.weight"].copy()
         state_dict["cls.predictions.decoder.bias"] = state_dict["cls.predictions.bias"].copy()

@@ -20,7 +20,7 @@ import numpy as np
 from absl import logging
 
 from models.convert.hf_io import check_export_target, read_hf_config, read_weights, write_export
-from models.convert.layouts import TO_HF, place_tensor
+from models.convert.layouts import place_tensor, take_tensor
 from models.gpt import GPTConfig
 from pretrain.errors import UserError
 
@@ -150,13 +150,7 @@ def hf_state_dict_from_gpt(params: dict, config: GPTConfig) -> dict[str, np.ndar
     params = flax.core.meta.unbox(params)  # accept trees straight from model.init (nn.Partitioned boxes)
     linear = {}
     for name, path, layout, _ in _layout(config):
-        node = params
-        for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        if node is None:
-            raise UserError(f"parameter {'/'.join(path)} is missing from the params to export (pass the whole "
-                            "tree, e.g. state.params, with the config it was trained with)")
-        linear[name] = TO_HF[layout](np.asarray(node, np.float32), config)
+        linear[name] = take_tensor(params, path, layout, config)
     for i in range(config.num_layers):
         for kind in ("weight", "bias"):
             thirds = [linear.pop(f"h.{i}.attn.c_attn.{part}.{kind}") for part in QKV]

@@ -21,7 +21,7 @@ import flax.core.meta
 import numpy as np
 from absl import logging
 
-from models.convert.layouts import TO_HF, place_tensor
+from models.convert.layouts import place_tensor, take_tensor
 from models.convert.hf_io import SPIECE, check_export_target, read_hf_config, read_weights, write_export
 from models.t5 import T5Config
 from pretrain.errors import UserError
@@ -139,13 +139,7 @@ def hf_state_dict_from_t5(params: dict, config: T5Config) -> dict[str, np.ndarra
     params = flax.core.meta.unbox(params)  # accept trees straight from model.init (nn.Partitioned boxes)
     state_dict = {}
     for name, path, layout, _ in _layout(config):
-        node = params
-        for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        if node is None:
-            raise UserError(f"parameter {'/'.join(path)} is missing from the params to export (pass the whole "
-                            "tree, e.g. state.params, with the config it was trained with)")
-        state_dict[name] = np.ascontiguousarray(TO_HF[layout](np.asarray(node, np.float32), config))
+        state_dict[name] = take_tensor(params, path, layout, config)
     return state_dict
 
 

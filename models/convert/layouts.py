@@ -2,6 +2,10 @@
 [H*K] head dimensions against our [in, out] kernels with separate [H, K] axes."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
+
 from pretrain.errors import UserError
 
 # Ours <- HF and HF <- ours for each layout; c is the model config (heads H = c.num_heads).
@@ -33,3 +37,20 @@ def place_tensor(params: dict, state_dict: dict, name: str, path: tuple[str, ...
     for key in path[:-1]:
         node = node.setdefault(key, {})
     node[path[-1]] = TO_OURS[layout](state_dict[name], config)
+
+
+def lookup(params: dict, path: tuple[str, ...]):
+    """params[path[0]][path[1]]...; None where a key is missing."""
+    node = params
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def take_tensor(params: dict, path: tuple[str, ...], layout: str, config) -> np.ndarray:
+    """Our parameter at `path` in Hugging Face's layout, float32; one-line error when it is missing."""
+    node = lookup(params, path)
+    if node is None:
+        raise UserError(f"parameter {'/'.join(path)} is missing from the params to export (pass the whole "
+                        "tree, e.g. state.params, with the config it was trained with)")
+    return np.ascontiguousarray(TO_HF[layout](np.asarray(node, np.float32), config))
