@@ -20,7 +20,7 @@ Recipe for the GPT-2 sizes: nanoGPT's config/train_gpt2.py, which reproduces GPT
 OpenWebText (val loss ~2.85 after 600k steps, nanoGPT README): 480 sequences of 1024 tokens per step
 (12 x 5 x 8 GPUs, ~0.5M tokens), 600,000 steps (~300B tokens), AdamW lr 6e-4, b1 0.9, b2 0.95, eps 1e-8
 (torch's default), weight decay 0.1 on matrices and embeddings only, global-norm clipping 1.0, 2,000
-warmup steps, decay to min_lr 6e-5, dropout 0 (nanoGPT: "for pretraining 0 is good"). OpenWebText is
+warmup steps, cosine decay to min_lr 6e-5, dropout 0 (nanoGPT: "for pretraining 0 is good"). OpenWebText is
 not in TFDS: give its text files (one document per blank-line-separated block) in data.path.
 
 `nano_shakespeare_char`: nanoGPT's config/train_shakespeare_char.py: 6 layers, 6 heads, d_model 384,
@@ -29,15 +29,15 @@ block 256, dropout 0.2, batch 64, lr 1e-3, 5,000 steps decaying over lr_decay_it
 (nanoGPT README). `nano_shakespeare_char_cpu`: the README's CPU command (--block_size=64
 --batch_size=12 --n_layer=4 --n_head=4 --n_embd=128 --max_iters=2000 --lr_decay_iters=2000
 --dropout=0.0 --eval_iters=20 --log_interval=1): val loss 1.88 in about 3 minutes. Both read the
-1,115,394-character tinyshakespeare corpus with a character tokenizer of its 65 characters
-(nanoGPT's data/shakespeare_char/prepare.py: vocab size 65). nanoGPT holds out the last 10% of the
-characters; here the last 943 of the corpus's 7,222 blank-line-separated speeches (10.0% of them).
+1,115,394-character tinyshakespeare corpus verbatim (newlines included, data.source='raw_text') with
+a character tokenizer of its 65 characters (nanoGPT's data/shakespeare_char/prepare.py: vocab size
+65) and nanoGPT's split: the first 90% of the characters train, the last 10% evaluate.
 Parameter counts: 10,770,816 and 809,856; nanoGPT prints 10.65M and 0.80M because it leaves out the
 position embeddings and trains with bias=False (no biases in the linear layers and LayerNorms).
 
-Known differences from nanoGPT: it decays the learning rate by a cosine to min_lr; pretrain/state.py
-has no cosine schedule yet, so these configs decay linearly to the same min_lr over the same steps.
-The shakespeare models keep GPT-2's biases (models/layers.py's LayerNorm always has one).
+Known differences from nanoGPT: batches are windows of block_size + 1 characters on a grid that
+starts every block_size characters, shuffled once per data epoch (nanoGPT draws random offsets);
+the shakespeare models keep GPT-2's biases (as GPT2LMHeadModel, the benchmark's reference).
 """
 import ml_collections
 
@@ -59,8 +59,8 @@ RECIPES = {  # size -> flattened overrides of the GPT-2 recipe below
         "checkpoint_every": 250,
         "optimizer.learning_rate": 1e-3, "optimizer.end_learning_rate": 1e-4, "optimizer.warmup_steps": 100,
         "optimizer.b2": 0.99, "model.dropout_rate": 0.2, "model.attention_dropout_rate": 0.2,
-        "data.source": "text", "data.path": SHAKESPEARE, "data.eval_documents": 943,
-        "tokenizer.kind": "char", "tokenizer.path": "",
+        "data.source": "raw_text", "data.path": SHAKESPEARE, "data.eval_fraction": 0.1,
+        "tokenizer.kind": "char", "tokenizer.path": SHAKESPEARE,
     },
 }
 RECIPES["nano_shakespeare_char_cpu"] = {  # nanoGPT README, "I only have a macbook"
@@ -90,7 +90,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         layer_norm_eps=1e-5, initializer_range=0.02, dtype="float32", param_dtype="float32"))
 
     c.optimizer.update(dict(
-        name="adamw", learning_rate=6e-4, end_learning_rate=6e-5, schedule="warmup_linear_decay",
+        name="adamw", learning_rate=6e-4, end_learning_rate=6e-5, schedule="warmup_cosine_decay",
         warmup_steps=2000, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1, grad_clip_norm=1.0))
 
     # objectives/causal_lm.py: documents joined into one stream cut into windows, as nanoGPT and GPT-2 train;
@@ -98,11 +98,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.objective = ml_collections.ConfigDict(dict(name="causal_lm", pack_documents=True, z_loss=0.0))
 
     c.data = ml_collections.ConfigDict(dict(
-        source="text",               # text | tfds
+        source="text",               # text (blank lines end documents) | raw_text (verbatim stream) | tfds
         path="",                     # text: file(s), globs, comma-separated
         tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",
         max_documents=0,             # 0 = all
         eval_documents=0,            # documents held out for evaluation (0 = no evaluation)
+        eval_fraction=0.0,           # raw_text: the stream's last fraction held out (nanoGPT: 0.1)
         max_seq_length=n_positions))  # nanoGPT's block_size: the model's context
 
     # GPT-2's byte-level BPE (vocab.json + merges.txt); the shakespeare sizes use one id per character.

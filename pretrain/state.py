@@ -23,7 +23,7 @@ from flax.training import train_state
 
 from pretrain.errors import UserError
 
-SCHEDULES = ("warmup_linear_decay", "constant", "rsqrt")
+SCHEDULES = ("warmup_linear_decay", "warmup_cosine_decay", "constant", "rsqrt")
 OPTIMIZERS = ("adamw", "adafactor")
 
 
@@ -33,7 +33,9 @@ class TrainState(train_state.TrainState):
 
 def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: int) -> optax.Schedule:
     """`warmup_linear_decay`: 0 -> peak over warmup_steps, then linear to end_learning_rate at
-    num_train_steps. `constant` after warmup is also available for short experiments.
+    num_train_steps. `warmup_cosine_decay`: the same warmup, then half a cosine from peak down to
+    end_learning_rate at num_train_steps (nanoGPT's get_lr; GPT-3, Brown et al. 2020, Appendix B).
+    `constant` after warmup is also available for short experiments.
     `rsqrt` (T5): learning_rate / sqrt(max(step, warmup_steps)), flat during the warmup; T5 pre-trains
     with learning_rate 1.0 and warmup_steps 10^4, i.e. 0.01 for 10^4 steps, then 1/sqrt(step)."""
     peak, warmup, total = config.learning_rate, config.warmup_steps, num_train_steps
@@ -43,6 +45,9 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: i
     warmup_fn = optax.linear_schedule(0.0, peak, max(warmup, 1))
     if config.schedule == "warmup_linear_decay":
         after = optax.linear_schedule(peak, config.end_learning_rate, max(total - warmup, 1))
+    elif config.schedule == "warmup_cosine_decay":
+        alpha = config.end_learning_rate / peak if peak else 0.0  # optax's floor is a fraction of the peak
+        after = optax.cosine_decay_schedule(peak, max(total - warmup, 1), alpha=alpha)
     elif config.schedule == "constant":
         after = optax.constant_schedule(peak)
     else:

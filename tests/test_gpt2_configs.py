@@ -6,6 +6,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 import torch
@@ -13,7 +14,8 @@ import transformers
 
 from configs import gpt2 as gpt2_configs
 from models.gpt import GPT, GPTConfig
-from pretrain.data.sources import read_text_corpus
+from pretrain.data.pipeline import load_documents
+from pretrain.data.tokenizers import load_tokenizer
 from pretrain.state import learning_rate_schedule, unbox
 
 # Released sizes as nanoGPT's README counts them (the GPT-2 paper's Table 2 miscounts: 117M, 345M, ...).
@@ -70,7 +72,8 @@ def test_gpt2_recipe_is_nanogpts():
     assert (o.name, o.learning_rate, o.b1, o.b2, o.eps, o.weight_decay, o.grad_clip_norm) == (
         "adamw", 6e-4, 0.9, 0.95, 1e-8, 0.1, 1.0)
     schedule = learning_rate_schedule(o, c.num_train_steps)
-    for step, expected in ((1000, 3e-4), (2000, 6e-4), (600_000, 6e-5)):
+    # linear warmup, then a cosine: halfway through the decay the rate is the mean of peak and floor
+    for step, expected in ((1000, 3e-4), (2000, 6e-4), (301_000, 3.3e-4), (600_000, 6e-5)):
         assert float(schedule(step)) == pytest.approx(expected, rel=1e-5)
 
 
@@ -89,20 +92,26 @@ def test_shakespeare_char_is_nanogpts(size, shape, batch, steps, dropout, eval_b
     assert (o.learning_rate, o.end_learning_rate, o.warmup_steps, o.b2) == (1e-3, 1e-4, 100, 0.99)
     schedule = learning_rate_schedule(o, c.num_train_steps)
     assert float(schedule(100)) == pytest.approx(1e-3) and float(schedule(steps)) == pytest.approx(1e-4)
-    assert (c.tokenizer.kind, c.data.source, c.objective.name) == ("char", "text", "causal_lm")
+    assert float(schedule(100 + (steps - 100) // 2)) == pytest.approx(5.5e-4, rel=1e-3)  # cosine midpoint
+    assert (c.tokenizer.kind, c.data.source, c.data.eval_fraction, c.objective.name) == (
+        "char", "raw_text", 0.1, "causal_lm")
 
 
-def test_shakespeare_corpus_has_65_characters_and_a_ten_percent_held_out_tail():
+def test_shakespeare_corpus_has_65_characters_and_nanogpts_ninety_ten_split():
     c = gpt2_configs.get_config("size=nano_shakespeare_char")
     path = os.path.join(REPO, c.data.path)
     if not os.path.isfile(path):
         pytest.skip(f"{path} is not here (the shared data sits beside the repository)")
     with open(path, encoding="utf-8") as f:
-        assert len(set(f.read())) == c.model.vocab_size == 65
-    documents = read_text_corpus(path)
-    characters = [sum(len(line) for line in doc) for doc in documents]
-    held_out = sum(characters[-c.data.eval_documents:]) / sum(characters)
-    assert len(documents) == 7222 and held_out == pytest.approx(0.10, abs=0.005)
+        text = f.read()
+    tokenizer = load_tokenizer(c.tokenizer.kind, path)
+    assert len(set(text)) == tokenizer.vocab_size == c.model.vocab_size == 65
+    data = ml_collections.ConfigDict(c.data.to_dict())
+    data.path = path
+    (train,), (held_out,) = load_documents(data, tokenizer)
+    n = len(text)  # nanoGPT's prepare.py: train_data = data[:int(n*0.9)], val_data = data[int(n*0.9):]
+    assert [len(s) for s in train] == [int(n * 0.9)] and [len(s) for s in held_out] == [n - int(n * 0.9)]
+    assert tokenizer.decode(held_out[0]) == text[int(n * 0.9):]  # verbatim, newlines included
 
 
 @pytest.mark.parametrize("arg,match", [("size=huge", "size"), ("layers=3", "layers")])

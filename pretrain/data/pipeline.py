@@ -21,7 +21,14 @@ from pretrain.data import sources, tokenizers
 
 def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
                    ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
-    """config.data -> (train, eval) tokenized documents; the last `eval_documents` are held out."""
+    """config.data -> (train, eval) tokenized documents; the last `eval_documents` are held out.
+
+    source 'raw_text' reads the files verbatim (newlines included) as one character stream, the way
+    nanoGPT prepares a corpus; `eval_fraction` holds out the stream's last characters (nanoGPT: 0.1),
+    and train and eval are then one document each.
+    """
+    if config.source == "raw_text":
+        return _raw_text_documents(config, tokenizer)
     if config.source == "text":
         if not config.path:
             raise sources.CorpusError("config.data.path is empty: give --config.data.path=FILE "
@@ -35,7 +42,7 @@ def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Toke
             config.tfds_name, split=config.tfds_split, data_dir=config.tfds_data_dir or None,
             text_key=config.text_key, max_documents=config.max_documents or None)
     else:
-        raise sources.CorpusError(f"config.data.source={config.source!r} is unknown; use 'text' or 'tfds'")
+        raise sources.CorpusError(f"config.data.source={config.source!r} is unknown; use 'text', 'raw_text' or 'tfds'")
     if config.max_documents:
         docs = docs[:config.max_documents]
     tokenized = sources.tokenize_documents(docs, tokenizer)
@@ -44,6 +51,21 @@ def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Toke
         raise sources.CorpusError(f"corpus has {len(tokenized)} documents, too few to hold out "
                                   f"config.data.eval_documents={n_eval}; lower it or add text")
     return (tokenized[:-n_eval], tokenized[-n_eval:]) if n_eval else (tokenized, [])
+
+
+def _raw_text_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
+                        ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
+    fraction = config.get("eval_fraction", 0.0)
+    if not 0.0 <= fraction < 1.0:
+        raise sources.CorpusError(f"config.data.eval_fraction={fraction} must be in [0, 1) (nanoGPT holds out 0.1)")
+    if config.get("eval_documents", 0):
+        raise sources.CorpusError("config.data.source='raw_text' is one stream: hold out text with "
+                                  "--config.data.eval_fraction, not --config.data.eval_documents")
+    text = sources.read_raw_text(config.path)
+    cut = int(len(text) * (1.0 - fraction))  # nanoGPT: train = data[:int(n * 0.9)], val = the rest
+    parts = [text[:cut], text[cut:]] if fraction else [text]
+    tokenized = [[np.asarray(ids, np.int32)] for ids in tokenizer.encode_batch(parts)]
+    return tokenized[0:1], tokenized[1:]
 
 
 class PretrainingData:

@@ -88,6 +88,18 @@ def read_text_corpus(paths: str | Sequence[str]) -> list[Document]:
     return documents
 
 
+def read_raw_text(paths: str | Sequence[str]) -> str:
+    """The files' text verbatim (newlines and blank lines kept), concatenated in the given order."""
+    files = _expand_paths(paths)
+    parts = []
+    for path in files:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            parts.append(f.read())
+    text = "".join(parts)
+    if not text:
+        raise CorpusError(f"corpus {', '.join(files)} is empty; check --config.data.path")
+    return text
+
 # ----------------------------------------------------------------------------------------------
 # TFDS datasets.
 

@@ -1,4 +1,4 @@
-"""One tokenizer interface over SentencePiece models and BERT WordPiece vocabularies.
+"""One tokenizer interface over SentencePiece models, BERT WordPiece vocabularies and character vocabularies.
 
 Objectives need more than `encode`: the ids of the specials ([CLS], [SEP], [MASK], pad, eos) to build
 and mask batches, the ids masking must never pick, and a per-id "starts a word" table so that
@@ -24,6 +24,7 @@ from pretrain.data.sources import CorpusError
 CLS, SEP, MASK, EOS = "[CLS]", "[SEP]", "[MASK]", "</s>"
 _SENTINEL = re.compile(r"<extra_id_(\d+)>")
 _SPM_WORD_PREFIX = "\u2581"  # '▁': SentencePiece marks a word's first piece with it
+KINDS = ("sentencepiece", "wordpiece", "char")
 _BRACKETED = re.compile(r"^\[[^\[\]]+\]$")  # [PAD], [unused17], ...: BERT vocab control tokens
 
 
@@ -266,8 +267,61 @@ class WordPieceTokenizer(Tokenizer):
         return self._tok.id_to_token(i)
 
 
+class CharTokenizer(Tokenizer):
+    """One id per character, the vocabulary being the sorted distinct characters of a text file: nanoGPT's
+    data/shakespeare_char/prepare.py (`chars = sorted(list(set(data)))`; tinyshakespeare gives 65).
+
+    There is no unknown id: a character outside the file is an error that names it. There is no padding
+    character either; `pad_id` is 0 (the first character) and only ever fills positions that the
+    objectives mask out by segment id / loss weight. No </s>: documents are joined without a separator.
+    """
+
+    def __init__(self, path: str, *, extra_ids: int = 0):
+        if not os.path.isfile(path):
+            raise CorpusError(f"char tokenizer: text file not found: {path} (its distinct characters are the "
+                              "vocabulary; give the training corpus in --config.tokenizer.path)")
+        with open(path, encoding="utf-8", errors="replace") as f:
+            self._chars = sorted(set(f.read()))
+        if not self._chars:
+            raise CorpusError(f"char tokenizer: {path} is empty; give the training corpus in --config.tokenizer.path")
+        self._index = {ch: i for i, ch in enumerate(self._chars)}
+        self._path, self._base_size = path, len(self._chars)
+        self.pad_id = 0
+        self._specials = {CLS: None, SEP: None, MASK: None, EOS: None}
+        self._finish(set(), np.ones(self._base_size, bool), extra_ids)
+
+    @property
+    def unk_id(self) -> int:
+        raise CorpusError(f"the char tokenizer of {self._path} has no unknown id (each character is in the vocabulary)")
+
+    @property
+    def eos_id(self) -> int:
+        raise CorpusError(f"the char tokenizer of {self._path} has no end-of-sequence id (nanoGPT's has none)")
+
+    def _encode_plain(self, texts: list[str]) -> list[list[int]]:
+        out = []
+        for text in texts:
+            try:
+                out.append([self._index[ch] for ch in text])
+            except KeyError:
+                missing = sorted(set(text) - set(self._index))
+                raise CorpusError(f"characters {''.join(missing)!r} are not in the char vocabulary of {self._path} "
+                                  "(build the vocabulary from a text that contains them)") from None
+        return out
+
+    def _decode_plain(self, ids: list[int]) -> str:
+        return "".join(self._chars[i] for i in ids)
+
+    def _decode_run(self, ids: list[int], after_sentinel: bool) -> str:
+        return self._decode_plain(ids)
+
+    def _piece(self, i: int) -> str:
+        return self._chars[i]
+
+
 def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: int = 0) -> Tokenizer:
-    """kind: 'sentencepiece' (a .model) or 'wordpiece' (a BERT vocab.txt or a directory with one).
+    """kind: 'sentencepiece' (a .model), 'wordpiece' (a BERT vocab.txt or a directory with one) or 'char'
+    (a text file whose distinct characters are the vocabulary; `lowercase` does not apply).
 
     `lowercase` lowercases text before encoding (uncased models; pass False for T5's cased model).
     A SentencePiece model trained by scripts/train_tokenizer.py with its default --lowercase already
@@ -285,6 +339,8 @@ def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: i
         return SentencePieceTokenizer(path, lowercase=lowercase, extra_ids=extra_ids)
     if kind == "wordpiece":
         return WordPieceTokenizer(path, lowercase=lowercase, extra_ids=extra_ids)
+    if kind == "char":
+        return CharTokenizer(path, extra_ids=extra_ids)
     raise CorpusError(
-        f"unknown tokenizer kind {kind!r} (use 'sentencepiece' or 'wordpiece' in --config.tokenizer.kind)"
+        f"unknown tokenizer kind {kind!r} (use one of {', '.join(KINDS)} in --config.tokenizer.kind)"
     )
