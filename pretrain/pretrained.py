@@ -1,8 +1,9 @@
 """Where fine-tuning starts from: a pretrain.train workdir (Orbax) or a Hugging Face directory.
 
-`load_pretrained(path)` returns the family (bert | t5), its architecture, the parameters the
-fine-tuning model starts from (BERT: the `bert` encoder subtree; T5: the whole model) and the
-tokenizer that goes with them, so that `--config.init=PATH` is all a user has to give.
+`load_pretrained(path)` returns the family (bert | t5 | gpt), its architecture, the parameters the
+fine-tuning model starts from (BERT: the `bert` encoder subtree; T5 and GPT: the whole model) and the
+tokenizer that goes with them, so that `--config.init=PATH` is all a user has to give. Generation,
+perplexity and few-shot evaluation (pretrain/generate.py, ...) load their model the same way.
 """
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from pretrain.errors import UserError
 
 @dataclasses.dataclass
 class Pretrained:
-    family: str                    # config.model.name of the checkpoint: 'bert' | 't5'
+    family: str                    # config.model.name of the checkpoint: 'bert' | 't5' | 'gpt'
     model: dict[str, Any]          # the family's config fields (architecture only)
-    params: dict                   # BERT: the `bert` subtree (embeddings, layer_i, pooler); T5: all
+    params: dict                   # BERT: the `bert` subtree (embeddings, layer_i, pooler); T5, GPT: all
     tokenizer: dict[str, Any]      # kind, path, lowercase (, extra_ids)
     source: str                    # 'orbax:<dir>/<step>' or 'huggingface:<dir>'
 
@@ -28,7 +29,7 @@ ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "in
                      "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
 # Training-time fields the fine-tuning config sets itself rather than inheriting.
 NOT_ARCHITECTURE = ("name", "dropout_rate", "attention_dropout_rate", "dtype", "param_dtype")
-FAMILIES = ("bert", "t5")
+FAMILIES = ("bert", "t5", "gpt")
 
 
 def _hf_model_type(path: str) -> str | None:
@@ -40,6 +41,13 @@ def _hf_model_type(path: str) -> str | None:
 
 
 def _load_hf(path: str, model_type: str) -> Pretrained:
+    if model_type == "gpt2":
+        from models.convert.hf_gpt2 import load_hf_gpt2
+        config, params = load_hf_gpt2(path)
+        model = {k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_ARCHITECTURE}
+        # GPT-2's byte-level BPE: vocab.json + merges.txt in the same directory, cased.
+        return Pretrained("gpt", model, params, dict(kind="gpt2_bpe", path=path, lowercase=False),
+                          f"huggingface:{path}")
     if model_type == "t5":
         from models.convert.hf_t5 import load_hf_t5
         config, params = load_hf_t5(path)
@@ -68,14 +76,15 @@ def _find_workdir(path: str) -> tuple[str, str]:
         if os.path.isfile(os.path.join(workdir, "config.json")) and os.path.isdir(ckpt):
             return workdir, ckpt
     raise UserError(f"--config.init={path} is neither a pretrain.train workdir (config.json + checkpoints/) "
-                    "nor a Hugging Face BERT directory (config.json + model.safetensors or pytorch_model.bin)")
+                    "nor a Hugging Face BERT, T5 or GPT-2 directory (config.json + model.safetensors or "
+                    "pytorch_model.bin)")
 
 
 def load_pretrained(path: str) -> Pretrained:
     path = os.path.abspath(os.path.expanduser(path))
     if not os.path.exists(path):
         raise UserError(f"--config.init={path} does not exist (give a pretrain.train workdir or a "
-                        "Hugging Face BERT directory)")
+                        "Hugging Face BERT, T5 or GPT-2 directory)")
     model_type = _hf_model_type(path)
     if model_type is not None:
         return _load_hf(path, model_type)
@@ -86,7 +95,7 @@ def load_pretrained(path: str) -> Pretrained:
     family = config.get("model", {}).get("name")
     if family not in FAMILIES:
         raise UserError(f"--config.init={path}: its config.json names model {family!r}; "
-                        f"fine-tuning starts from one of {FAMILIES}")
+                        f"a pretrained model is one of {FAMILIES}")
     params, step = checkpoints.restore_params(ckpt)
     # A relative tokenizer path is relative to where pretraining ran; --config.tokenizer.path overrides it.
     tokenizer = dict(config["tokenizer"])

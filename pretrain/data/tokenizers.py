@@ -318,6 +318,9 @@ class CharTokenizer(Tokenizer):
     def _piece(self, i: int) -> str:
         return self._chars[i]
 
+    def __repr__(self) -> str:
+        return f"CharTokenizer({self._path}, vocab_size={self.vocab_size}, extra_ids={self.num_extra_ids})"
+
 
 def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: int = 0) -> Tokenizer:
     """kind: 'sentencepiece' (a .model), 'wordpiece' (a BERT vocab.txt or a directory with one) or 'char'

@@ -1,0 +1,78 @@
+"""A trained decoder-only LM ready to use: load it, score text with it.
+
+`load_language_model(path)` takes what `--config.init` takes (a pretrain.train GPT workdir or a
+Hugging Face GPT-2 directory) and returns the module, its parameters and its tokenizer; generation
+(pretrain/generate.py), perplexity (pretrain/perplexity.py) and few-shot prompting
+(pretrain/fewshot.py) all start here. `next_token_log_probs` is the one scoring function they share.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models.gpt import GPT, GPTConfig
+from pretrain import pretrained
+from pretrain.data import tokenizers
+from pretrain.errors import UserError
+
+
+@dataclasses.dataclass
+class LanguageModel:
+    model: GPT
+    params: dict
+    tokenizer: tokenizers.Tokenizer
+    source: str                    # 'orbax:<dir>/<step>' or 'huggingface:<dir>'
+
+    @property
+    def config(self) -> GPTConfig:
+        return self.model.config
+
+
+def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "float32") -> LanguageModel:
+    """path: a GPT workdir (its latest checkpoint) or a Hugging Face GPT-2 directory. `tokenizer_path`
+    replaces the one the checkpoint names (a relative path there is relative to where it trained)."""
+    init = pretrained.load_pretrained(path)
+    if init.family != "gpt":
+        raise UserError(f"{path} holds a {init.family} model; this needs a decoder-only GPT "
+                        "(a configs/gpt2.py workdir or a Hugging Face GPT-2 directory)")
+    fields = {f.name for f in dataclasses.fields(GPTConfig)}
+    config = GPTConfig(**{k: v for k, v in init.model.items() if k in fields}, dropout_rate=0.0,
+                       attention_dropout_rate=0.0, dtype=dtype)
+    t = dict(init.tokenizer)
+    if tokenizer_path:
+        t["path"] = tokenizer_path
+    tokenizer = tokenizers.load_tokenizer(t["kind"], t["path"], lowercase=t.get("lowercase", False),
+                                          extra_ids=t.get("extra_ids", 0))
+    params = jax.tree.map(jnp.asarray, init.params)
+    return LanguageModel(GPT(config), params, tokenizer, init.source)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def next_token_log_probs(model: GPT, params: dict, input_ids: jax.Array,
+                         segment_ids: jax.Array | None = None) -> jax.Array:
+    """input_ids [B, L] -> [B, L - 1] float32: log P(x_{t+1} | x_0..x_t) of each row's actual next token.
+
+    segment_ids [B, L] (0 = padding) keep padded or packed rows apart exactly as in training; entries
+    whose next token is padding are meaningless and left to the caller's mask.
+    """
+    logits = model.apply({"params": params}, input_ids, segment_ids=segment_ids, deterministic=True)["logits"]
+    log_probs = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+    return jnp.take_along_axis(log_probs, input_ids[:, 1:, None], axis=-1)[..., 0]
+
+
+def pad_rows(rows: list[list[int]], pad_id: int, multiple: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Token lists -> (ids [B, L] right-padded with pad_id, segment_ids [B, L]: 1 on tokens, 0 on padding),
+    L rounded up to `multiple` so that few shapes compile."""
+    if not rows or not all(rows):
+        raise ValueError("pad_rows needs at least one row and no empty rows")
+    length = -(-max(len(r) for r in rows) // multiple) * multiple
+    ids = np.full((len(rows), length), pad_id, np.int32)
+    segment_ids = np.zeros((len(rows), length), np.int32)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = row
+        segment_ids[i, :len(row)] = 1
+    return ids, segment_ids
