@@ -57,10 +57,12 @@ def next_token_log_probs(model: GPT, params: dict, input_ids: jax.Array,
     """input_ids [B, L] -> [B, L - 1] float32: log P(x_{t+1} | x_0..x_t) of each row's actual next token.
 
     segment_ids [B, L] (0 = padding) keep padded or packed rows apart exactly as in training; entries
-    whose next token is padding are meaningless and left to the caller's mask.
+    whose next token is padding are meaningless and left to the caller's mask. The model runs on the
+    first L - 1 tokens only (the last has nothing to predict), so L may be the context + 1.
     """
-    logits = model.apply({"params": params}, input_ids, segment_ids=segment_ids, deterministic=True)["logits"]
-    log_probs = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+    segments = None if segment_ids is None else segment_ids[:, :-1]
+    logits = model.apply({"params": params}, input_ids[:, :-1], segment_ids=segments, deterministic=True)["logits"]
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     return jnp.take_along_axis(log_probs, input_ids[:, 1:, None], axis=-1)[..., 0]
 
 
