@@ -1,4 +1,5 @@
-"""One tokenizer interface over SentencePiece models, BERT WordPiece vocabularies and character vocabularies.
+"""One tokenizer interface over SentencePiece models, BERT WordPiece vocabularies, GPT-2's byte-level BPE and
+character vocabularies.
 
 Objectives need more than `encode`: the ids of the specials ([CLS], [SEP], [MASK], pad, eos) to build
 and mask batches, the ids masking must never pick, and a per-id "starts a word" table so that
@@ -24,7 +25,7 @@ from pretrain.data.sources import CorpusError
 CLS, SEP, MASK, EOS = "[CLS]", "[SEP]", "[MASK]", "</s>"
 _SENTINEL = re.compile(r"<extra_id_(\d+)>")
 _SPM_WORD_PREFIX = "\u2581"  # '▁': SentencePiece marks a word's first piece with it
-KINDS = ("sentencepiece", "wordpiece", "char")
+KINDS = ("sentencepiece", "wordpiece", "char", "gpt2_bpe")
 _BRACKETED = re.compile(r"^\[[^\[\]]+\]$")  # [PAD], [unused17], ...: BERT vocab control tokens
 
 
@@ -267,64 +268,11 @@ class WordPieceTokenizer(Tokenizer):
         return self._tok.id_to_token(i)
 
 
-class CharTokenizer(Tokenizer):
-    """One id per character, the vocabulary being the sorted distinct characters of a text file: nanoGPT's
-    data/shakespeare_char/prepare.py (`chars = sorted(list(set(data)))`; tinyshakespeare gives 65).
-
-    There is no unknown id: a character outside the file is an error that names it. There is no padding
-    character either; `pad_id` is 0 (the first character) and only ever fills positions that the
-    objectives mask out by segment id / loss weight. No </s>: documents are joined without a separator.
-    """
-
-    def __init__(self, path: str, *, extra_ids: int = 0):
-        if not os.path.isfile(path):
-            raise CorpusError(f"char tokenizer: text file not found: {path} (its distinct characters are the "
-                              "vocabulary; give the training corpus in --config.tokenizer.path)")
-        with open(path, encoding="utf-8", errors="replace") as f:
-            self._chars = sorted(set(f.read()))
-        if not self._chars:
-            raise CorpusError(f"char tokenizer: {path} is empty; give the training corpus in --config.tokenizer.path")
-        self._index = {ch: i for i, ch in enumerate(self._chars)}
-        self._path, self._base_size = path, len(self._chars)
-        self.pad_id = 0
-        self._specials = {CLS: None, SEP: None, MASK: None, EOS: None}
-        self._finish(set(), np.ones(self._base_size, bool), extra_ids)
-
-    @property
-    def unk_id(self) -> int:
-        raise CorpusError(f"the char tokenizer of {self._path} has no unknown id (each character is in the vocabulary)")
-
-    @property
-    def eos_id(self) -> int:
-        raise CorpusError(f"the char tokenizer of {self._path} has no end-of-sequence id (nanoGPT's has none)")
-
-    def _encode_plain(self, texts: list[str]) -> list[list[int]]:
-        out = []
-        for text in texts:
-            try:
-                out.append([self._index[ch] for ch in text])
-            except KeyError:
-                missing = sorted(set(text) - set(self._index))
-                raise CorpusError(f"characters {''.join(missing)!r} are not in the char vocabulary of {self._path} "
-                                  "(build the vocabulary from a text that contains them)") from None
-        return out
-
-    def _decode_plain(self, ids: list[int]) -> str:
-        return "".join(self._chars[i] for i in ids)
-
-    def _decode_run(self, ids: list[int], after_sentinel: bool) -> str:
-        return self._decode_plain(ids)
-
-    def _piece(self, i: int) -> str:
-        return self._chars[i]
-
-    def __repr__(self) -> str:
-        return f"CharTokenizer({self._path}, vocab_size={self.vocab_size}, extra_ids={self.num_extra_ids})"
-
-
 def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: int = 0) -> Tokenizer:
-    """kind: 'sentencepiece' (a .model), 'wordpiece' (a BERT vocab.txt or a directory with one) or 'char'
-    (a text file whose distinct characters are the vocabulary; `lowercase` does not apply).
+    """kind: 'sentencepiece' (a .model), 'wordpiece' (a BERT vocab.txt or a directory with one), 'gpt2_bpe'
+    (a Hugging Face GPT-2 directory: tokenizer.json or vocab.json + merges.txt, or a tokenizer.json file) or
+    'char' (a text file whose distinct characters are the vocabulary). `lowercase` does not apply to 'char'
+    nor to 'gpt2_bpe' (GPT-2 is cased; its vocabulary has both cases, so lowering would only lose information).
 
     `lowercase` lowercases text before encoding (uncased models; pass False for T5's cased model).
     A SentencePiece model trained by scripts/train_tokenizer.py with its default --lowercase already
@@ -342,8 +290,18 @@ def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: i
         return SentencePieceTokenizer(path, lowercase=lowercase, extra_ids=extra_ids)
     if kind == "wordpiece":
         return WordPieceTokenizer(path, lowercase=lowercase, extra_ids=extra_ids)
-    if kind == "char":
-        return CharTokenizer(path, extra_ids=extra_ids)
+    if kind in ("char", "gpt2_bpe"):
+        from pretrain.data import gpt_tokenizers
+        return gpt_tokenizers.build(kind, path, extra_ids=extra_ids)
     raise CorpusError(
         f"unknown tokenizer kind {kind!r} (use one of {', '.join(KINDS)} in --config.tokenizer.kind)"
     )
+
+
+def __getattr__(name: str):
+    """`tokenizers.CharTokenizer` / `tokenizers.GPT2BPETokenizer`: the GPT family's classes live in
+    gpt_tokenizers.py (imported lazily: that module builds on this one)."""
+    if name in ("CharTokenizer", "GPT2BPETokenizer", "GPT2_EOS"):
+        from pretrain.data import gpt_tokenizers
+        return getattr(gpt_tokenizers, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
