@@ -4,14 +4,16 @@
       --config.init=PATH [--config.optimizer.learning_rate=3e-5 --config.seed=1 ...]
   python -m pretrain.finetune --config=configs/glue.py:task=mrpc,model=t5 --workdir=runs/mrpc_t5 \
       --config.init=PATH
+  python -m pretrain.finetune --config=configs/glue.py:task=sst2,model=gpt --workdir=runs/sst2_gpt \
+      --config.init=PATH
 
 PATH is a pretrain.train workdir (Orbax) or a Hugging Face directory (BERT: config.json +
-model.safetensors / pytorch_model.bin + vocab.txt; T5: the same with spiece.model); the architecture
-and the tokenizer come from it.
+model.safetensors / pytorch_model.bin + vocab.txt; T5: the same with spiece.model; GPT-2: the same
+with vocab.json + merges.txt); the architecture and the tokenizer come from it.
 
-Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|t5`,
-`freeze=none|head_only|lowest|gradual` (BERT only; see pretrain/freezing.py), `size=` (T5 without an
-init: the configs/t5.py size, default small).
+Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|t5|gpt`,
+`freeze=none|head_only|lowest|gradual` (BERT and GPT; see pretrain/freezing.py), `size=` (T5 and GPT
+without an init: the configs/t5.py or configs/gpt2.py size, default small).
 
 T5 recipe (Raffel et al. 2020, Section 3.1.3): Adafactor with a constant learning rate of 0.001,
 dropout 0.1, the task as "mrpc sentence1: ... sentence2: ..." -> "equivalent" (Appendix D). The
@@ -22,6 +24,14 @@ Recipe (Devlin et al., 2019, Section 4.1 and Appendix A.3): max sequence length 
 3 epochs, Adam with learning rate picked on dev from {5e-5, 4e-5, 3e-5, 2e-5}, 10% linear warmup
 then linear decay, dropout 0.1, weight decay 0.01, the classifier on the pooled [CLS] vector.
 `scripts/reproduce_glue_table.py` sweeps the learning rates and seeds.
+
+GPT recipe (Radford et al. 2018, "Improving Language Understanding by Generative Pre-Training",
+Section 4.1 "Fine-tuning details", and the defaults of its code, openai/finetune-transformer-lm
+train.py): learning rate 6.25e-5, batch 32, 3 epochs, linear warmup over 0.2% of training then linear
+decay, dropout 0.1 in the model and on the classifier's input, Adam b1 0.9 b2 0.999 eps 1e-8,
+weight decay 0.01, gradient clipping 1.0; a linear head on the last token (pretrain/finetune_gpt.py,
+models/gpt_heads.py). The paper also adds the LM loss with weight 0.5 (lambda); this loop does not.
+max_seq_length 128 (at most the model's n_positions).
 """
 import os
 
@@ -32,8 +42,8 @@ from configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     arg = common.parse_arg(arg, task="mrpc", model="bert", freeze="none", size="small")
-    if arg.model not in ("bert", "t5"):
-        raise ValueError(f"configs/glue.py: model={arg.model!r} must be 'bert' or 't5'")
+    if arg.model not in ("bert", "t5", "gpt"):
+        raise ValueError(f"configs/glue.py: model={arg.model!r} must be 'bert', 't5' or 'gpt'")
     c = common.trainer_config()
     c.task = arg.task
     c.init = ""                    # pretrain.train workdir or Hugging Face directory ('' = random init)
@@ -71,6 +81,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         pad_to_multiple_of=8))     # batches pad to the longest row rounded up to this (few jit shapes)
     if arg.model == "t5":
         _text_to_text(c, arg.size)
+    if arg.model == "gpt":
+        _last_token_classifier(c, arg.size)
     c.lock()
     return c
 
@@ -87,3 +99,17 @@ def _text_to_text(c: ml_collections.ConfigDict, size: str) -> None:
     c.z_loss = pretraining.objective.z_loss
     c.tokenizer = pretraining.tokenizer
     c.data.max_seq_length = 512  # inputs; the targets are the longest label word + EOS
+
+
+def _last_token_classifier(c: ml_collections.ConfigDict, size: str) -> None:
+    """GPT-1's fine-tuning recipe in place of BERT's (Radford et al. 2018, Section 4.1)."""
+    from configs import gpt2
+    pretraining = gpt2.get_config(f"size={size}")
+    # Dropout 0.1: embd/resid/attn_pdrop, and clf_pdrop on the head (HF's GPT2ForSequenceClassification: 0).
+    c.model = ml_collections.ConfigDict({**pretraining.model.to_dict(), "dropout_rate": 0.1,
+                                         "attention_dropout_rate": 0.1, "classifier_dropout": 0.1})
+    c.optimizer.update(dict(name="adamw", learning_rate=6.25e-5, schedule="warmup_linear_decay", end_learning_rate=0.0,
+                            b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01, grad_clip_norm=1.0))
+    c.warmup_fraction = 0.002
+    c.tokenizer = pretraining.tokenizer  # GPT-2's byte-level BPE; an init brings its own
+    c.data.max_seq_length = min(c.data.max_seq_length, c.model.n_positions)

@@ -109,6 +109,18 @@ class GPT(nn.Module):
         """-> {"logits": [B, L, V] float32}. decode=True: one token per call ([B, 1]) against the 'cache'
         collection (build it with `init_cache`); the cache keeps each row's position, so segment ids,
         positions and prefixes must be None (prefill a prefix-LM prompt is not supported)."""
+        x = self.hidden_states(input_ids, segment_ids, positions, prefix_lengths, bidirectional_mask,
+                               deterministic=deterministic, decode=decode)
+        logits = self.token_embedding.attend(x)   # tied output layer (GPT-2)
+        return {"logits": logits.astype(jnp.float32)}
+
+    def hidden_states(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
+                      positions: jax.Array | None = None, prefix_lengths: jax.Array | None = None,
+                      bidirectional_mask: jax.Array | None = None, deterministic: bool = True,
+                      decode: bool = False) -> jax.Array:
+        """The final LayerNorm's output [B, L, D] in `dtype` (GPT2Model's last_hidden_state), arguments as
+        `__call__`. Task heads read it (models/gpt_heads.py) without paying for the [B, L, V] vocabulary
+        projection; the parameters are the same, so a pretrained GPT's tree serves both."""
         if decode:
             if any(a is not None for a in (segment_ids, positions, prefix_lengths, bidirectional_mask)):
                 raise ValueError("decode=True decodes one causal document per row: pass no segment ids, positions, "
@@ -121,8 +133,7 @@ class GPT(nn.Module):
         x = self.dropout(x, deterministic=deterministic)
         for block in self.blocks:
             x = block(x, mask, deterministic=deterministic, decode=decode)
-        logits = self.token_embedding.attend(self.final_norm(x))   # tied output layer (GPT-2)
-        return {"logits": logits.astype(jnp.float32)}
+        return self.final_norm(x)
 
 
 class DecodePosition(nn.Module):

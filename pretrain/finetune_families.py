@@ -6,6 +6,7 @@ fresh parameters, and how a prediction batch becomes label ids (or STS-B scores)
 
   bert  an encoder with a classification / regression head on the pooled [CLS] vector
   t5    text to text: task prefix + fields in, label word out (pretrain/finetune_t5.py)
+  gpt   a decoder with a linear head on the last real token (pretrain/finetune_gpt.py)
 """
 from __future__ import annotations
 
@@ -106,4 +107,7 @@ def for_config(config: ml_collections.ConfigDict, task: glue.GlueTask, tokenizer
     if config.model.name == "t5":
         from pretrain.finetune_t5 import T5Family
         return T5Family(config, task, tokenizer)
-    raise UserError(f"config.model.name={config.model.name!r} cannot be fine-tuned here; use 'bert' or 't5'")
+    if config.model.name == "gpt":
+        from pretrain.finetune_gpt import GPTFamily
+        return GPTFamily(config, task, tokenizer)
+    raise UserError(f"config.model.name={config.model.name!r} cannot be fine-tuned here; use 'bert', 't5' or 'gpt'")

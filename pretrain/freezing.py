@@ -23,6 +23,11 @@ import optax
 
 NEVER = 2**31 - 1
 STRATEGIES = ("none", "head_only", "lowest", "gradual")
+# The pretrained body of a fine-tuning model (models/finetuning.py, models/gpt_heads.py); any other
+# top-level subtree is a new task head, which always trains.
+BODIES = ("bert", "gpt")
+EMBEDDINGS = ("embeddings", "token_embedding", "position_embedding")  # BERT's block, GPT's two tables
+TOP = ("pooler", "final_norm")  # above the top layer: trains with the head under `gradual`
 
 
 def _names(path) -> list[str]:
@@ -31,7 +36,8 @@ def _names(path) -> list[str]:
 
 def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers: int,
                    steps_per_epoch: int) -> Any:
-    """params {'bert': {embeddings, layer_i, pooler}, 'head': ...} -> same tree of int step numbers.
+    """params {'bert': {embeddings, layer_i, pooler}, 'head': ...} or {'gpt': {token_embedding,
+    position_embedding, layer_i, final_norm}, 'score': ...} -> same tree of int step numbers.
 
     config = config.freezing: strategy, num_frozen_layers, freeze_embeddings, unfreeze_every_epochs.
     """
@@ -45,19 +51,19 @@ def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers
 
     def start_step(path, _) -> int:
         names = _names(path)
-        if names[0] != "bert" or strategy == "none":
+        if names[0] not in BODIES or strategy == "none":
             return 0                                   # the task head always trains
         part = names[1]
         if strategy == "head_only":
             return NEVER
         if strategy == "lowest":
-            if part == "embeddings":
+            if part in EMBEDDINGS:
                 return NEVER if config.freeze_embeddings else 0
             if part.startswith("layer_"):
                 return NEVER if int(part.removeprefix("layer_")) < config.num_frozen_layers else 0
             return 0
         # gradual: distance from the top decides the epoch a block joins.
-        if part == "pooler":
+        if part in TOP:
             return 0
         if part.startswith("layer_"):
             return (num_layers - 1 - int(part.removeprefix("layer_"))) * every

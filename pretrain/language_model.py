@@ -32,12 +32,13 @@ class LanguageModel:
         return self.model.config
 
 
-def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "float32") -> LanguageModel:
+def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "float32",
+                        flag: str = "--init") -> LanguageModel:
     """path: a GPT workdir (its latest checkpoint) or a Hugging Face GPT-2 directory. `tokenizer_path`
     replaces the one the checkpoint names (a relative path there is relative to where it trained)."""
-    init = pretrained.load_pretrained(path)
+    init = pretrained.load_pretrained(path, flag)
     if init.family != "gpt":
-        raise UserError(f"{path} holds a {init.family} model; this needs a decoder-only GPT "
+        raise UserError(f"{flag}={path} holds a {init.family} model; this needs a decoder-only GPT "
                         "(a configs/gpt2.py workdir or a Hugging Face GPT-2 directory)")
     fields = {f.name for f in dataclasses.fields(GPTConfig)}
     config = GPTConfig(**{k: v for k, v in init.model.items() if k in fields}, dropout_rate=0.0,

@@ -68,33 +68,34 @@ def _load_hf(path: str, model_type: str) -> Pretrained:
                       f"huggingface:{path}")
 
 
-def _find_workdir(path: str) -> tuple[str, str]:
+def _find_workdir(path: str, flag: str) -> tuple[str, str]:
     """path = a workdir, its checkpoints/ folder, or one step folder -> (workdir, checkpoint path)."""
     for workdir, ckpt in ((path, os.path.join(path, "checkpoints")),
                           (os.path.dirname(path), path),
                           (os.path.dirname(os.path.dirname(path)), path)):
         if os.path.isfile(os.path.join(workdir, "config.json")) and os.path.isdir(ckpt):
             return workdir, ckpt
-    raise UserError(f"--config.init={path} is neither a pretrain.train workdir (config.json + checkpoints/) "
+    raise UserError(f"{flag}={path} is neither a pretrain.train workdir (config.json + checkpoints/) "
                     "nor a Hugging Face BERT, T5 or GPT-2 directory (config.json + model.safetensors or "
                     "pytorch_model.bin)")
 
 
-def load_pretrained(path: str) -> Pretrained:
+def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
+    """`flag`: how the user gave `path`, for error messages."""
     path = os.path.abspath(os.path.expanduser(path))
     if not os.path.exists(path):
-        raise UserError(f"--config.init={path} does not exist (give a pretrain.train workdir or a "
+        raise UserError(f"{flag}={path} does not exist (give a pretrain.train workdir or a "
                         "Hugging Face BERT, T5 or GPT-2 directory)")
     model_type = _hf_model_type(path)
     if model_type is not None:
         return _load_hf(path, model_type)
 
-    workdir, ckpt = _find_workdir(path)
+    workdir, ckpt = _find_workdir(path, flag)
     with open(os.path.join(workdir, "config.json")) as f:
         config = json.load(f)
     family = config.get("model", {}).get("name")
     if family not in FAMILIES:
-        raise UserError(f"--config.init={path}: its config.json names model {family!r}; "
+        raise UserError(f"{flag}={path}: its config.json names model {family!r}; "
                         f"a pretrained model is one of {FAMILIES}")
     params, step = checkpoints.restore_params(ckpt)
     # A relative tokenizer path is relative to where pretraining ran; --config.tokenizer.path overrides it.

@@ -1,0 +1,55 @@
+"""GPT with a task head on the last token: transformers' GPT2ForSequenceClassification.
+
+A causal model's last token is the only one that has seen the whole input, so sequence
+classification reads the final LayerNorm's hidden state there (Radford et al. 2018, "Improving
+Language Understanding by Generative Pre-Training", Section 3.2: "the final transformer block's
+activation h_l^m" of the last token "is fed into an added linear output layer"). As Hugging Face's
+GPT2ForSequenceClassification: one linear layer `score` [D, num_labels] without a bias, N(0,
+initializer_range); num_labels = 1 is regression (STS-B). GPT-1 also drops out the classifier's
+input (clf_pdrop 0.1 in openai/finetune-transformer-lm); HF does not: `classifier_dropout` (0 = HF).
+
+The body sits under `gpt` with exactly models/gpt.py's parameter tree, so a pretrained GPT (a
+pretrain.train workdir or an imported GPT-2) drops into params['gpt'] unchanged; `score` is new.
+Rows are right-padded; the last real token is found from `input_mask`, never from a pad id (the
+char tokenizer's pad is a real character and GPT-2's is its EOS, which may end a real input).
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from models import heads, layers
+from models.gpt import GPT, GPTConfig
+
+
+def last_token_positions(input_mask: jax.Array) -> jax.Array:
+    """[B, L] (nonzero = real token) -> [B] int32: the rightmost real position of each row (0 for an
+    all-padding row, whose example carries weight 0)."""
+    positions = jnp.arange(input_mask.shape[1], dtype=jnp.int32)[None]
+    return jnp.max(jnp.where(input_mask != 0, positions, 0), axis=-1)
+
+
+class GPTForSequenceClassification(nn.Module):
+    """(input_ids, input_mask) [B, L] -> {'logits': [B, num_labels] float32} from each row's last real token."""
+    config: GPTConfig
+    num_labels: int                 # classes (1 for regression)
+    classifier_dropout: float = 0.0
+
+    def setup(self):
+        c = self.config
+        self.gpt = GPT(c)
+        self.score = layers.Dense(self.num_labels, ("embed", "classes"), use_bias=False, kernel_init=c.init(),
+                                  **c.kwargs)
+        self.dropout = nn.Dropout(self.classifier_dropout)
+
+    def __call__(self, input_ids: jax.Array,      # [B, L] int, right-padded
+                 input_mask: jax.Array,            # [B, L]: 1 = real token, 0 = padding
+                 deterministic: bool = True) -> dict[str, jax.Array]:
+        # The mask doubles as GPT's segment ids (1 = the row's one document, 0 = padding): real tokens
+        # attend as in pretraining, and padding, being after them, cannot reach them anyway.
+        hidden = self.gpt.hidden_states(input_ids, segment_ids=input_mask.astype(jnp.int32),
+                                        deterministic=deterministic)                     # [B, L, D]
+        last = heads.gather_positions(hidden, last_token_positions(input_mask)[:, None])[:, 0]  # [B, D]
+        last = self.dropout(last, deterministic=deterministic)
+        return {"logits": self.score(last).astype(jnp.float32)}
