@@ -9,7 +9,7 @@ GLUE_DIR ?= ../shared/data/glue
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-t5 test test-fast test-slow bench bench-glue bench-glue-quick clean
+.PHONY: demo demo-t5 demo-gpt test test-fast test-slow bench bench-glue bench-glue-quick bench-nanogpt clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,17 @@ demo-t5: $(STAMP)
 	    --config.init=$(DEMO)/t5_tiny --config.data.glue_dir="$(GLUE_DIR)" --config.data.max_train_examples=8000 \
 	    --config.data.max_seq_length=128 --config.optimizer.learning_rate=0.01 --config.write_test_predictions=false
 
+# GPT on tinyshakespeare (no other assets needed): nanoGPT's CPU recipe for shakespeare_char through
+# the real command (~2 min), samples from the checkpoint, perplexity on the held-out 10%.
+SHAKESPEARE ?= ../shared/data/tinyshakespeare/input.txt
+demo-gpt: $(STAMP)
+	rm -rf $(DEMO)/gpt_shakespeare
+	$(PY) -m pretrain.train --config=configs/gpt2.py:size=nano_shakespeare_char_cpu --workdir=$(DEMO)/gpt_shakespeare \
+	    --config.data.path=$(SHAKESPEARE) --config.tokenizer.path=$(SHAKESPEARE)
+	$(PY) -m pretrain.generate --init=$(DEMO)/gpt_shakespeare --prompt="ROMEO:" --prompt="JULIET:" \
+	    --max_new_tokens=300 --seed=0
+	$(PY) -m pretrain.perplexity --init=$(DEMO)/gpt_shakespeare --data=$(SHAKESPEARE) --raw_text --eval_fraction=0.1
+
 # Every test, the slow end-to-end ones included (what CI runs).
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -73,6 +84,11 @@ bench-glue: $(STAMP)
 
 bench-glue-quick: $(STAMP)
 	$(PY) scripts/bench_glue.py --quick --output runs/bench_glue_quick.json
+
+# nanoGPT's CPU recipe for shakespeare_char here and with transformers' GPT2LMHeadModel (~5 min):
+# validation loss (must be <= 1.90) and time per iteration, ours / HF.
+bench-nanogpt: $(STAMP)
+	$(PY) scripts/bench_nanogpt.py --output runs/bench_nanogpt.json
 
 clean:
 	rm -rf $(VENV) $(DEMO) *.egg-info
