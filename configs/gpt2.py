@@ -36,8 +36,11 @@ Parameter counts: 10,770,816 and 809,856; nanoGPT prints 10.65M and 0.80M becaus
 position embeddings and trains with bias=False (no biases in the linear layers and LayerNorms).
 
 Known differences from nanoGPT: batches are windows of block_size + 1 characters on a grid that
-starts every block_size characters, shuffled once per data epoch (nanoGPT draws random offsets);
-the shakespeare models keep GPT-2's biases (as GPT2LMHeadModel, the benchmark's reference).
+starts every block_size characters from a random offset per data epoch, shuffled (nanoGPT draws
+every window's start at random); the shakespeare models keep GPT-2's biases, as GPT2LMHeadModel, the
+benchmark's reference (--config.model.use_bias=false gives nanoGPT's bias=False model: 804,096
+parameters for the CPU size; measured on seeds 0 and 2 its held-out loss was 1.905 against 1.892
+and 1.899 with biases).
 """
 import ml_collections
 
@@ -87,7 +90,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict(dict(
         name="gpt", vocab_size=vocab, n_positions=n_positions, d_model=d_model, num_layers=layers,
         num_heads=heads, d_ff=4 * d_model, dropout_rate=0.0, attention_dropout_rate=0.0,
-        layer_norm_eps=1e-5, initializer_range=0.02, dtype="float32", param_dtype="float32"))
+        layer_norm_eps=1e-5, initializer_range=0.02, use_bias=True, dtype="float32", param_dtype="float32"))
 
     c.optimizer.update(dict(
         name="adamw", learning_rate=6e-4, end_learning_rate=6e-5, schedule="warmup_cosine_decay",

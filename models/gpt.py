@@ -45,6 +45,7 @@ class GPTConfig:
     initializer_range: float = 0.02
     dtype: str = "float32"                # compute dtype (activations): float32 | bfloat16
     param_dtype: str = "float32"          # storage dtype of the weights
+    use_bias: bool = True                 # False: no biases in Linear layers and LayerNorms (nanoGPT's bias=False)
 
     def __post_init__(self):
         if self.d_model % self.num_heads:
@@ -74,16 +75,16 @@ class GPTBlock(nn.Module):
                  deterministic: bool = True, decode: bool = False) -> jax.Array:
         c = self.config
         dropout = nn.Dropout(c.dropout_rate)
-        h = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)(x)
+        h = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", use_bias=c.use_bias, **c.kwargs)(x)
         h = layers.MultiHeadAttention(c.num_heads, c.head_dim, dropout_rate=c.attention_dropout_rate,
                                       kernel_init=c.init(), out_kernel_init=c.init(residual_output=True),
-                                      name="attention", **c.kwargs)(h, mask=mask, deterministic=deterministic,
-                                                                    decode=decode)
+                                      use_bias=c.use_bias, name="attention", **c.kwargs)(
+            h, mask=mask, deterministic=deterministic, decode=decode)
         x = x + dropout(h, deterministic=deterministic)
-        h = layers.LayerNorm(c.layer_norm_eps, name="mlp_norm", **c.kwargs)(x)
+        h = layers.LayerNorm(c.layer_norm_eps, name="mlp_norm", use_bias=c.use_bias, **c.kwargs)(x)
         # GPT-2 drops out the MLP's output (resid_pdrop), not its hidden activations: MLP dropout stays 0.
         h = layers.MLP(c.d_ff, layers.tanh_gelu, kernel_init=c.init(), output_kernel_init=c.init(residual_output=True),
-                       name="mlp", **c.kwargs)(h)
+                       use_bias=c.use_bias, name="mlp", **c.kwargs)(h)
         return x + dropout(h, deterministic=deterministic)
 
 
@@ -96,7 +97,7 @@ class GPT(nn.Module):
         self.token_embedding = layers.Embed(c.vocab_size, c.d_model, "vocab", c.init(), **c.kwargs)
         self.position_embedding = layers.Embed(c.n_positions, c.d_model, "positions", c.init(), **c.kwargs)
         self.blocks = [GPTBlock(c, name=f"layer_{i}") for i in range(c.num_layers)]
-        self.final_norm = layers.LayerNorm(c.layer_norm_eps, **c.kwargs)
+        self.final_norm = layers.LayerNorm(c.layer_norm_eps, use_bias=c.use_bias, **c.kwargs)
         self.dropout = nn.Dropout(c.dropout_rate)
         self.decode_position = DecodePosition()
 

@@ -56,23 +56,26 @@ class Dense(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """LayerNorm with statistics in float32 (bf16 ones are too coarse), output in `dtype`."""
+    """LayerNorm with statistics in float32 (bf16 ones are too coarse), output in `dtype`.
+    use_bias=False: scale only (nanoGPT's bias=False models)."""
     epsilon: float = 1e-12
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    use_bias: bool = True
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         features = x.shape[-1]
         scale = self.param("scale", partitioned(nn.initializers.ones_init(), ("embed",)), (features,),
                            self.param_dtype)
-        bias = self.param("bias", partitioned(nn.initializers.zeros_init(), ("embed",)), (features,),
-                          self.param_dtype)
         x = x.astype(jnp.float32)
         mean = jnp.mean(x, axis=-1, keepdims=True)
         var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-        y = (x - mean) * jax.lax.rsqrt(var + self.epsilon)
-        return (y * scale.astype(jnp.float32) + bias.astype(jnp.float32)).astype(self.dtype)
+        y = (x - mean) * jax.lax.rsqrt(var + self.epsilon) * scale.astype(jnp.float32)
+        if self.use_bias:
+            y = y + self.param("bias", partitioned(nn.initializers.zeros_init(), ("embed",)), (features,),
+                               self.param_dtype).astype(jnp.float32)
+        return y.astype(self.dtype)
 
 
 class RMSNorm(nn.Module):

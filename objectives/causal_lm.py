@@ -10,9 +10,12 @@ documents are taken in a random order and `config.objective.pack_documents` pick
 
   True (default, nanoGPT / GPT-2)  every document's sentences concatenated, EOS between documents
         (none when the tokenizer has no EOS), the stream cut into windows of L + 1 tokens that
-        start every L tokens: consecutive rows share one token, so every next-token pair of the
-        stream is trained once. Attention and the loss run across document boundaries (the EOS
-        tells the model a new document begins), as in GPT-2's training.
+        start every L tokens from a random offset in [0, L) drawn per data epoch (the first
+        offset + 1 tokens form a short window of their own): consecutive rows share one token, so
+        every next-token pair of the stream is trained once per epoch, and a token does not sit at
+        the same position every epoch (nanoGPT draws each window's start at random). Attention and
+        the loss run across document boundaries (the EOS tells the model a new document begins),
+        as in GPT-2's training.
   False  each document (+ EOS) is its own example, packed whole into rows by pretrain.data.packing
         with segment ids and restarted positions: no attention and no loss crosses a document.
         A document longer than a row is cut into windows as above, each its own segment.
@@ -78,8 +81,13 @@ class CausalLM:
         docs = [docs[i] for i in rng.permutation(len(docs))]
         eos = [] if self.eos_id is None else [self.eos_id]
         if self.pack_documents:
-            # One stream, EOS between documents.
-            examples = [np.concatenate([p for d in docs for p in (d, np.array(eos, np.int32))][:-1])]
+            # One stream, EOS between documents, its window grid shifted by a random offset per epoch so
+            # that a token is not always at the same position (nanoGPT draws every window's start at
+            # random). The stream's first `offset` + 1 tokens form a short example of their own, so
+            # every next-token pair is still trained exactly once per epoch.
+            stream = np.concatenate([p for d in docs for p in (d, np.array(eos, np.int32))][:-1])
+            offset = int(rng.integers(max_seq_length)) if len(stream) > 2 * max_seq_length else 0
+            examples = [stream[:offset + 1], stream[offset:]] if offset else [stream]
         else:
             examples = [np.concatenate([d, np.array(eos, np.int32)]) for d in docs]
         lengths = np.array([len(e) for e in examples], np.int64)

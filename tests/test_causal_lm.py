@@ -102,6 +102,22 @@ def test_stream_rows_train_every_next_token_pair_once():
     assert (inst["segment_ids"] <= 1).all()  # one example per row: attention spans the stream
 
 
+def test_stream_windows_start_at_a_random_offset_each_epoch():
+    """The window grid of the stream shifts per epoch (nanoGPT samples random offsets), and every
+    epoch still trains every pair exactly once. One document: its order cannot change the windows."""
+    docs = [[BASE + np.arange(0, 500, dtype=np.int32)]]
+    obj = objective(pack_documents=True)
+    offsets = set()
+    for seed in range(8):
+        inst = obj.create_instances(docs, np.random.default_rng(seed), 8)
+        full = inst["input_ids"][(inst["segment_ids"] == 1).all(axis=1)]  # whole windows of 9 tokens
+        offsets |= {int(row[0] - BASE) % 8 for row in full}                # where the grid starts
+        assert len({int(row[0] - BASE) % 8 for row in full}) == 1          # one grid per epoch
+        pairs = collections.Counter(weighted_pairs(obj.make_batch(inst, None, 0)))
+        assert max(pairs.values()) == 1 and len(pairs) == 499
+    assert len(offsets) >= 4
+
+
 def test_stream_without_eos_concatenates_documents():
     """A tokenizer without EOS (a missing attribute or our Tokenizer's CorpusError): no separator."""
     class NoEos:

@@ -181,3 +181,25 @@ def test_user_errors_name_the_fix(params):
                     decode=True, mutable=["cache"])
     with pytest.raises(ValueError, match="multiple of num_heads"):
         GPTConfig(d_model=30, num_heads=4)
+
+
+def test_bias_free_variant_drops_every_bias_and_equals_zero_biases():
+    """use_bias=False (nanoGPT's bias=False) is the biased model with every bias at zero; GPT-2's export refuses it."""
+    from models.convert.hf_gpt2 import gpt_config_to_hf
+    config = dataclasses.replace(CONFIG, use_bias=False)
+    free = random_params(config, seed=3)
+    names = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(free)]
+    assert names and not any("bias" in n for n in names)
+    biased = random_params(CONFIG, seed=4)
+    zeroed = jax.tree_util.tree_map_with_path(
+        lambda p, v: np.zeros_like(v) if "bias" in jax.tree_util.keystr(p) else v, biased)
+    for path, leaf in jax.tree_util.tree_leaves_with_path(free):  # same weights where both have them
+        node = zeroed
+        for key in path:
+            node = node[key.key]
+        node[...] = leaf
+    ids = random_ids((2, 12), seed=5)
+    ours = np.asarray(GPT(config).apply({"params": free}, jnp.asarray(ids))["logits"])
+    np.testing.assert_allclose(ours, logits(zeroed, ids), atol=TOLERANCE)
+    with pytest.raises(ValueError, match="use_bias=True"):
+        gpt_config_to_hf(config)

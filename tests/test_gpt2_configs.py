@@ -2,6 +2,7 @@
 nanoGPT's shakespeare_char recipes, errors."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -44,6 +45,16 @@ def hf_count(config: GPTConfig) -> int:
         model = transformers.GPT2LMHeadModel(hf_config)
     assert model.lm_head.weight is model.transformer.wte.weight
     return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("size,nanogpt", [("nano_shakespeare_char", 10.65e6), ("nano_shakespeare_char_cpu", 0.80e6)])
+def test_bias_free_shakespeare_models_have_nanogpts_count(size, nanogpt):
+    """nanoGPT's train_shakespeare_char.py trains with bias=False and prints its count without the
+    position embeddings (model.py get_num_params(non_embedding=True)), to two decimals in millions."""
+    config = dataclasses.replace(model_config(gpt2_configs.get_config(f"size={size}")), use_bias=False)
+    count = our_count(config) - config.n_positions * config.d_model
+    assert round(count / 1e6, 2) == pytest.approx(nanogpt / 1e6)
+    assert our_count(config) < DOCUMENTED[size]
 
 
 @pytest.mark.parametrize("size", list(DOCUMENTED))

@@ -92,6 +92,9 @@ def hf_config_to_gpt(hf_config: dict, *, source: str = "config.json") -> GPTConf
 def gpt_config_to_hf(config: GPTConfig) -> dict:
     """GPTConfig -> a config.json dict transformers reads as this model. GPT-2's BOS/EOS id 50256
     (<|endoftext|>) is written only for its 50,257-token vocabulary."""
+    if not config.use_bias:
+        raise ValueError("GPTConfig.use_bias=False has no GPT2LMHeadModel equivalent (GPT-2 always has biases); "
+                         "export a model trained with use_bias=True")
     hf = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
           **{key: getattr(config, ours) for key, ours in _CONFIG_KEYS.items()},
           "n_inner": config.d_ff, "resid_pdrop": config.dropout_rate, "embd_pdrop": config.dropout_rate,
