@@ -9,7 +9,7 @@ GLUE_DIR ?= ../shared/data/glue
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-t5 demo-gpt test test-fast test-slow bench bench-glue bench-glue-quick bench-nanogpt clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow bench bench-glue bench-glue-quick bench-nanogpt clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,18 @@ demo-gpt: $(STAMP)
 	$(PY) -m pretrain.generate --init=$(DEMO)/gpt_shakespeare --prompt="ROMEO:" --prompt="JULIET:" \
 	    --max_new_tokens=300 --seed=0
 	$(PY) -m pretrain.perplexity --init=$(DEMO)/gpt_shakespeare --data=$(SHAKESPEARE) --raw_text --eval_fraction=0.1
+
+# A tiny GPT on the demo assets (run `make demo` first), then SST-2 two ways: fine-tuning with a
+# last-token head (GPT-1's recipe) and 4-shot prompting on 200 dev examples.
+demo-gpt-glue: $(STAMP)
+	@test -f $(DEMO)/tokenizer/spm.model || { echo "demo-gpt-glue: run make demo first (it builds $(DEMO)/corpus.txt and the tokenizer)"; exit 1; }
+	rm -rf $(DEMO)/gpt_tiny $(DEMO)/gpt_sst2
+	$(PY) -m pretrain.train --config=configs/gpt2.py:size=tiny --workdir=$(DEMO)/gpt_tiny \
+	    --config.data.path=$(DEMO)/corpus.txt --config.tokenizer.path=$(DEMO)/tokenizer/spm.model
+	$(PY) -m pretrain.finetune --config=configs/glue.py:task=sst2,model=gpt --workdir=$(DEMO)/gpt_sst2 \
+	    --config.init=$(DEMO)/gpt_tiny --config.data.glue_dir="$(GLUE_DIR)" --config.data.max_train_examples=8000 \
+	    --config.write_test_predictions=false
+	$(PY) -m pretrain.fewshot --init=$(DEMO)/gpt_tiny --task=sst2 --k=4 --max_examples=200 --glue_dir="$(GLUE_DIR)"
 
 # Every test, the slow end-to-end ones included (what CI runs).
 test: $(STAMP)

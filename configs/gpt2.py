@@ -5,7 +5,7 @@ Launch:
   python -m pretrain.train --config=configs/gpt2.py:size=small --workdir=gs://bucket/gpt2_small \
       --config.data.path='owt/*.txt' --config.tokenizer.path=gpt2/
 
-Config string: `size=small|medium|large|xl|nano_shakespeare_char|nano_shakespeare_char_cpu`.
+Config string: `size=small|medium|large|xl|nano_shakespeare_char|nano_shakespeare_char_cpu|tiny`.
 
 Sizes (layers / d_model / heads): Radford et al. (2019), "Language Models are Unsupervised Multitask
 Learners", Table 2 and Section 2.3 (vocabulary 50,257, context 1024, d_ff = 4 * d_model), as in the
@@ -35,6 +35,11 @@ a character tokenizer of its 65 characters (nanoGPT's data/shakespeare_char/prep
 Parameter counts: 10,770,816 and 809,856; nanoGPT prints 10.65M and 0.80M because it leaves out the
 position embeddings and trains with bias=False (no biases in the linear layers and LayerNorms).
 
+`tiny` (2 layers, width 128, 2 heads, context 128): the demo assets of `make demo` (its CPython-docs
+corpus, 20 documents held out, and 8,000-piece SentencePiece model; [SEP] ends documents), batch 32,
+600 steps, dropout 0.1, AdamW 1e-3 with the shakespeare schedule; 1,437,184 parameters: the GPT counterpart of configs/bert.py and
+configs/t5.py's tiny sizes, for fine-tuning and few-shot runs on GLUE (`make demo-gpt-glue`).
+
 Known differences from nanoGPT: batches are windows of block_size + 1 characters on a grid that
 starts every block_size characters from a random offset per data epoch, shuffled (nanoGPT draws
 every window's start at random); the shakespeare models keep GPT-2's biases, as GPT2LMHeadModel, the
@@ -53,6 +58,7 @@ SIZES = {  # name: (layers, d_model, heads, n_positions, vocab)
     "xl": (48, 1600, 25, 1024, 50257),
     "nano_shakespeare_char": (6, 384, 6, 256, 65),
     "nano_shakespeare_char_cpu": (4, 128, 4, 64, 65),
+    "tiny": (2, 128, 2, 128, 8000),  # the demo assets of `make demo` (BERT's and T5's tiny sizes)
 }
 SHAKESPEARE = "../shared/data/tinyshakespeare/input.txt"  # beside the repository (see DESIGN.md)
 
@@ -65,6 +71,15 @@ RECIPES = {  # size -> flattened overrides of the GPT-2 recipe below
         "data.source": "raw_text", "data.path": SHAKESPEARE, "data.eval_fraction": 0.1,
         "tokenizer.kind": "char", "tokenizer.path": SHAKESPEARE,
     },
+}
+RECIPES["tiny"] = {  # minutes on a laptop CPU with the corpus and SentencePiece model of `make demo`
+    # held-out loss plateaus by step 600-800 (5.30 at 600, 5.27 at 800, 5.31 at 1,200: the corpus is small)
+    "batch_size": 32, "num_train_steps": 600, "log_every": 10, "eval_every": 200, "eval_batches": 4,
+    "checkpoint_every": 200, "model.dropout_rate": 0.1, "model.attention_dropout_rate": 0.1,
+    "optimizer.learning_rate": 1e-3, "optimizer.end_learning_rate": 1e-4, "optimizer.warmup_steps": 100,
+    "optimizer.b2": 0.99,
+    "data.source": "text", "data.path": "demo_out/corpus.txt", "data.eval_documents": 20,
+    "tokenizer.kind": "sentencepiece", "tokenizer.path": "demo_out/tokenizer/spm.model", "tokenizer.lowercase": True,
 }
 RECIPES["nano_shakespeare_char_cpu"] = {  # nanoGPT README, "I only have a macbook"
     **RECIPES["nano_shakespeare_char"],
