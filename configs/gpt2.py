@@ -35,10 +35,11 @@ a character tokenizer of its 65 characters (nanoGPT's data/shakespeare_char/prep
 Parameter counts: 10,770,816 and 809,856; nanoGPT prints 10.65M and 0.80M because it leaves out the
 position embeddings and trains with bias=False (no biases in the linear layers and LayerNorms).
 
-`tiny` (2 layers, width 128, 2 heads, context 128): the demo assets of `make demo` (its CPython-docs
-corpus, 20 documents held out, and 8,000-piece SentencePiece model; [SEP] ends documents), batch 32,
-600 steps, dropout 0.1, AdamW 1e-3 with the shakespeare schedule; 1,437,184 parameters: the GPT counterpart of configs/bert.py and
-configs/t5.py's tiny sizes, for fine-tuning and few-shot runs on GLUE (`make demo-gpt-glue`).
+`tiny` (2 layers, width 128, 2 heads, context 128; 1,437,184 parameters): the demo assets of `make
+demo` (its CPython-docs corpus, 20 documents held out, and 8,000-piece SentencePiece model; [SEP] ends
+documents), batch 32, 600 steps, dropout 0.1, AdamW 1e-3 with the shakespeare schedule: the GPT
+counterpart of configs/bert.py and configs/t5.py's tiny sizes, for fine-tuning and few-shot runs on
+GLUE (`make demo-gpt-glue`).
 
 Known differences from nanoGPT: batches are windows of block_size + 1 characters on a grid that
 starts every block_size characters from a random offset per data epoch, shuffled (nanoGPT draws

@@ -128,6 +128,10 @@ class GPT(nn.Module):
                                  "prefix_lengths or bidirectional_mask")
             positions, mask = self.decode_position(input_ids), None
         else:
+            if positions is None and input_ids.shape[1] > self.config.n_positions:
+                # a position past the table would embed as NaN (jnp.take's fill) and spread silently
+                raise ValueError(f"{input_ids.shape[1]} tokens exceed the model's n_positions="
+                                 f"{self.config.n_positions}; crop or split the input")
             positions = jnp.arange(input_ids.shape[1])[None] if positions is None else positions
             mask = attention_mask(input_ids.shape[1], segment_ids, prefix_lengths, bidirectional_mask)
         x = self.token_embedding(input_ids) + self.position_embedding(positions)

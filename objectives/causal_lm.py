@@ -33,19 +33,18 @@ import numpy as np
 from objectives.losses import token_cross_entropy
 from pretrain.data import packing
 from pretrain.data.sources import CorpusError
+from pretrain.data.tokenizers import eos_id_or_none
 from pretrain.errors import UserError
 
 BATCH_KEYS = ("input_ids", "target_ids", "loss_weights", "segment_ids", "positions")
 MODEL_INPUT_KEYS = ("input_ids", "segment_ids", "positions")
 
 
-def eos_id_or_none(tokenizer) -> int | None:
-    """The tokenizer's EOS id, or None when it has none (our Tokenizer raises CorpusError then)."""
-    try:
-        eos = getattr(tokenizer, "eos_id", None)
-    except CorpusError:
-        return None
-    return None if eos is None else int(eos)
+def join_documents(documents: list[np.ndarray], eos_id: int | None) -> np.ndarray:
+    """Documents [n_i] -> one int32 stream with eos_id between consecutive documents (none if None):
+    how GPT-2 and nanoGPT lay out a corpus, for training rows and for perplexity alike."""
+    separator = [] if eos_id is None else [np.array([eos_id], np.int32)]
+    return np.concatenate([p for d in documents for p in (*separator, np.asarray(d, np.int32))][len(separator):])
 
 
 class CausalLM:
@@ -85,7 +84,7 @@ class CausalLM:
             # that a token is not always at the same position (nanoGPT draws every window's start at
             # random). The stream's first `offset` + 1 tokens form a short example of their own, so
             # every next-token pair is still trained exactly once per epoch.
-            stream = np.concatenate([p for d in docs for p in (d, np.array(eos, np.int32))][:-1])
+            stream = join_documents(docs, self.eos_id)
             offset = int(rng.integers(max_seq_length)) if len(stream) > 2 * max_seq_length else 0
             examples = [stream[:offset + 1], stream[offset:]] if offset else [stream]
         else:

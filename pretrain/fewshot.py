@@ -56,12 +56,8 @@ def completion_scores(model, params, prompt_ids: Sequence[Sequence[int]], comple
     from pretrain.language_model import next_token_log_probs, pad_rows
 
     rows = [list(p) + list(c) for p in prompt_ids for c in completion_ids]
-    if max(len(r) for r in rows) > max_length:
-        raise ValueError(f"a prompt + completion is longer than the model's context of {max_length} tokens")
-    # Few shapes compile: lengths round up to 1/16 of the context (at most 16 lengths), never past it,
-    # since position ids past the context would embed as NaN and spread through padded attention.
-    ids, segment_ids = pad_rows(rows, pad_id, multiple=max(8, max_length // 16))
-    ids, segment_ids = ids[:, :max_length], segment_ids[:, :max_length]
+    # Few shapes compile: lengths round up to 1/16 of the context (at most 16 lengths), never past it.
+    ids, segment_ids = pad_rows(rows, pad_id, multiple=max(8, max_length // 16), max_length=max_length)
     log_probs = np.asarray(next_token_log_probs(model, params, ids, segment_ids))  # [R, L-1]
     # log_probs[r, t] = log P(ids[r, t + 1] | ids[r, :t + 1]): completion token j of row r sits at t = len(p) + j - 1
     starts = np.array([len(p) - 1 for p in prompt_ids for _ in completion_ids])

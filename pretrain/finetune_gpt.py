@@ -22,7 +22,7 @@ from models.gpt import GPTConfig
 from models.gpt_heads import GPTForSequenceClassification
 from objectives.finetuning import FineTuningObjective
 from pretrain import finetune_families, pretrained
-from pretrain.data import finetune_data, glue
+from pretrain.data import finetune_data, glue, tokenizers
 from pretrain.data.sources import CorpusError
 from pretrain.errors import UserError
 
@@ -37,10 +37,7 @@ class LastTokenObjective(FineTuningObjective):
 def special_ids(tokenizer) -> tuple[list[int], list[int]]:
     """-> (separator ids between text_a and text_b, ids that end every input): [eos], [eos] when the
     tokenizer has an end-of-sequence token; otherwise a newline (or a space) and nothing."""
-    try:
-        eos = tokenizer.eos_id
-    except CorpusError:
-        eos = None
+    eos = tokenizers.eos_id_or_none(tokenizer)
     if eos is not None:
         return [eos], [eos]
     for separator in ("\n", " "):

@@ -40,11 +40,11 @@ from absl import app, flags, logging
 
 from models import decoding
 from models.gpt import GPT, init_cache, make_tokens_to_logits
-from objectives.causal_lm import eos_id_or_none
 from pretrain import errors
 from pretrain.data.sources import CorpusError
+from pretrain.data.tokenizers import eos_id_or_none
 from pretrain.errors import UserError
-from pretrain.language_model import LanguageModel, load_language_model
+from pretrain.language_model import LanguageModel, load_language_model, pad_rows
 
 FLAGS = flags.FLAGS
 
@@ -91,9 +91,7 @@ def generate_ids(model: GPT, params, prompts: Sequence[Sequence[int]], max_new_t
     context = model.config.n_positions
     cropped = [[int(t) for t in p][-context:] for p in prompts]   # nanoGPT: idx[:, -block_size:]
     lengths = np.array([len(p) for p in cropped], np.int32)
-    padded = np.zeros((len(cropped), lengths.max()), np.int32)    # pad never read: prompts are forced by length
-    for row, p in enumerate(cropped):
-        padded[row, :len(p)] = p
+    padded, _ = pad_rows(cropped, 0, multiple=1)                 # pad never read: prompts are forced by length
     stop_ids = tuple(sorted({int(i) for i in stop_ids}))
 
     # The longest row ends with lengths.max() + max_new_tokens tokens; all but the last are fed to the model.

@@ -67,12 +67,17 @@ def next_token_log_probs(model: GPT, params: dict, input_ids: jax.Array,
     return jnp.take_along_axis(log_probs, input_ids[:, 1:, None], axis=-1)[..., 0]
 
 
-def pad_rows(rows: list[list[int]], pad_id: int, multiple: int = 8) -> tuple[np.ndarray, np.ndarray]:
+def pad_rows(rows: list[list[int]], pad_id: int, multiple: int = 8,
+             max_length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Token lists -> (ids [B, L] right-padded with pad_id, segment_ids [B, L]: 1 on tokens, 0 on padding),
-    L rounded up to `multiple` so that few shapes compile."""
+    L rounded up to `multiple` so that few shapes compile, but never past `max_length` (a model's context)."""
     if not rows or not all(rows):
         raise ValueError("pad_rows needs at least one row and no empty rows")
-    length = -(-max(len(r) for r in rows) // multiple) * multiple
+    longest = max(len(r) for r in rows)
+    if max_length is not None and longest > max_length:
+        raise ValueError(f"a row of {longest} tokens is longer than the model's context of {max_length} tokens")
+    length = -(-longest // multiple) * multiple
+    length = length if max_length is None else min(length, max_length)
     ids = np.full((len(rows), length), pad_id, np.int32)
     segment_ids = np.zeros((len(rows), length), np.int32)
     for i, row in enumerate(rows):

@@ -35,9 +35,10 @@ from typing import NamedTuple
 import numpy as np
 from absl import app, flags, logging
 
-from objectives.causal_lm import eos_id_or_none
 from pretrain import errors
+from objectives.causal_lm import join_documents
 from pretrain.data import sources
+from pretrain.data.tokenizers import eos_id_or_none
 from pretrain.errors import UserError
 from pretrain.language_model import LanguageModel, load_language_model, next_token_log_probs, pad_rows
 
@@ -120,17 +121,13 @@ def evaluation_tokens(path: str, tokenizer, *, raw_text: bool, eval_fraction: fl
     if not 0 < eval_fraction <= 1:
         raise UserError(f"eval_fraction={eval_fraction} must be in (0, 1] (nanoGPT's val split: 0.1; 1 = all)")
     if raw_text:
-        text = sources.read_raw_text(path)
-        text = text[int(len(text) * (1 - eval_fraction)):]            # nanoGPT: val = data[int(n * 0.9):]
+        _, text = sources.split_tail(sources.read_raw_text(path), eval_fraction)  # as data.source=raw_text
         return np.asarray(tokenizer.encode(text), np.int32), len(text)
     documents = sources.read_text_corpus(path)
     documents = documents[-max(1, round(len(documents) * eval_fraction)):]
     characters = sum(len(line) for document in documents for line in document)
-    eos = eos_id_or_none(tokenizer)
-    separator = [np.array([eos], np.int32)] if eos is not None else []
-    pieces = [piece for document in sources.tokenize_documents(documents, tokenizer)
-              for piece in separator + document][len(separator):]
-    return np.concatenate(pieces).astype(np.int32), characters
+    tokenized = [np.concatenate(document) for document in sources.tokenize_documents(documents, tokenizer)]
+    return join_documents(tokenized, eos_id_or_none(tokenizer)), characters  # the stream causal_lm trains on
 
 
 def perplexity(lm: LanguageModel, path: str, *, raw_text: bool = False, eval_fraction: float = 0.1,

@@ -181,6 +181,8 @@ def test_user_errors_name_the_fix(params):
                     decode=True, mutable=["cache"])
     with pytest.raises(ValueError, match="multiple of num_heads"):
         GPTConfig(d_model=30, num_heads=4)
+    with pytest.raises(ValueError, match="crop or split"):  # rather than NaN from positions past the table
+        model.apply({"params": params}, jnp.ones((1, CONFIG.n_positions + 1), jnp.int32))
 
 
 def test_bias_free_variant_drops_every_bias_and_equals_zero_biases():

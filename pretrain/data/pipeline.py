@@ -62,8 +62,7 @@ def _raw_text_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers
         raise sources.CorpusError("config.data.source='raw_text' is one stream: hold out text with "
                                   "--config.data.eval_fraction, not --config.data.eval_documents")
     text = sources.read_raw_text(config.path)
-    cut = int(len(text) * (1.0 - fraction))  # nanoGPT: train = data[:int(n * 0.9)], val = the rest
-    parts = [text[:cut], text[cut:]] if fraction else [text]
+    parts = list(sources.split_tail(text, fraction)) if fraction else [text]
     tokenized = [[np.asarray(ids, np.int32)] for ids in tokenizer.encode_batch(parts)]
     return tokenized[0:1], tokenized[1:]
 

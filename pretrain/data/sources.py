@@ -100,6 +100,12 @@ def read_raw_text(paths: str | Sequence[str]) -> str:
         raise CorpusError(f"corpus {', '.join(files)} is empty; check --config.data.path")
     return text
 
+def split_tail(text: str, fraction: float) -> tuple[str, str]:
+    """(head, tail): the last `fraction` of the characters held out, nanoGPT's prepare.py split
+    (train = data[:int(n * 0.9)], val = data[int(n * 0.9):] for fraction 0.1)."""
+    cut = int(len(text) * (1.0 - fraction))
+    return text[:cut], text[cut:]
+
 # ----------------------------------------------------------------------------------------------
 # TFDS datasets.
 

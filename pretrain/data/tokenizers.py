@@ -298,6 +298,16 @@ def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: i
     )
 
 
+def eos_id_or_none(tokenizer) -> int | None:
+    """The tokenizer's EOS id, or None when it has none (our Tokenizer raises CorpusError then; GPT-2's
+    and T5's have one, the char vocabulary and a SentencePiece model without </s> or [SEP] do not)."""
+    try:
+        eos = getattr(tokenizer, "eos_id", None)
+    except CorpusError:
+        return None
+    return None if eos is None else int(eos)
+
+
 def __getattr__(name: str):
     """`tokenizers.CharTokenizer` / `tokenizers.GPT2BPETokenizer`: the GPT family's classes live in
     gpt_tokenizers.py (imported lazily: that module builds on this one)."""
