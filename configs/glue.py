@@ -12,7 +12,7 @@ model.safetensors / pytorch_model.bin + vocab.txt; T5: the same with spiece.mode
 with vocab.json + merges.txt); the architecture and the tokenizer come from it.
 
 Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|t5|gpt`,
-`freeze=none|head_only|lowest|gradual` (BERT and GPT; see pretrain/freezing.py), `size=` (T5 and GPT
+`freeze=none|head_only|lowest|gradual` (BERT and GPT; see pretrain/core/freezing.py), `size=` (T5 and GPT
 without an init: the configs/t5.py or configs/gpt2.py size, default small).
 
 T5 recipe (Raffel et al. 2020, Section 3.1.3): Adafactor with a constant learning rate of 0.001,
@@ -29,7 +29,7 @@ GPT recipe (Radford et al. 2018, "Improving Language Understanding by Generative
 Section 4.1 "Fine-tuning details", and the defaults of its code, openai/finetune-transformer-lm
 train.py): learning rate 6.25e-5, batch 32, 3 epochs, linear warmup over 0.2% of training then linear
 decay, dropout 0.1 in the model and on the classifier's input, Adam b1 0.9 b2 0.999 eps 1e-8,
-weight decay 0.01, gradient clipping 1.0; a linear head on the last token (pretrain/finetune_gpt.py,
+weight decay 0.01, gradient clipping 1.0; a linear head on the last token (pretrain/families/gpt.py,
 models/gpt_heads.py). The paper also adds the LM loss with weight 0.5 (lambda); this loop does not.
 max_seq_length 128 (at most the model's n_positions).
 """

@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from pretrain.errors import UserError
+from models.errors import ModelInputError
 
 PyTree = Any
 TokensToLogits = Callable[[jax.Array, PyTree, jax.Array], tuple[jax.Array, PyTree]]
@@ -98,14 +98,14 @@ def _stop_ids(eos_id: int | None, stop_ids: Sequence[int]) -> tuple[int, ...]:
 def _forced(prompt, prompt_lengths, batch: int, max_length: int) -> tuple[jax.Array, jax.Array]:
     """-> (forced tokens [B, max_length], forced lengths [B]); no prompt = nothing forced."""
     if max_length < 1:
-        raise UserError(f"max_length={max_length} must be >= 1 (the number of tokens to generate)")
+        raise ModelInputError(f"max_length={max_length} must be >= 1 (the number of tokens to generate)")
     if prompt is None:
         return jnp.zeros((batch, max_length), jnp.int32), jnp.zeros((batch,), jnp.int32)
     prompt = jnp.asarray(prompt, jnp.int32)
     if prompt.ndim != 2 or prompt.shape[0] != batch:
-        raise UserError(f"prompt has shape {prompt.shape}; it must be [batch={batch}, P]")
+        raise ModelInputError(f"prompt has shape {prompt.shape}; it must be [batch={batch}, P]")
     if prompt.shape[1] > max_length:
-        raise UserError(f"prompt is {prompt.shape[1]} tokens long but max_length={max_length}; "
+        raise ModelInputError(f"prompt is {prompt.shape[1]} tokens long but max_length={max_length}; "
                         "raise max_length to at least the prompt length")
     if prompt_lengths is None:
         prompt_lengths = jnp.full((batch,), prompt.shape[1], jnp.int32)
@@ -170,9 +170,9 @@ def sample(tokens_to_logits: TokensToLogits, cache: PyTree, start_tokens: jax.Ar
     Step i draws with `fold_in(rng, i)`, so a (rng, inputs) pair always gives the same tokens.
     """
     if isinstance(temperature, (int, float)) and temperature < 0:
-        raise UserError(f"temperature={temperature} must be >= 0 (0 = greedy)")
+        raise ModelInputError(f"temperature={temperature} must be >= 0 (0 = greedy)")
     if isinstance(top_p, (int, float)) and not 0 < top_p <= 1:
-        raise UserError(f"top_p={top_p} must be in (0, 1] (1 = no nucleus filter)")
+        raise ModelInputError(f"top_p={top_p} must be in (0, 1] (1 = no nucleus filter)")
     if isinstance(temperature, (int, float)) and temperature < MIN_TEMPERATURE:
         return greedy_search(tokens_to_logits, cache, start_tokens, max_length, eos_id,
                              stop_ids=stop_ids, prompt=prompt, prompt_lengths=prompt_lengths)
@@ -222,7 +222,7 @@ def _gather_cache(cache: PyTree, beam_indices: jax.Array) -> PyTree:
 def _check_cache_batch(cache: PyTree, batch: int) -> None:
     for path, leaf in jax.tree_util.tree_leaves_with_path(cache):
         if jnp.ndim(leaf) and jnp.shape(leaf)[0] != batch:
-            raise UserError(f"cache leaf {jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; beam search "
+            raise ModelInputError(f"cache leaf {jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; beam search "
                             f"needs the batch ({batch}) as the leading axis of every non-scalar cache leaf")
 
 
@@ -240,7 +240,7 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, start_tokens: j
     0 to the log-prob and keep a single beam alive (t5x's prompt forcing).
     """
     if beam_size < 1:
-        raise UserError(f"beam_size={beam_size} must be >= 1")
+        raise ModelInputError(f"beam_size={beam_size} must be >= 1")
     start_tokens = jnp.asarray(start_tokens, jnp.int32)
     batch = start_tokens.shape[0]
     forced, forced_lengths = _forced(prompt, prompt_lengths, batch, max_length)

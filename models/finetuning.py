@@ -5,8 +5,6 @@ The encoder sits under the same `bert` name as in BertForPreTraining, so a pretr
 """
 from __future__ import annotations
 
-import dataclasses
-
 import flax.linen as nn
 import jax
 
@@ -50,9 +48,3 @@ class BertForFineTuning(nn.Module):
             return {"logits": self.head(sequence, spans, deterministic)}
         start, end = self.head(sequence)
         return {"start_logits": start, "end_logits": end}
-
-
-def bert_config_from_dict(fields: dict) -> BertConfig:
-    """A BertConfig from a config dict that may carry extra keys (name, ...)."""
-    names = {f.name for f in dataclasses.fields(BertConfig)}
-    return BertConfig(**{k: v for k, v in fields.items() if k in names})

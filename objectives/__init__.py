@@ -1,12 +1,15 @@
-"""Objectives, built by name from `config.objective`. Each owns its batch construction and loss."""
+"""Objectives, built by name from `config.objective`. Each owns its batch construction and loss and
+implements objectives.interface.Objective."""
 from __future__ import annotations
 
 import ml_collections
 
+from objectives.interface import Objective, ObjectiveError
+
 NAMES = ("bert_pretraining", "spanbert", "span_corruption", "encoder_decoder_denoising", "causal_lm", "prefix_lm")
 
 
-def build_objective(config: ml_collections.ConfigDict, tokenizer):
+def build_objective(config: ml_collections.ConfigDict, tokenizer) -> Objective:
     if config.name == "bert_pretraining":
         from objectives.bert_pretraining import BertPretraining
         return BertPretraining(config, tokenizer)
@@ -22,4 +25,4 @@ def build_objective(config: ml_collections.ConfigDict, tokenizer):
     if config.name == "prefix_lm":  # decoder-only; T5's is encoder_decoder_denoising with mode=prefix_lm
         from objectives.prefix_lm import PrefixLM
         return PrefixLM(config, tokenizer)
-    raise ValueError(f"config.objective.name={config.name!r} is unknown; available: {', '.join(NAMES)}")
+    raise ObjectiveError(f"config.objective.name={config.name!r} is unknown; available: {', '.join(NAMES)}")

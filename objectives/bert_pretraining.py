@@ -12,14 +12,27 @@ import ml_collections
 import numpy as np
 
 from objectives import mlm, nsp
-from pretrain.data.sources import CorpusError
+from objectives.interface import ObjectiveError
 
 
 class BertPretraining:
-    def __init__(self, config: ml_collections.ConfigDict, tokenizer):
+    """Objective "bert_pretraining" (a PhasedObjective: the long phase masks more positions).
+
+    `max_predictions`: the masked positions per row, BERT's max_predictions_per_seq (20 for the
+    128-token phase) or, in the object `for_long_phase()` returns, long_max_predictions_per_seq (80
+    for the 512-token phase).
+    """
+
+    def __init__(self, config: ml_collections.ConfigDict, tokenizer, *, long_phase: bool = False):
         self.config = config
         self.tokenizer = tokenizer
         self.next_sentence = config.next_sentence
+        self.long_phase = long_phase
+        self.max_predictions = (config.long_max_predictions_per_seq if long_phase
+                                else config.max_predictions_per_seq)
+
+    def for_long_phase(self) -> BertPretraining:
+        return type(self)(self.config, self.tokenizer, long_phase=True)
 
     def create_instances(self, documents: list[list[np.ndarray]], rng: np.random.Generator,
                          max_seq_length: int) -> dict[str, np.ndarray]:
@@ -30,21 +43,15 @@ class BertPretraining:
                 documents, rng, max_seq_length=max_seq_length, short_seq_prob=self.config.short_seq_prob,
                 cls_id=t.cls_id, sep_id=t.sep_id, pad_id=t.pad_id, next_sentence=self.next_sentence)
         except ValueError as e:  # too few documents, sequences too short: the user's corpus/config
-            raise CorpusError(str(e)) from None
+            raise ObjectiveError(str(e)) from None
 
-    def max_predictions(self, long_phase: bool) -> int:
-        """BERT: 20 predictions per 128-token sequence, 80 in the 512-token phase."""
-        c = self.config
-        return c.long_max_predictions_per_seq if long_phase else c.max_predictions_per_seq
-
-    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator,
-                   max_predictions: int) -> dict[str, np.ndarray]:
+    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Host side: mask a batch of instances afresh (dynamic masking)."""
         t, c = self.tokenizer, self.config
         word_starts = t.word_start[instances["input_ids"]] if c.whole_word_masking else None
         masked = mlm.mask_tokens(
             instances["input_ids"], rng, vocab_size=t.vocab_size, mask_id=t.mask_id,
-            special_ids=t.special_ids, max_predictions=max_predictions, mask_prob=c.mask_prob,
+            special_ids=t.special_ids, max_predictions=self.max_predictions, mask_prob=c.mask_prob,
             replace_with_mask=c.replace_with_mask, replace_with_random=c.replace_with_random,
             word_starts=word_starts)
         batch = {k: v for k, v in instances.items() if k != "input_ids"}

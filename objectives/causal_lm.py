@@ -16,7 +16,7 @@ documents are taken in a random order and `config.objective.pack_documents` pick
         the same position every epoch (nanoGPT draws each window's start at random). Attention and
         the loss run across document boundaries (the EOS tells the model a new document begins),
         as in GPT-2's training.
-  False  each document (+ EOS) is its own example, packed whole into rows by pretrain.data.packing
+  False  each document (+ EOS) is its own example, packed whole into rows by objectives.packing
         with segment ids and restarted positions: no attention and no loss crosses a document.
         A document longer than a row is cut into windows as above, each its own segment.
 
@@ -30,11 +30,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from objectives import packing
+from objectives.interface import ObjectiveError, eos_id_or_none
 from objectives.losses import token_cross_entropy
-from pretrain.data import packing
-from pretrain.data.sources import CorpusError
-from pretrain.data.tokenizers import eos_id_or_none
-from pretrain.errors import UserError
 
 BATCH_KEYS = ("input_ids", "target_ids", "loss_weights", "segment_ids", "positions")
 MODEL_INPUT_KEYS = ("input_ids", "segment_ids", "positions")
@@ -48,7 +46,7 @@ def join_documents(documents: list[np.ndarray], eos_id: int | None) -> np.ndarra
 
 
 class CausalLM:
-    """The objective interface of pretrain/trainer.py for decoder-only models (models/gpt.py).
+    """The objective interface of objectives/interface.py for decoder-only models (models/gpt.py).
 
     config (config.objective): pack_documents (bool, see the module docstring), z_loss
     (coefficient of t5x's log(Z)^2 auxiliary loss, 0 = off).
@@ -59,9 +57,9 @@ class CausalLM:
         self.pack_documents = config.get("pack_documents", True)
         self.z_loss = float(config.get("z_loss", 0.0))
         if not isinstance(self.pack_documents, bool):
-            raise UserError(f"config.objective.pack_documents={self.pack_documents!r} must be True or False")
+            raise ObjectiveError(f"config.objective.pack_documents={self.pack_documents!r} must be True or False")
         if self.z_loss < 0:
-            raise UserError(f"config.objective.z_loss={self.z_loss} must be >= 0")
+            raise ObjectiveError(f"config.objective.z_loss={self.z_loss} must be >= 0")
         self.eos_id = eos_id_or_none(tokenizer)
         self.pad_id = int(tokenizer.pad_id)
 
@@ -73,10 +71,10 @@ class CausalLM:
         """One epoch of rows: {'input_ids': [N, L + 1] int32 (pad_id after the end),
         'segment_ids': [N, L + 1] int32 (0 = padding, 1.. = example of the row)}."""
         if max_seq_length < 1:
-            raise UserError(f"config.data.max_seq_length={max_seq_length} must be >= 1")
+            raise ObjectiveError(f"config.data.max_seq_length={max_seq_length} must be >= 1")
         docs = [np.concatenate(d).astype(np.int32) for d in documents if sum(len(s) for s in d)]
         if not docs:
-            raise CorpusError("the corpus has no tokens: every document is empty")
+            raise ObjectiveError("the corpus has no tokens: every document is empty")
         docs = [docs[i] for i in rng.permutation(len(docs))]
         eos = [] if self.eos_id is None else [self.eos_id]
         if self.pack_documents:
@@ -92,7 +90,7 @@ class CausalLM:
         lengths = np.array([len(e) for e in examples], np.int64)
         starts, sizes = _windows(lengths, max_seq_length)
         if not len(sizes):
-            raise CorpusError("the corpus has fewer than 2 tokens per document: nothing to predict; add text")
+            raise ObjectiveError("the corpus has fewer than 2 tokens per document: nothing to predict; add text")
         flat = np.concatenate(examples)[_ranges(starts, sizes)]
         packed = packing.pack_flat({"tokens": flat}, {"tokens": sizes}, {"tokens": max_seq_length + 1})
         ids, segment_ids = packed["tokens"], packed["tokens_segment_ids"]
@@ -100,18 +98,14 @@ class CausalLM:
         order = rng.permutation(len(ids))
         return {"input_ids": ids[order], "segment_ids": segment_ids[order]}
 
-    def max_predictions(self, long_phase: bool) -> int:
-        del long_phase
-        return 0  # BERT's masked-position budget; a language model predicts every token
-
-    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator,
-                   max_predictions: int) -> dict[str, np.ndarray]:
+    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator | None
+                   ) -> dict[str, np.ndarray]:
         """Rows [B, L + 1] -> the contract's batch, [B, L] each (see BATCH_KEYS).
 
         loss_weights is 1 where the target (the next token) belongs to the same example as the
         input token, 0 on padding and at each packed example's last token.
         """
-        del rng, max_predictions
+        del rng  # nothing is random: the rows were cut and shuffled in create_instances
         ids = np.asarray(instances["input_ids"], np.int32)
         segments = np.asarray(instances["segment_ids"], np.int32)
         same_example = (segments[:, :-1] > 0) & (segments[:, 1:] == segments[:, :-1])
@@ -159,7 +153,7 @@ def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 def positions_from_segments(segment_ids: np.ndarray) -> np.ndarray:
     """[B, L] packed segment ids -> [B, L] int32 position inside each segment (0 on padding).
 
-    Segments are contiguous runs (pretrain.data.packing); a run starts where the id changes.
+    Segments are contiguous runs (objectives.packing); a run starts where the id changes.
     """
     columns = np.broadcast_to(np.arange(segment_ids.shape[1]), segment_ids.shape)
     starts_run = np.ones(segment_ids.shape, bool)

@@ -18,7 +18,7 @@ Instances (once per data epoch): the documents in a random order, each one's sen
 concatenated, EOS between documents, cut into raw chunks (T5's reduce_concat_tokens +
 split_tokens; T5 puts nothing between documents). Noise is dynamic: `make_batch` draws a new mask
 for every batch, as our MLM does, where T5 draws one per example of its (single) pass. The tail
-chunk of an epoch is shorter; `pretrain.data.packing` packs short examples together, so every
+chunk of an epoch is shorter; `objectives.packing` packs short examples together, so every
 batch has a fixed shape.
 """
 from __future__ import annotations
@@ -30,11 +30,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from objectives import packing
 from objectives import span_corruption as sc
+from objectives.interface import ObjectiveError
 from objectives.losses import token_cross_entropy
-from pretrain.data import packing
-from pretrain.data.sources import CorpusError
-from pretrain.errors import UserError
 
 MODES = ("span_corruption", "prefix_lm", "iid_denoising")
 IID_CORRUPTIONS = ("replace_spans", "drop_tokens")
@@ -47,7 +46,7 @@ MODEL_INPUT_KEYS = ("encoder_input_ids", "decoder_input_ids", "encoder_segment_i
 
 
 class EncoderDecoderDenoising:
-    """The objective interface of pretrain/trainer.py for encoder-decoder models.
+    """The objective interface of objectives/interface.py for encoder-decoder models.
 
     config (config.objective): mode (MODES), noise_density, mean_noise_span_length,
     corruption (iid_denoising only: IID_CORRUPTIONS), z_loss (coefficient, 0 = off),
@@ -63,22 +62,22 @@ class EncoderDecoderDenoising:
         self.z_loss = float(config.get("z_loss", 0.0))
         self.targets_length = int(config.get("targets_length", 0))
         if self.mode not in MODES:
-            raise UserError(f"config.objective.mode={self.mode!r} is unknown; use one of {MODES}")
+            raise ObjectiveError(f"config.objective.mode={self.mode!r} is unknown; use one of {MODES}")
         if self.corruption not in IID_CORRUPTIONS:
-            raise UserError(f"config.objective.corruption={self.corruption!r} is unknown; "
+            raise ObjectiveError(f"config.objective.corruption={self.corruption!r} is unknown; "
                             f"use one of {IID_CORRUPTIONS}")
         if not 0.0 < self.noise_density < 1.0:
-            raise UserError(f"config.objective.noise_density={self.noise_density} must be in (0, 1)")
+            raise ObjectiveError(f"config.objective.noise_density={self.noise_density} must be in (0, 1)")
         if self.mean_noise_span_length < 1.0:
-            raise UserError(f"config.objective.mean_noise_span_length={self.mean_noise_span_length} "
+            raise ObjectiveError(f"config.objective.mean_noise_span_length={self.mean_noise_span_length} "
                             "must be >= 1")
         if self.targets_length < 0 or self.z_loss < 0:
-            raise UserError("config.objective.targets_length and config.objective.z_loss must be >= 0")
+            raise ObjectiveError("config.objective.targets_length and config.objective.z_loss must be >= 0")
         self.uses_sentinels = self.mode == "span_corruption" or (
             self.mode == "iid_denoising" and self.corruption == "replace_spans")
         num_extra_ids = getattr(tokenizer, "num_extra_ids", 0)
         if self.uses_sentinels and not num_extra_ids:
-            raise UserError(f"config.objective.mode={self.mode!r} needs sentinel ids but the tokenizer has "
+            raise ObjectiveError(f"config.objective.mode={self.mode!r} needs sentinel ids but the tokenizer has "
                             "none; load it with extra_ids=100 (T5's <extra_id_k>)")
         # [K] sentinel k = <extra_id_k> = vocab_size - 1 - k (seqio's convention).
         self.sentinel_ids = np.array([tokenizer.sentinel_id(k) for k in range(num_extra_ids)], np.int64)
@@ -95,14 +94,14 @@ class EncoderDecoderDenoising:
         _, targets = sc.compute_input_and_target_lengths(inputs_length, self.noise_density,
                                                          self.mean_noise_span_length)
         if self.targets_length and self.targets_length < targets:
-            raise UserError(f"config.objective.targets_length={self.targets_length} is shorter than the "
+            raise ObjectiveError(f"config.objective.targets_length={self.targets_length} is shorter than the "
                             f"{targets} tokens span corruption of {inputs_length} inputs produces; "
                             "set it to 0 (derive) or >= that")
         return raw, self.targets_length or targets
 
     def _raw_length(self, inputs_length: int) -> int:
         if inputs_length < 4:
-            raise UserError(f"sequence length {inputs_length} is too short for {self.mode}; use >= 4 "
+            raise ObjectiveError(f"sequence length {inputs_length} is too short for {self.mode}; use >= 4 "
                             "(config.data.max_seq_length)")
         if self.mode == "span_corruption":
             return sc.compute_input_and_target_lengths(inputs_length, self.noise_density,
@@ -142,7 +141,7 @@ class EncoderDecoderDenoising:
             self._check_sentinels(raw, max_seq_length)
         docs = [np.concatenate(d) for d in documents if sum(len(s) for s in d)]
         if not docs:
-            raise CorpusError("the corpus has no tokens: every document is empty")
+            raise ObjectiveError("the corpus has no tokens: every document is empty")
         eos = np.array([self.tokenizer.eos_id], docs[0].dtype)
         pieces = []
         for i in rng.permutation(len(docs)):
@@ -160,18 +159,12 @@ class EncoderDecoderDenoising:
         _, num_spans = sc.noise_counts(np.array([max(raw, 2)]), self.noise_density, self.mean_noise_span_length)
         num_spans = int(num_spans[0])
         if num_spans > len(self.sentinel_ids):
-            raise UserError(f"span corruption of {inputs_length} inputs makes {num_spans} noise spans but the "
+            raise ObjectiveError(f"span corruption of {inputs_length} inputs makes {num_spans} noise spans but the "
                             f"tokenizer has {len(self.sentinel_ids)} sentinels; shorten "
                             "config.data.max_seq_length or raise config.objective.mean_noise_span_length")
 
-    def max_predictions(self, long_phase: bool) -> int:
-        del long_phase
-        return 0  # BERT's masked-position budget; the decoder predicts every target token here
-
-    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator,
-                   max_predictions: int) -> dict[str, np.ndarray]:
+    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Corrupts the raw chunks afresh and packs them: the contract's batch, [B, L_enc] / [B, L_dec]."""
-        del max_predictions
         tokens = np.asarray(instances["input_ids"])
         lengths = np.asarray(instances["length"], np.int64)
         raw = tokens.shape[1]

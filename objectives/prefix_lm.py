@@ -32,10 +32,9 @@ class PrefixLM(CausalLM):
     config (config.objective): as CausalLM (pack_documents, z_loss).
     """
 
-    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator,
-                   max_predictions: int) -> dict[str, np.ndarray]:
+    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
         """CausalLM's batch + prefix_lengths [B] int32 and bidirectional_mask [B, L] bool."""
-        batch = super().make_batch(instances, rng, max_predictions)
+        batch = super().make_batch(instances, rng)
         real_tokens = (np.asarray(instances["segment_ids"]) > 0).sum(axis=1)  # n, over L + 1 columns
         prefix_lengths = sc.random_prefix_split(real_tokens, rng).astype(np.int32)  # [B], in [1, n - 1]
         columns = np.arange(batch["input_ids"].shape[1])

@@ -35,7 +35,7 @@ import numpy as np
 
 from objectives import mlm
 from objectives.bert_pretraining import BertPretraining
-from pretrain.errors import UserError
+from objectives.interface import ObjectiveError
 
 SPAN_KEYS = ("span_left_boundary", "span_right_boundary", "span_position")
 
@@ -202,22 +202,21 @@ class SpanBertPretraining(BertPretraining):
     short_seq_prob. The model must have the SBO head (config.model.span_boundary=True).
     """
 
-    def __init__(self, config: ml_collections.ConfigDict, tokenizer):
-        super().__init__(config, tokenizer)
+    def __init__(self, config: ml_collections.ConfigDict, tokenizer, *, long_phase: bool = False):
+        super().__init__(config, tokenizer, long_phase=long_phase)
         if not 0 < config.geometric_p <= 1:
-            raise UserError(f"config.objective.geometric_p={config.geometric_p} must be in (0, 1]; "
+            raise ObjectiveError(f"config.objective.geometric_p={config.geometric_p} must be in (0, 1]; "
                             "SpanBERT uses 0.2")
         if config.max_span_length < 1:
-            raise UserError(f"config.objective.max_span_length={config.max_span_length} must be >= 1; "
+            raise ObjectiveError(f"config.objective.max_span_length={config.max_span_length} must be >= 1; "
                             "SpanBERT uses 10")
 
-    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator,
-                   max_predictions: int) -> dict[str, np.ndarray]:
+    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Host side: span-mask a batch of instances afresh (dynamic masking)."""
         t, c = self.tokenizer, self.config
         masked = mask_spans(
             instances["input_ids"], rng, vocab_size=t.vocab_size, mask_id=t.mask_id,
-            special_ids=t.special_ids, max_predictions=max_predictions,
+            special_ids=t.special_ids, max_predictions=self.max_predictions,
             word_starts=t.word_start[instances["input_ids"]], input_mask=instances["input_mask"],
             mask_prob=c.mask_prob, geometric_p=c.geometric_p, max_span_length=c.max_span_length,
             replace_with_mask=c.replace_with_mask, replace_with_random=c.replace_with_random)
@@ -232,7 +231,7 @@ class SpanBertPretraining(BertPretraining):
     def loss(self, outputs: dict[str, jax.Array], batch: dict[str, jax.Array]
              ) -> tuple[jax.Array, dict[str, jax.Array]]:
         if "sbo_logits" not in outputs:
-            raise UserError("objective 'spanbert' needs the model's span boundary head: "
+            raise ObjectiveError("objective 'spanbert' needs the model's span boundary head: "
                             "set --config.model.span_boundary=True")
         loss, metrics = super().loss(outputs, batch)  # MLM (+ NSP)
         sbo_loss, sbo_metrics = mlm.mlm_loss(outputs["sbo_logits"], batch["masked_lm_ids"],

@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import sys
 
-from absl import app, flags, logging
+from absl import flags
 from ml_collections import config_flags
 
-from pretrain import errors
+from pretrain.core import cli, errors
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/glue.py:task=mrpc.",
                                           lock_config=True)
@@ -25,14 +25,12 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.WARNING)
-    from pretrain import finetuner  # imported late so that --help and flag errors stay fast
+    cli.begin(argv)
+    from pretrain.loops import finetuning as finetuner
     with errors.one_line_errors():
         results = finetuner.finetune(_CONFIG.value, _WORKDIR.value)
     print(json.dumps({k: results[k] for k in ("task", "best_epoch", "metrics", "wall_time_sec")}, indent=1))
 
 
 if __name__ == "__main__":
-    sys.exit(errors.run_app(main))
+    sys.exit(cli.run(main))

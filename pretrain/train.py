@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags, logging
+from absl import flags
 from ml_collections import config_flags
 
-from pretrain import errors
+from pretrain.core import cli, errors
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/bert.py:size=tiny.",
                                           lock_config=True)
@@ -22,10 +22,8 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    logging.set_verbosity(logging.WARNING)  # Orbax logs every save step at INFO
-    from pretrain import trainer  # imported late so that --help and flag errors stay fast
+    cli.begin(argv)
+    from pretrain.loops import pretraining as trainer
     with errors.one_line_errors():
         metrics = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     if metrics:
@@ -33,4 +31,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(errors.run_app(main))
+    sys.exit(cli.run(main))

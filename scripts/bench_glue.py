@@ -10,7 +10,7 @@ order from the seed, dev evaluation after every epoch and the best epoch by the 
   ours: `python -m pretrain.finetune` (JAX, JAX_PLATFORMS=cpu) as a subprocess;
   HF:   BertForSequenceClassification + a plain PyTorch loop with dynamic padding (to the longest
         sequence of each batch), also as a subprocess of this script (`--hf_cell`).
-Both sides' metrics come from the same `pretrain.glue_metrics.compute_metrics`. Wall time is per
+Both sides' metrics come from the same `pretrain.glue.metrics.compute_metrics`. Wall time is per
 (task, seed) run and counts everything: process start, imports, data loading and tokenization,
 model load, JAX compilation (ours), training and the per-epoch dev evaluations. The sides are
 interleaved per (task, seed) so machine noise hits both alike. A task passes when
@@ -68,8 +68,8 @@ def hf_cell(args, task_name: str, seed: int, out_dir: str) -> None:
     import torch
     import transformers
 
-    from pretrain import glue_metrics
-    from pretrain.data import glue
+    from pretrain.glue import metrics as glue_metrics
+    from pretrain.glue import tasks as glue
 
     torch.set_num_threads(os.cpu_count() or 1)
     torch.manual_seed(seed)
@@ -229,7 +229,7 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 def summarize(task_name: str, runs: dict[str, list[dict]]) -> dict:
     """Per side: each metric's mean/std over seeds (x100), wall time; the main-metric check."""
-    from pretrain.data import glue
+    from pretrain.glue import tasks as glue
     task = glue.get_task(task_name)
     split = task.dev_splits[0]
     names = list(task.metrics)

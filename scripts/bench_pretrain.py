@@ -25,8 +25,8 @@ import numpy as np
 from configs import bert as bert_configs
 from models import build_model
 from objectives import build_objective
-from pretrain import state as state_lib
-from pretrain import trainer
+from pretrain.core import optimizers as state_lib
+from pretrain.loops import pretraining as trainer
 from pretrain.data import pipeline, tokenizers
 
 

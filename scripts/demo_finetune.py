@@ -17,7 +17,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from pretrain.data import glue  # noqa: E402
+from pretrain.glue import tasks as glue  # noqa: E402
 
 
 def network_allows_tfds(host: str = "dl.fbaipublicfiles.com", timeout: float = 3.0) -> bool:

@@ -18,8 +18,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from models.convert import save_hf_bert  # noqa: E402
-from models.finetuning import bert_config_from_dict  # noqa: E402
-from pretrain import checkpoints, errors  # noqa: E402
+import models  # noqa: E402
+from pretrain.core import checkpoints  # noqa: E402
+from pretrain.core import errors  # noqa: E402
 
 
 def export(workdir: str, output: str, step: int | None = None) -> str:
@@ -32,7 +33,7 @@ def export(workdir: str, output: str, step: int | None = None) -> str:
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
     # Pretraining heads travel along; a fine-tuned task head has no BERT-architecture home in transformers.
     params = {k: v for k, v in params.items() if k in ("bert", "mlm_head", "nsp_head")}
-    model = bert_config_from_dict({**config["model"], "next_sentence": "nsp_head" in params})
+    model = models.model_config({**config["model"], "next_sentence": "nsp_head" in params})
     tokenizer = config.get("tokenizer", {})
     vocab = None
     if tokenizer.get("kind") == "wordpiece":

@@ -30,8 +30,8 @@ sys.path.insert(0, REPO)  # for `pretrain.*`
 
 import numpy as np  # noqa: E402
 
-from pretrain import glue_metrics  # noqa: E402
-from pretrain.data import glue  # noqa: E402
+from pretrain.glue import metrics as glue_metrics  # noqa: E402
+from pretrain.glue import tasks as glue  # noqa: E402
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
 

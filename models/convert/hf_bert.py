@@ -16,7 +16,7 @@ from absl import logging
 
 from models.bert import BertConfig
 from models.convert.layouts import lookup, place_tensor, take_tensor
-from pretrain.errors import UserError
+from models.errors import ModelInputError
 
 # config.json key -> BertConfig field
 _CONFIG_KEYS = {
@@ -137,13 +137,13 @@ def hf_config_to_bert(hf_config: dict, *, next_sentence: bool = False, source: s
     for key, supported in (("hidden_act", "gelu"), ("position_embedding_type", "absolute")):
         value = hf_config.get(key, supported)
         if value != supported:
-            raise UserError(f"{source}: {key}={value!r} is not supported (our BERT implements "
+            raise ModelInputError(f"{source}: {key}={value!r} is not supported (our BERT implements "
                             f"{key}={supported!r} only)")
     default = BertConfig()
     fields = {ours: type(getattr(default, ours))(hf_config[hf]) for hf, ours in _CONFIG_KEYS.items() if hf in hf_config}
     config = BertConfig(**fields, next_sentence=next_sentence)
     if config.hidden_size % config.num_heads:
-        raise UserError(f"{source}: hidden_size={config.hidden_size} is not a multiple of "
+        raise ModelInputError(f"{source}: hidden_size={config.hidden_size} is not a multiple of "
                         f"num_attention_heads={config.num_heads}")
     return config
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from models.bert import BertConfig
 from models.convert.hf_bert import bert_config_to_hf, bert_params_from_hf, hf_config_to_bert, hf_state_dict_from_bert
-from pretrain.errors import UserError
+from models.errors import ModelInputError
 
 SAFETENSORS, PYTORCH_BIN, CONFIG, VOCAB, TOKENIZER_CONFIG = (
     "model.safetensors", "pytorch_model.bin", "config.json", "vocab.txt", "tokenizer_config.json")
@@ -40,21 +40,21 @@ def read_weights(directory: str) -> tuple[dict[str, np.ndarray], str]:
         try:
             return {k: _float32(v) for k, v in safetensors.numpy.load_file(path).items()}, path
         except (safetensors.SafetensorError, OSError) as e:
-            raise UserError(f"cannot read {path}: {e} (re-export or re-download the checkpoint)") from None
+            raise ModelInputError(f"cannot read {path}: {e} (re-export or re-download the checkpoint)") from None
     path = os.path.join(directory, PYTORCH_BIN)
     if os.path.isfile(path):
         try:
             import torch
         except ImportError:
-            raise UserError(f"reading {path} needs torch (pip install torch, or convert the checkpoint to "
+            raise ModelInputError(f"reading {path} needs torch (pip install torch, or convert the checkpoint to "
                             f"{SAFETENSORS})") from None
         try:
             state_dict = torch.load(path, map_location="cpu", weights_only=True)
         except (pickle.UnpicklingError, RuntimeError, OSError, EOFError) as e:  # bad zip, bad pickle, not weights
-            raise UserError(f"cannot read {path}: {str(e).splitlines()[0]} (re-export it as {SAFETENSORS})") from None
+            raise ModelInputError(f"cannot read {path}: {str(e).splitlines()[0]} (re-export it as {SAFETENSORS})") from None
         return {k: _float32(v.float().numpy() if v.is_floating_point() else v.numpy())
                 for k, v in state_dict.items()}, path
-    raise UserError(f"no weights in {directory}: expected {SAFETENSORS} or {PYTORCH_BIN} (save the model with "
+    raise ModelInputError(f"no weights in {directory}: expected {SAFETENSORS} or {PYTORCH_BIN} (save the model with "
                     "save_pretrained, or give the directory that holds them)")
 
 
@@ -62,16 +62,16 @@ def read_hf_config(directory: str, model_type: str, family: str) -> tuple[dict, 
     """directory/config.json of a `model_type` checkpoint -> (the dict, its path); one-line errors."""
     config_path = os.path.join(directory, CONFIG)
     if not os.path.isfile(config_path):
-        raise UserError(f"{config_path} not found (give a Hugging Face {family} directory with {CONFIG} and "
+        raise ModelInputError(f"{config_path} not found (give a Hugging Face {family} directory with {CONFIG} and "
                         f"{SAFETENSORS}, as save_pretrained writes)")
     try:
         with open(config_path) as f:
             hf_config = json.load(f)
     except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {config_path}: {e} (it must be a JSON object)") from None
+        raise ModelInputError(f"cannot read {config_path}: {e} (it must be a JSON object)") from None
     found = hf_config.get("model_type") if isinstance(hf_config, dict) else None
     if found != model_type:
-        raise UserError(f"{config_path}: model_type={found!r}, only {model_type!r} checkpoints can be loaded here")
+        raise ModelInputError(f"{config_path}: model_type={found!r}, only {model_type!r} checkpoints can be loaded here")
     return hf_config, config_path
 
 
@@ -84,20 +84,20 @@ def load_hf_bert(directory: str) -> tuple[BertConfig, dict]:
     """
     directory = os.path.expanduser(directory)
     if not os.path.isdir(directory):
-        raise UserError(f"Hugging Face checkpoint directory not found: {directory} (give a directory with "
+        raise ModelInputError(f"Hugging Face checkpoint directory not found: {directory} (give a directory with "
                         f"{CONFIG} and {SAFETENSORS})")
     config_path = os.path.join(directory, CONFIG)
     if not os.path.isfile(config_path):
-        raise UserError(f"{config_path} not found (a Hugging Face checkpoint directory has {CONFIG} next to its "
+        raise ModelInputError(f"{config_path} not found (a Hugging Face checkpoint directory has {CONFIG} next to its "
                         "weights; save it with save_pretrained)")
     try:
         with open(config_path) as f:
             hf_config = json.load(f)
     except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {config_path}: {e} (it must be a JSON object)") from None
+        raise ModelInputError(f"cannot read {config_path}: {e} (it must be a JSON object)") from None
     if not isinstance(hf_config, dict) or hf_config.get("model_type", "bert") != "bert":
         model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
-        raise UserError(f"{config_path}: model_type={model_type!r}, only 'bert' checkpoints can be loaded "
+        raise ModelInputError(f"{config_path}: model_type={model_type!r}, only 'bert' checkpoints can be loaded "
                         "(give a BERT checkpoint)")
     state_dict, weights_path = read_weights(directory)
     config = hf_config_to_bert(hf_config, next_sentence="cls.seq_relationship.weight" in state_dict,
@@ -119,11 +119,11 @@ def save_hf_bert(directory: str, params: dict, config: BertConfig, *, vocab_file
         if os.path.isdir(vocab_file):
             vocab_file = os.path.join(vocab_file, VOCAB)
         if not os.path.isfile(vocab_file):
-            raise UserError(f"vocab file not found: {vocab_file} (give the BERT vocab.txt the model was trained with)")
+            raise ModelInputError(f"vocab file not found: {vocab_file} (give the BERT vocab.txt the model was trained with)")
         with open(vocab_file, encoding="utf-8") as f:
             lines = sum(1 for _ in f)
         if lines > config.vocab_size:
-            raise UserError(f"{vocab_file} has {lines} tokens but the model's vocab_size is {config.vocab_size} "
+            raise ModelInputError(f"{vocab_file} has {lines} tokens but the model's vocab_size is {config.vocab_size} "
                             "(give the vocab the model was trained with)")
     architecture = ("BertModel" if "mlm_head" not in params
                     else "BertForPreTraining" if "nsp_head" in params else "BertForMaskedLM")
@@ -142,7 +142,7 @@ def check_export_target(directory: str) -> str:
     """The absolute export path; refused (never deleted) unless new or a previous export."""
     directory = os.path.abspath(os.path.expanduser(directory))
     if os.path.lexists(directory) and (not os.path.isdir(directory) or set(os.listdir(directory)) - _EXPORT_FILES):
-        raise UserError(f"{directory} exists and is not a previous export (export to a new directory or remove it)")
+        raise ModelInputError(f"{directory} exists and is not a previous export (export to a new directory or remove it)")
     return directory
 
 

@@ -24,7 +24,7 @@ from absl import logging
 from models.convert.layouts import place_tensor, take_tensor
 from models.convert.hf_io import SPIECE, check_export_target, read_hf_config, read_weights, write_export
 from models.t5 import T5Config
-from pretrain.errors import UserError
+from models.errors import ModelInputError
 
 # config.json key -> T5Config field (feed_forward_proj and the tying are handled apart)
 _CONFIG_KEYS = {
@@ -82,11 +82,11 @@ def hf_config_to_t5(hf_config: dict, *, untied_lm_head: bool, source: str = "con
     """A config.json dict -> T5Config. untied_lm_head: the weights hold an lm_head unequal to `shared`."""
     feed_forward = hf_config.get("feed_forward_proj", "relu")
     if feed_forward not in ("relu", "gated-gelu"):
-        raise UserError(f"{source}: feed_forward_proj={feed_forward!r} is not supported (our T5 implements "
+        raise ModelInputError(f"{source}: feed_forward_proj={feed_forward!r} is not supported (our T5 implements "
                         "'relu' (T5 1.0) and 'gated-gelu' (T5 1.1))")
     scaled = hf_config.get("scale_decoder_outputs", hf_config.get("tie_word_embeddings", True))
     if scaled and untied_lm_head:
-        raise UserError(f"{source}: the decoder output is scaled as for a tied lm_head but the checkpoint's lm_head "
+        raise ModelInputError(f"{source}: the decoder output is scaled as for a tied lm_head but the checkpoint's lm_head "
                         "differs from the embedding (set tie_word_embeddings to false in config.json if it is T5 1.1)")
     default = T5Config()
     fields = {ours: type(getattr(default, ours))(hf_config[hf]) for hf, ours in _CONFIG_KEYS.items()
@@ -159,7 +159,7 @@ def save_hf_t5(directory: str, params: dict, config: T5Config, *, spm_file: str 
     """
     directory = check_export_target(directory)
     if spm_file is not None and not os.path.isfile(spm_file):
-        raise UserError(f"SentencePiece model not found: {spm_file} (give the .model the T5 was trained with)")
+        raise ModelInputError(f"SentencePiece model not found: {spm_file} (give the .model the T5 was trained with)")
     state_dict = hf_state_dict_from_t5(params, config)
 
     def tokenizer_files(tmp: str) -> None:

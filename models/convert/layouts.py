@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pretrain.errors import UserError
+from models.errors import ModelInputError
 
 # Ours <- HF and HF <- ours for each layout; c is the model config (heads H = c.num_heads).
 TO_OURS = {
@@ -29,9 +29,9 @@ def place_tensor(params: dict, state_dict: dict, name: str, path: tuple[str, ...
                  shape: tuple[int, ...], config, *, source: str, missing_hint: str) -> None:
     """params[path] = state_dict[name] in our layout, after checking it exists with the expected shape."""
     if state_dict.get(name) is None:
-        raise UserError(f"{source} has no tensor {name!r} ({missing_hint})")
+        raise ModelInputError(f"{source} has no tensor {name!r} ({missing_hint})")
     if state_dict[name].shape != shape:
-        raise UserError(f"{source}: tensor {name!r} has shape {list(state_dict[name].shape)}, config.json implies "
+        raise ModelInputError(f"{source}: tensor {name!r} has shape {list(state_dict[name].shape)}, config.json implies "
                         f"{list(shape)} (config and weights disagree)")
     node = params
     for key in path[:-1]:
@@ -51,6 +51,6 @@ def take_tensor(params: dict, path: tuple[str, ...], layout: str, config) -> np.
     """Our parameter at `path` in Hugging Face's layout, float32; one-line error when it is missing."""
     node = lookup(params, path)
     if node is None:
-        raise UserError(f"parameter {'/'.join(path)} is missing from the params to export (pass the whole "
+        raise ModelInputError(f"parameter {'/'.join(path)} is missing from the params to export (pass the whole "
                         "tree, e.g. state.params, with the config it was trained with)")
     return np.ascontiguousarray(TO_HF[layout](np.asarray(node, np.float32), config))

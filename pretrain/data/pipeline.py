@@ -16,6 +16,7 @@ from typing import Iterator
 import ml_collections
 import numpy as np
 
+from objectives.interface import Objective, PhasedObjective
 from pretrain.data import sources, tokenizers
 
 
@@ -70,24 +71,27 @@ def _raw_text_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers
 class PretrainingData:
     """Batches for step s: `batch(s)` -> dict of numpy arrays with a leading batch dimension."""
 
-    def __init__(self, documents: list[list[np.ndarray]], objective, *, batch_size: int, seed: int,
+    def __init__(self, documents: list[list[np.ndarray]], objective: Objective, *, batch_size: int, seed: int,
                  max_seq_length: int, long_seq_length: int = 0, long_seq_start_step: int = 0):
         self.documents = documents
         self.objective = objective
         self.batch_size = batch_size
         self.seed = seed
-        # Phases: (first step, sequence length). BERT trains at 128 and switches to 512 late.
-        self.phases = [(0, max_seq_length)]
+        # Phases: (first step, sequence length, objective). BERT trains at 128 and switches to 512
+        # late, masking more positions there (its PhasedObjective.for_long_phase).
+        self.phases = [(0, max_seq_length, objective)]
         if long_seq_length:
-            self.phases.append((long_seq_start_step, long_seq_length))
+            long_objective = objective.for_long_phase() if isinstance(objective, PhasedObjective) else objective
+            self.phases.append((long_seq_start_step, long_seq_length, long_objective))
 
     def phase(self, step: int) -> int:
-        return max(i for i, (start, _) in enumerate(self.phases) if step >= start)
+        return max(i for i, (start, _, _) in enumerate(self.phases) if step >= start)
 
     @functools.lru_cache(maxsize=3)
     def _created(self, phase: int, epoch: int) -> dict[str, np.ndarray]:
         rng = np.random.default_rng([self.seed, phase, epoch])
-        return self.objective.create_instances(self.documents, rng, self.phases[phase][1])
+        _, length, objective = self.phases[phase]
+        return objective.create_instances(self.documents, rng, length)
 
     @functools.lru_cache(maxsize=None)
     def epoch_size(self, phase: int) -> int:
@@ -122,7 +126,7 @@ class PretrainingData:
     def batch(self, step: int) -> dict[str, np.ndarray]:
         phase = self.phase(step)
         rng = np.random.default_rng([self.seed, step, 1 << 20])
-        return self.objective.make_batch(self.instances(step), rng, self.objective.max_predictions(phase > 0))
+        return self.phases[phase][2].make_batch(self.instances(step), rng)
 
 
 def prefetch(make_batch, steps: range, size: int = 2) -> Iterator[tuple[int, dict]]:

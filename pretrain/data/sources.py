@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pretrain.errors import UserError
+from pretrain.core.errors import UserError
 
 Document = list[str]  # a document's sentences / lines, in order
 

@@ -1,4 +1,4 @@
-"""Train state, optimizers and learning-rate schedules (optax).
+"""Optimizers and learning-rate schedules (optax).
 
 BERT's recipe (`adamw`): AdamW (b1 0.9, b2 0.999, eps 1e-6, weight decay 0.01 on every weight except
 LayerNorm parameters and biases), linear warmup then linear decay to zero, global-norm clipping 1.0.
@@ -12,23 +12,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-from flax.training import train_state
 
-from pretrain.errors import UserError
+from pretrain.core.errors import ConfigError
 
 SCHEDULES = ("warmup_linear_decay", "warmup_cosine_decay", "constant", "rsqrt")
 OPTIMIZERS = ("adamw", "adafactor")
-
-
-class TrainState(train_state.TrainState):
-    """Flax's TrainState (step, apply_fn, params, tx, opt_state); the step counts optimizer updates."""
 
 
 def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: int) -> optax.Schedule:
@@ -51,7 +45,7 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: i
     elif config.schedule == "constant":
         after = optax.constant_schedule(peak)
     else:
-        raise UserError(f"config.optimizer.schedule={config.schedule!r} is unknown; use one of {', '.join(SCHEDULES)}")
+        raise ConfigError(f"config.optimizer.schedule={config.schedule!r} is unknown; use one of {', '.join(SCHEDULES)}")
     return optax.join_schedules([warmup_fn, after], [warmup])
 
 
@@ -209,30 +203,6 @@ def make_optimizer(config: ml_collections.ConfigDict, num_train_steps: int) -> o
                        multiply_by_parameter_scale=config.get("multiply_by_parameter_scale", True),
                        weight_decay=config.get("weight_decay", 0.0))
     else:
-        raise UserError(f"config.optimizer.name={config.name!r} is unknown; use one of {', '.join(OPTIMIZERS)}")
+        raise ConfigError(f"config.optimizer.name={config.name!r} is unknown; use one of {', '.join(OPTIMIZERS)}")
     clip = optax.clip_by_global_norm(config.grad_clip_norm) if config.get("grad_clip_norm") else optax.identity()
     return optax.chain(clip, tx)
-
-
-def create_train_state(model: flax.linen.Module, example_inputs: dict[str, jax.Array],
-                       rng: jax.Array, tx: optax.GradientTransformation) -> TrainState:
-    """Initialise parameters and the optimizer state, both kept in nn.Partitioned boxes.
-
-    The boxes carry each weight's logical axes; they stay on for the whole run (Flax unboxes them
-    inside `apply`, optax maps through them), so the abstract state always yields its shardings.
-    Called under jax.eval_shape for the abstract state, then under jit with out_shardings so that
-    no full copy of the weights ever lives on one device.
-    """
-    variables = model.init({"params": rng, "dropout": rng}, **example_inputs, deterministic=True)
-    # `tx` is built once by the caller: TrainState treats it as static pytree metadata, and the
-    # abstract and concrete states must carry the very same object.
-    return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
-
-
-def unbox(tree: Any) -> Any:
-    """Strip nn.Partitioned boxes (metadata) to plain arrays."""
-    return flax.core.meta.unbox(tree)
-
-
-def count_params(params: Any) -> int:
-    return int(sum(jnp.size(x) for x in jax.tree.leaves(unbox(params))))

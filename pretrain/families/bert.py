@@ -1,48 +1,18 @@
-"""What the fine-tuning loop needs from a model family, and the BERT encoder + task head family.
-
-The loop in `pretrain/finetuner.py` is the same for every family; a family says how a GLUE split
-becomes batches, which module and objective train on them, how a pretrained checkpoint fills the
-fresh parameters, and how a prediction batch becomes label ids (or STS-B scores):
-
-  bert  an encoder with a classification / regression head on the pooled [CLS] vector
-  t5    text to text: task prefix + fields in, label word out (pretrain/finetune_t5.py)
-  gpt   a decoder with a linear head on the last real token (pretrain/finetune_gpt.py)
-"""
+"""The BERT family for fine-tuning: the pretrained encoder + a fresh classification / regression head
+on the pooled [CLS] vector (models/finetuning.py), inputs `[CLS] a [SEP] (b [SEP])`."""
 from __future__ import annotations
 
-import jax
 import ml_collections
 import numpy as np
 
-from models.finetuning import BertForFineTuning, bert_config_from_dict
+import models
+from models.finetuning import BertForFineTuning
 from objectives.finetuning import FineTuningObjective
-from pretrain import pretrained
-from pretrain.data import finetune_data, glue
-from pretrain.errors import UserError
-
-
-def merge_pretrained(params: dict, pretrained_params: dict, source: str, prefix: str = "") -> tuple[dict, list[str]]:
-    """Pretrained weights into a fresh parameter tree (shapes must agree) -> (params, fresh names).
-
-    Every leaf of `params` found at the same path in `pretrained_params` is replaced; the others
-    (a new task head) keep their random init and are listed as fresh.
-    """
-    fresh = []
-
-    def take(path, current):
-        node = pretrained_params
-        for key in path:
-            node = node.get(key.key) if isinstance(node, dict) else None
-        name = prefix + "/".join(str(k.key) for k in path)
-        if node is None:
-            fresh.append(name)
-            return current
-        if tuple(np.shape(node)) != tuple(current.shape):
-            raise UserError(f"{source}: {name} has shape {tuple(np.shape(node))}, the model wants "
-                            f"{tuple(current.shape)}")
-        return np.asarray(node, current.dtype)
-
-    return jax.tree_util.tree_map_with_path(take, jax.device_get(params)), fresh
+from pretrain.core.errors import UserError
+from pretrain.core.pretrained import Pretrained
+from pretrain.data import finetune_data
+from pretrain.families.base import merge_pretrained
+from pretrain.glue import tasks as glue
 
 
 class BertFamily:
@@ -75,10 +45,10 @@ class BertFamily:
                                             c.data.pad_to_multiple_of)
 
     def build_model(self) -> BertForFineTuning:
-        return BertForFineTuning(bert_config_from_dict(self.config.model.to_dict()), self.kind,
+        return BertForFineTuning(models.model_config(self.config.model), self.kind,
                                  self.task.num_labels, self.config.model.classifier_dropout)
 
-    def merge_pretrained(self, params: dict, init: pretrained.Pretrained) -> tuple[dict, list[str]]:
+    def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
         merged = dict(params)
         merged["bert"], fresh = merge_pretrained(params["bert"], init.params, init.source, prefix="bert/")
         return merged, fresh  # the task head is always fresh: only surprises in the encoder are listed
@@ -98,16 +68,3 @@ class BertFamily:
 
     def for_submission(self, predictions: np.ndarray) -> np.ndarray:
         return predictions
-
-
-def for_config(config: ml_collections.ConfigDict, task: glue.GlueTask, tokenizer):
-    """The family named by config.model.name."""
-    if config.model.name == "bert":
-        return BertFamily(config, task, tokenizer)
-    if config.model.name == "t5":
-        from pretrain.finetune_t5 import T5Family
-        return T5Family(config, task, tokenizer)
-    if config.model.name == "gpt":
-        from pretrain.finetune_gpt import GPTFamily
-        return GPTFamily(config, task, tokenizer)
-    raise UserError(f"config.model.name={config.model.name!r} cannot be fine-tuned here; use 'bert', 't5' or 'gpt'")

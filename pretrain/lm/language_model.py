@@ -2,8 +2,8 @@
 
 `load_language_model(path)` takes what `--config.init` takes (a pretrain.train GPT workdir or a
 Hugging Face GPT-2 directory) and returns the module, its parameters and its tokenizer; generation
-(pretrain/generate.py), perplexity (pretrain/perplexity.py) and few-shot prompting
-(pretrain/fewshot.py) all start here. `next_token_log_probs` is the one scoring function they share.
+(pretrain/lm/generation.py), perplexity (pretrain/lm/perplexity.py) and few-shot prompting
+(pretrain/lm/fewshot.py) all start here. `next_token_log_probs` is the one scoring function they share.
 """
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import models
 from models.gpt import GPT, GPTConfig
-from pretrain import pretrained
+from pretrain.core import pretrained
+from pretrain.core.errors import UserError
 from pretrain.data import tokenizers
-from pretrain.errors import UserError
 
 
 @dataclasses.dataclass
@@ -40,14 +41,9 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
     if init.family != "gpt":
         raise UserError(f"{flag}={path} holds a {init.family} model; this needs a decoder-only GPT "
                         "(a configs/gpt2.py workdir or a Hugging Face GPT-2 directory)")
-    fields = {f.name for f in dataclasses.fields(GPTConfig)}
-    config = GPTConfig(**{k: v for k, v in init.model.items() if k in fields}, dropout_rate=0.0,
-                       attention_dropout_rate=0.0, dtype=dtype)
-    t = dict(init.tokenizer)
-    if tokenizer_path:
-        t["path"] = tokenizer_path
-    tokenizer = tokenizers.load_tokenizer(t["kind"], t["path"], lowercase=t.get("lowercase", False),
-                                          extra_ids=t.get("extra_ids", 0))
+    config = models.model_config({**init.model, "name": "gpt"}, dropout_rate=0.0, attention_dropout_rate=0.0,
+                                 dtype=dtype)
+    tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)
     params = jax.tree.map(jnp.asarray, init.params)
     return LanguageModel(GPT(config), params, tokenizer, init.source)
 

@@ -1,35 +1,29 @@
-"""User-facing errors: one line that names the thing and the fix, never a stack trace."""
+"""The one command-line style of the six entry points (pretrain.train, finetune, evaluate, generate,
+perplexity, fewshot): absl flags defined at module level as FlagHolders, `main(argv)` that starts
+with `begin(argv)` and runs its work inside `errors.one_line_errors()`, and
+
+    if __name__ == "__main__":
+        sys.exit(cli.run(main))
+
+which turns a bad flag, config file or override key into one line and an exit status.
+"""
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 
-from absl import app
+from absl import app, flags, logging
 
 
-class UserError(ValueError):
-    """Raised for bad input a person can fix (config, files, corpus, checkpoints)."""
-
-
-@contextlib.contextmanager
-def one_line_errors():
-    """Turns UserError (and its subclasses) into `error: <message>` and exit status 2.
-
-    Set LMPRETRAIN_TRACEBACK=1 to see the traceback instead.
-    """
-    try:
-        yield
-    except UserError as e:
-        if os.environ.get("LMPRETRAIN_TRACEBACK"):
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+def begin(argv: list[str]) -> None:
+    """First line of every main(): no positional arguments, and Orbax's per-save INFO logs off."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    logging.set_verbosity(logging.WARNING)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flag parsing with one-line errors for a bad config file, argument or override key."""
-    from absl import flags
     try:
         return flags.FLAGS(argv)
     except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
@@ -48,7 +42,7 @@ def parse_flags(argv: list[str]) -> list[str]:
         sys.exit(2)
 
 
-def run_app(main) -> int:
+def run(main) -> int:
     """absl's app.run with one-line errors for flags and config; returns the exit status."""
     try:
         app.run(main, flags_parser=parse_flags)

@@ -12,7 +12,7 @@ import numpy as np
 import scipy.stats
 from sklearn import metrics as skm
 
-from pretrain.data.glue import GlueTask, get_task
+from pretrain.glue.tasks import GlueTask, get_task
 
 PAPER_COLUMNS = ("MNLI-m", "MNLI-mm", "QQP", "QNLI", "SST-2", "CoLA", "STS-B", "MRPC", "RTE", "Average")
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pretrain.errors import UserError
+from pretrain.core.errors import UserError
 
 _HOW_TO_GET = ("set --config.data.glue_dir to a folder in the official GLUE layout (download_glue_data.py)"
                " or use --config.data.source=tfds")

@@ -1,6 +1,6 @@
 """T5 fine-tuning on GLUE as text to text (Raffel et al. 2020, Section 2.4 and Appendix D).
 
-An example becomes "mrpc sentence1: ... sentence2: ..." -> "equivalent" (pretrain/data/text_to_text.py);
+An example becomes "mrpc sentence1: ... sentence2: ..." -> "equivalent" (pretrain/glue/text_to_text.py);
 the model trains with the same teacher-forced cross-entropy as in pretraining (objectives/denoising.py,
 with T5's z-loss), and predicts by greedy decoding with the key/value cache (models/decoding.py). The
 decoded string is parsed back to a class id (or an STS-B score); a string that names no class counts
@@ -15,9 +15,12 @@ import numpy as np
 import models
 from models import t5
 from objectives.denoising import denoising_loss
-from pretrain import finetune_families, pretrained
-from pretrain.data import finetune_data, glue, text_to_text
-from pretrain.errors import UserError
+from pretrain.core.errors import UserError
+from pretrain.core.pretrained import Pretrained
+from pretrain.data import finetune_data
+from pretrain.families.base import merge_pretrained
+from pretrain.glue import tasks as glue
+from pretrain.glue import text_to_text
 
 
 class TextToTextObjective:
@@ -73,11 +76,10 @@ class T5Family:
                                          self.config.data.pad_to_multiple_of, targets_length=self.targets_length)
 
     def build_model(self) -> t5.T5:
-        fields = {k: v for k, v in self.config.model.to_dict().items() if k != "name"}
-        return t5.T5(models.config_dataclass(t5.T5Config, fields, "t5"))
+        return t5.T5(models.model_config(self.config.model))
 
-    def merge_pretrained(self, params: dict, init: pretrained.Pretrained) -> tuple[dict, list[str]]:
-        return finetune_families.merge_pretrained(params, init.params, init.source)
+    def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
+        return merge_pretrained(params, init.params, init.source)
 
     def predict_fn(self, model: t5.T5):
         """(params, batch) -> {'tokens': [B, targets_length]}: greedy decoding with the cache."""

@@ -14,21 +14,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
-import optax
 from tqdm import tqdm
 
 import models
 import objectives
-from pretrain import checkpoints, partitioning
-from pretrain.errors import UserError
-from pretrain import state as state_lib
+from pretrain.core import checkpoints, optimizers, partitioning, train_state
+from pretrain.core.errors import ConfigError
+from pretrain.core.metric_writers import MetricWriter
 from pretrain.data import pipeline, tokenizers
-from pretrain.metric_writers import MetricWriter
-
-
-class ConfigError(UserError):
-    """A config value that cannot work (one-line message naming the key and the fix)."""
+from pretrain.loops.steps import eval_step, micro_batches, train_step
 
 
 def _check_config(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer) -> None:
@@ -44,50 +38,6 @@ def _check_config(config: ml_collections.ConfigDict, tokenizer: tokenizers.Token
                           f"{config.model.max_position_embeddings}")
 
 
-def _micro_batches(batch: dict[str, np.ndarray], accum: int) -> dict[str, np.ndarray]:
-    """[B, ...] -> [accum, B / accum, ...]: the step scans over the leading axis."""
-    return {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in batch.items()}
-
-
-# ---------------------------------------------------------------------------------------------
-# The step functions: pure, jitted once with explicit shardings.
-# ---------------------------------------------------------------------------------------------
-def train_step(state: state_lib.TrainState, batch: dict[str, jax.Array], rng: jax.Array, *,
-               objective, schedule: optax.Schedule) -> tuple[state_lib.TrainState, dict]:
-    """batch leaves are [accum, micro_batch, ...]; gradients are averaged over micro-batches."""
-    step_rng = jax.random.fold_in(rng, state.step)
-
-    def loss_fn(params, micro_batch, micro_rng):
-        outputs = state.apply_fn({"params": params}, **objective.model_inputs(micro_batch),
-                                 deterministic=False, rngs={"dropout": micro_rng})
-        return objective.loss(outputs, micro_batch)
-
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    accum = jax.tree.leaves(batch)[0].shape[0]
-
-    def accumulate(carry, xs):
-        grads_sum, metrics_sum = carry
-        micro_batch, index = xs
-        (_, metrics), grads = grad_fn(state.params, micro_batch, jax.random.fold_in(step_rng, index))
-        return (jax.tree.map(jnp.add, grads_sum, grads), jax.tree.map(jnp.add, metrics_sum, metrics)), None
-
-    zeros_grads = jax.tree.map(jnp.zeros_like, state.params)
-    zero_metrics = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(
-        lambda: loss_fn(state.params, jax.tree.map(lambda x: x[0], batch), step_rng)[1]))
-    (grads, metrics), _ = jax.lax.scan(accumulate, (zeros_grads, zero_metrics),
-                                       (batch, jnp.arange(accum)))
-    grads = jax.tree.map(lambda g: g / accum, grads)
-    metrics = {k: (v if k == "tokens" else v / accum) for k, v in metrics.items()}
-    metrics["grad_norm"] = optax.global_norm(grads)
-    metrics["learning_rate"] = schedule(state.step)
-    return state.apply_gradients(grads=grads), metrics
-
-
-def eval_step(state: state_lib.TrainState, batch: dict[str, jax.Array], *, objective) -> dict:
-    outputs = state.apply_fn({"params": state.params}, **objective.model_inputs(batch), deterministic=True)
-    return objective.loss(outputs, batch)[1]
-
-
 # ---------------------------------------------------------------------------------------------
 # The loop.
 # ---------------------------------------------------------------------------------------------
@@ -98,9 +48,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         f.write(config.to_json_best_effort(indent=2))
 
     # ----- Data -----
-    tokenizer = tokenizers.load_tokenizer(config.tokenizer.kind, config.tokenizer.path,
-                                          lowercase=config.tokenizer.lowercase,
-                                          extra_ids=config.tokenizer.get("extra_ids", 0))
+    tokenizer = tokenizers.from_config(config.tokenizer)
     _check_config(config, tokenizer)
     objective = objectives.build_objective(config.objective, tokenizer)
     train_docs, eval_docs = pipeline.load_documents(config.data, tokenizer)
@@ -116,15 +64,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     model = models.build_model(config.model)
     example = {k: jnp.asarray(v[:1]) for k, v in objective.model_inputs(train_data.batch(0)).items()}
     init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
-    tx = state_lib.make_optimizer(config.optimizer, config.num_train_steps)
-    init_fn = functools.partial(state_lib.create_train_state, model, example, init_rng, tx)
-    boxed_abstract = jax.eval_shape(init_fn)
-    state_shardings = partitioning.logical_shardings(boxed_abstract, mesh)
-    abstract_state = checkpoints.abstract_with_shardings(state_lib.unbox(boxed_abstract), state_shardings)
-
+    tx = optimizers.make_optimizer(config.optimizer, config.num_train_steps)
     ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
                                     keep=config.keep_checkpoints)
-    if ckpt.latest_step() is not None:
+    resume = ckpt.latest_step() is not None
+    state, state_shardings, abstract_state = train_state.init_sharded(model, example, init_rng, tx, mesh,
+                                                                      materialize=not resume)
+    start_step = 0
+    if resume:
+        abstract_state = checkpoints.abstract_with_shardings(abstract_state, state_shardings)
         try:
             state, data_position, start_step = ckpt.restore(abstract_state)
         except checkpoints.CheckpointError:
@@ -135,15 +83,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             raise ConfigError(f"checkpoint {start_step} was written with another data order "
                               f"({data_position}); resume with the config that wrote it")
         print(f"Resumed from {ckpt.directory}/{start_step}")
-    else:
-        with mesh:
-            state = jax.jit(lambda: state_lib.unbox(init_fn()), out_shardings=state_shardings)()
-        start_step = 0
-    print(f"Model {config.model.name}: {state_lib.count_params(state.params):,} parameters; "
+    print(f"Model {config.model.name}: {train_state.count_params(state.params):,} parameters; "
           f"mesh {dict(mesh.shape)}; workdir {os.path.abspath(workdir)}")
 
     # ----- Jitted steps -----
-    schedule = state_lib.learning_rate_schedule(config.optimizer, config.num_train_steps)
+    schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
     replicated = partitioning.replicated(mesh)
     jit_train = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule),
                         in_shardings=(state_shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
@@ -171,7 +115,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         return {}
     writer = MetricWriter(workdir, resume_step=start_step)
     accum = config.grad_accum_steps
-    make_batch = lambda s: _micro_batches(train_data.batch(s), accum)  # noqa: E731
+    make_batch = lambda s: micro_batches(train_data.batch(s), accum)  # noqa: E731
     progress = tqdm(total=last_step, initial=start_step, desc="train", unit="step",
                     dynamic_ncols=True, mininterval=1.0)
     pending: tuple[int, Any] | None = None        # metrics are fetched one step late

@@ -45,8 +45,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from pretrain.data.glue import Example, GlueTask, get_task
-from pretrain.errors import UserError
+from pretrain.glue.tasks import Example, GlueTask, get_task
+from pretrain.core.errors import UserError
 
 BLOCK_SEPARATOR = "\n\n"
 _LABELS = "{labels}"  # where the instruction names the label set

@@ -16,7 +16,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 
-from pretrain.errors import UserError
+from pretrain.core.errors import UserError
 
 
 class CheckpointError(UserError):

@@ -1,10 +1,10 @@
 """The fine-tuning loop: GLUE task data, a pretrained model, epochs with dev evaluation.
 
-The model family (pretrain/finetune_families.py: BERT + a task head, or T5 text to text) says how
+The model family (pretrain/families/: BERT + a task head, T5 text to text, GPT + a last-token head) says how
 examples become batches, what trains and how predictions become labels; the loop is shared.
 `finetune(config, workdir)` reads top to bottom: the init checkpoint and its tokenizer, the task's
 splits, the model and sharded state (pretrained weights + a fresh head), the optimizer with the
-freezing strategy, then epochs of `trainer.train_step` (the pretraining step, shared) with a dev
+freezing strategy, then epochs of `steps.train_step` (the pretraining step, shared) with a dev
 evaluation after each. The best epoch by the task's main metric is the one checkpoint kept; its
 dev and test predictions and DIR/results.json are written at the end.
 """
@@ -21,12 +21,15 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
-from pretrain import checkpoints, finetune_families, freezing, glue_metrics, partitioning, pretrained, trainer
-from pretrain import state as state_lib
-from pretrain.data import finetune_data, glue, tokenizers
+from pretrain.core import checkpoints, freezing, optimizers, partitioning, pretrained, train_state
+from pretrain.core.errors import ConfigError, UserError
+from pretrain.core.metric_writers import MetricWriter
+from pretrain.data import tokenizers
 from pretrain.data.pipeline import prefetch
-from pretrain.errors import UserError
-from pretrain.metric_writers import MetricWriter
+from pretrain.families import registry
+from pretrain.glue import tasks as glue
+from pretrain.loops.scoring import dev_metrics, dev_score, load_split, predict, score_splits
+from pretrain.loops.steps import train_step
 
 
 # ---------------------------------------------------------------------------------------------
@@ -50,29 +53,9 @@ def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.Co
     return config, init
 
 
-def load_tokenizer(config: ml_collections.ConfigDict) -> tokenizers.Tokenizer:
-    t = config.tokenizer
-    return tokenizers.load_tokenizer(t.kind, t.path, lowercase=t.lowercase, extra_ids=t.get("extra_ids", 0))
-
-
-def _load_split(config, family, split: str, batch_size: int, subset: int = 0
-                ) -> tuple[finetune_data.FineTuningData, np.ndarray, np.ndarray]:
-    """-> (batched features, labels [N], example ids [N]) of one split."""
-    task = family.task
-    data_dir = config.data.glue_dir if config.data.source == "dir" else config.data.tfds_data_dir
-    examples = glue.load_split(task, split, source=config.data.source, data_dir=data_dir)
-    examples = [examples[i] for i in finetune_data.subset_indices(len(examples), subset)]
-    labels = np.array([e.label for e in examples], np.float32 if task.is_regression else np.int32)
-    return family.encode(examples, batch_size), labels, np.array([e.idx for e in examples], np.int64)
-
-
 def create_state(config, family, model, example, mesh, tx, init: pretrained.Pretrained | None):
     """Sharded TrainState: random init, then the pretrained encoder put onto the same shardings."""
-    init_fn = functools.partial(state_lib.create_train_state, model, example, jax.random.key(config.seed), tx)
-    boxed = jax.eval_shape(init_fn)
-    shardings = partitioning.logical_shardings(boxed, mesh)
-    with mesh:
-        state = jax.jit(lambda: state_lib.unbox(init_fn()), out_shardings=shardings)()
+    state, shardings, _ = train_state.init_sharded(model, example, jax.random.key(config.seed), tx, mesh)
     if init is not None:
         params, fresh = family.merge_pretrained(state.params, init)
         state = state.replace(params=jax.device_put(params, shardings.params))
@@ -87,65 +70,8 @@ def make_optimizer(config, params, steps_per_epoch: int, num_layers: int):
         opt.warmup_steps = int(round(config.warmup_fraction * total))
     unfreeze_at = freezing.unfreeze_steps(params, config.freezing, num_layers=num_layers,
                                           steps_per_epoch=steps_per_epoch)
-    tx = freezing.freeze(state_lib.make_optimizer(opt, total), unfreeze_at)
-    return tx, state_lib.learning_rate_schedule(opt, total), unfreeze_at
-
-
-# ---------------------------------------------------------------------------------------------
-# Prediction and scoring (shared with pretrain.evaluate).
-# ---------------------------------------------------------------------------------------------
-def predict(jit_predict, family, params, data: finetune_data.FineTuningData, mesh) -> np.ndarray:
-    """Predicted label ids (or STS-B scores) for every example of `data`, in its order."""
-    out = None
-    for batch in data.batches():
-        prediction = family.to_labels(jax.device_get(jit_predict(params, partitioning.shard_batch(batch, mesh))))
-        real = batch["weight"] > 0
-        out = np.zeros(len(data), prediction.dtype) if out is None else out
-        out[batch["index"][real]] = prediction[real]
-    return out
-
-
-def write_predictions(path: str, task: glue.GlueTask, ids: np.ndarray, predictions: np.ndarray,
-                      labels: np.ndarray) -> None:
-    """A readable dev file: index, prediction, label (label names for classification)."""
-    def name(v):  # a class id < 0: a T5 output that names no class
-        return f"{float(v):.4f}" if task.is_regression else (task.labels[int(v)] if v >= 0 else "(invalid)")
-    with open(path, "w") as f:
-        f.write("index\tprediction\tlabel\n")
-        for i, p, y in zip(ids, predictions, labels):
-            f.write(f"{i}\t{name(p)}\t{name(y)}\n")
-
-
-def score_splits(config, family, jit_predict, params, mesh, splits, workdir: str) -> dict:
-    """Dev splits: predictions file + official metrics. Test splits: the GLUE submission file."""
-    task, results = family.task, {}
-    os.makedirs(os.path.join(workdir, "predictions"), exist_ok=True)
-    for split in splits:
-        try:
-            data, labels, ids = _load_split(config, family, split, config.eval_batch_size)
-        except glue.GlueDataError as e:
-            if split in task.test_splits:
-                print(f"Skipped test predictions for {split}: {e}")
-                continue
-            raise
-        predictions = predict(jit_predict, family, params, data, mesh)
-        if split in task.test_splits:
-            path = glue.write_submission(task, split, family.for_submission(predictions).tolist(), ids.tolist(),
-                                         os.path.join(workdir, "predictions"))
-            print(f"Test predictions ({split}, GLUE submission format): {path}")
-        else:
-            write_predictions(os.path.join(workdir, "predictions", f"{split}.tsv"), task, ids, predictions, labels)
-            results[split] = dev_metrics(family, predictions, labels)
-    return results
-
-
-def dev_metrics(family, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    return glue_metrics.compute_metrics(family.task, family.for_metrics(predictions, labels), labels)
-
-
-def dev_score(task: glue.GlueTask, results: dict) -> float:
-    """Model selection: the main metric on the first dev split (MNLI: matched)."""
-    return float(results[task.dev_splits[0]][task.main_metric])
+    tx = freezing.freeze(optimizers.make_optimizer(opt, total), unfreeze_at)
+    return tx, optimizers.learning_rate_schedule(opt, total), unfreeze_at
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,17 +88,17 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
             return json.load(f)
     task = glue.get_task(config.task)
     config, init = resolve_config(config)
-    tokenizer = load_tokenizer(config)
+    tokenizer = tokenizers.from_config(config.tokenizer)
     if tokenizer.vocab_size > config.model.vocab_size:
-        raise trainer.ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary "
+        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary "
                                   f"has {config.model.vocab_size}; use the tokenizer the checkpoint was trained with")
-    family = finetune_families.for_config(config, task, tokenizer)
+    family = registry.for_config(config, task, tokenizer)
     family.check()
     with open(os.path.join(workdir, "config.json"), "w") as f:
         f.write(config.to_json_best_effort(indent=2))
 
     # ----- Data -----
-    train_data, _, _ = _load_split(config, family, "train", config.batch_size, subset=config.data.max_train_examples)
+    train_data, _, _ = load_split(config, family, "train", config.batch_size, subset=config.data.max_train_examples)
     steps_per_epoch = train_data.steps_per_epoch
     print(f"Task {task.name}: {len(train_data)} training examples, {steps_per_epoch} steps/epoch x "
           f"{config.num_epochs} epochs")
@@ -181,20 +107,20 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     mesh = partitioning.create_mesh(config.mesh_shape)
     model, objective = family.build_model(), family.objective
     example = {k: v[:1] for k, v in objective.model_inputs(train_data.batch(np.arange(1))).items()}
-    abstract_params = state_lib.unbox(jax.eval_shape(
+    abstract_params = train_state.unbox(jax.eval_shape(
         lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
     tx, schedule, unfreeze_at = make_optimizer(config, abstract_params, steps_per_epoch, family.num_layers)
     state, shardings = create_state(config, family, model, example, mesh, tx, init)
-    print(f"Model: {state_lib.count_params(state.params):,} parameters, "
+    print(f"Model: {train_state.count_params(state.params):,} parameters, "
           f"{freezing.trainable_fraction(state.params, unfreeze_at, 0):.1%} trainable at step 0 "
           f"(freezing: {config.freezing.strategy}); mesh {dict(mesh.shape)}; workdir {os.path.abspath(workdir)}")
 
     replicated = partitioning.replicated(mesh)
-    jit_train = jax.jit(functools.partial(trainer.train_step, objective=objective, schedule=schedule),
+    jit_train = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule),
                         in_shardings=(shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
                         out_shardings=(shardings, replicated), donate_argnums=(0,))
     jit_predict = jax.jit(family.predict_fn(model), in_shardings=(shardings.params, partitioning.batch_sharding(mesh)))
-    dev_data = {s: _load_split(config, family, s, config.eval_batch_size) for s in task.dev_splits}
+    dev_data = {s: load_split(config, family, s, config.eval_batch_size) for s in task.dev_splits}
 
     # ----- Epochs -----
     ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=0, keep=1)

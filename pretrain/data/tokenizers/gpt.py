@@ -1,6 +1,6 @@
 """The GPT family's tokenizers: nanoGPT's character vocabulary and GPT-2's byte-level BPE.
 
-Both implement pretrain/data/tokenizers.py's Tokenizer interface (built through its load_tokenizer,
+Both implement pretrain/data/tokenizers/base.py's Tokenizer interface (built through load_tokenizer,
 kinds 'char' and 'gpt2_bpe'); neither has [CLS] [SEP] [MASK], and neither has a padding token: the
 pad id only ever fills positions that segment ids / loss weights mask out.
 """
@@ -10,16 +10,11 @@ import os
 
 import numpy as np
 
-from pretrain.data.sources import CorpusError
-from pretrain.data.tokenizers import CLS, EOS, MASK, SEP, Tokenizer
+from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, MissingTokenError, Tokenizer, TokenizerError,
+                                           UnknownTextError)
 
 _BYTE_LEVEL_SPACE = "\u0120"  # 'Ġ': GPT-2's byte-level alphabet writes the space byte as it
 GPT2_EOS = "<|endoftext|>"  # GPT-2's only special token (id 50256): ends documents, also its unk and bos
-
-
-def build(kind: str, path: str, *, extra_ids: int = 0) -> Tokenizer:
-    """kind 'char' (a text file) or 'gpt2_bpe' (a GPT-2 directory or tokenizer.json); see load_tokenizer."""
-    return CharTokenizer(path, extra_ids=extra_ids) if kind == "char" else GPT2BPETokenizer(path, extra_ids=extra_ids)
 
 
 class CharTokenizer(Tokenizer):
@@ -33,12 +28,12 @@ class CharTokenizer(Tokenizer):
 
     def __init__(self, path: str, *, extra_ids: int = 0):
         if not os.path.isfile(path):
-            raise CorpusError(f"char tokenizer: text file not found: {path} (its distinct characters are the "
+            raise TokenizerError(f"char tokenizer: text file not found: {path} (its distinct characters are the "
                               "vocabulary; give the training corpus in --config.tokenizer.path)")
         with open(path, encoding="utf-8", errors="replace") as f:
             self._chars = sorted(set(f.read()))
         if not self._chars:
-            raise CorpusError(f"char tokenizer: {path} is empty; give the training corpus in --config.tokenizer.path")
+            raise TokenizerError(f"char tokenizer: {path} is empty; give the training corpus in --config.tokenizer.path")
         self._index = {ch: i for i, ch in enumerate(self._chars)}
         self._path, self._base_size = path, len(self._chars)
         self.pad_id = 0
@@ -47,11 +42,11 @@ class CharTokenizer(Tokenizer):
 
     @property
     def unk_id(self) -> int:
-        raise CorpusError(f"the char tokenizer of {self._path} has no unknown id (each character is in the vocabulary)")
+        raise MissingTokenError(f"the char tokenizer of {self._path} has no unknown id (each character is in the vocabulary)")
 
     @property
     def eos_id(self) -> int:
-        raise CorpusError(f"the char tokenizer of {self._path} has no end-of-sequence id (nanoGPT's has none)")
+        raise MissingTokenError(f"the char tokenizer of {self._path} has no end-of-sequence id (nanoGPT's has none)")
 
     def _encode_plain(self, texts: list[str]) -> list[list[int]]:
         out = []
@@ -60,7 +55,7 @@ class CharTokenizer(Tokenizer):
                 out.append([self._index[ch] for ch in text])
             except KeyError:
                 missing = sorted(set(text) - set(self._index))
-                raise CorpusError(f"characters {''.join(missing)!r} are not in the char vocabulary of {self._path} "
+                raise UnknownTextError(f"characters {''.join(missing)!r} are not in the char vocabulary of {self._path} "
                                   "(build the vocabulary from a text that contains them)") from None
         return out
 
@@ -95,11 +90,11 @@ class GPT2BPETokenizer(Tokenizer):
         tok, self._path = _load_byte_level_bpe(path)
         eos = tok.token_to_id(GPT2_EOS)
         if eos is None:
-            raise CorpusError(f"GPT-2 tokenizer {self._path} has no {GPT2_EOS} token (GPT-2's end of text, id "
+            raise TokenizerError(f"GPT-2 tokenizer {self._path} has no {GPT2_EOS} token (GPT-2's end of text, id "
                               "50256; use a GPT-2 vocabulary or add it to vocab.json)")
         missing = [c for c in _byte_level_alphabet() if tok.token_to_id(c) is None]
         if missing:  # models.BPE without unk silently DROPS characters it cannot spell
-            raise CorpusError(f"GPT-2 tokenizer {self._path} lacks {len(missing)} of the 256 byte symbols (e.g. "
+            raise TokenizerError(f"GPT-2 tokenizer {self._path} lacks {len(missing)} of the 256 byte symbols (e.g. "
                               f"{missing[0]!r}), so text with those bytes would vanish (train it with "
                               "initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), as GPT-2's)")
         tok.add_special_tokens([AddedToken(GPT2_EOS, special=True, normalized=False)])  # no-op if already one
@@ -153,25 +148,25 @@ def _load_byte_level_bpe(path: str):
         try:
             tok = HFTokenizer.from_file(json_file)
         except Exception as e:  # the Rust parser raises a bare Exception
-            raise CorpusError(f"cannot read GPT-2 tokenizer {json_file}: {str(e).splitlines()[0]} (give a "
+            raise TokenizerError(f"cannot read GPT-2 tokenizer {json_file}: {str(e).splitlines()[0]} (give a "
                               "tokenizer.json saved by Hugging Face tokenizers/transformers)") from None
         if not isinstance(tok.model, models.BPE):
-            raise CorpusError(f"{json_file} holds a {type(tok.model).__name__} model, not GPT-2's byte-level BPE "
+            raise TokenizerError(f"{json_file} holds a {type(tok.model).__name__} model, not GPT-2's byte-level BPE "
                               "(use --config.tokenizer.kind=wordpiece or sentencepiece for it)")
         return tok, json_file
     if not os.path.isdir(path):
-        raise CorpusError(f"GPT-2 tokenizer not found: {path} (give a Hugging Face GPT-2 directory or a "
+        raise TokenizerError(f"GPT-2 tokenizer not found: {path} (give a Hugging Face GPT-2 directory or a "
                           "tokenizer.json in --config.tokenizer.path)")
     vocab, merges = os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt")
     missing = [os.path.basename(f) for f in (vocab, merges) if not os.path.isfile(f)]
     if missing:
-        raise CorpusError(f"GPT-2 tokenizer directory {path} has no {' or '.join(missing)} (it needs tokenizer.json, "
+        raise TokenizerError(f"GPT-2 tokenizer directory {path} has no {' or '.join(missing)} (it needs tokenizer.json, "
                           "or vocab.json + merges.txt as in a Hugging Face GPT-2 checkpoint; fix "
                           "--config.tokenizer.path)")
     try:
         vocab_dict, merge_list = models.BPE.read_file(vocab, merges)
     except Exception as e:
-        raise CorpusError(f"cannot read GPT-2 vocabulary {vocab} + {merges}: {str(e).splitlines()[0]} (give "
+        raise TokenizerError(f"cannot read GPT-2 vocabulary {vocab} + {merges}: {str(e).splitlines()[0]} (give "
                           "GPT-2's vocab.json and merges.txt)") from None
     tok = HFTokenizer(models.BPE(vocab_dict, merge_list, dropout=None, continuing_subword_prefix="",
                                  end_of_word_suffix="", fuse_unk=False))

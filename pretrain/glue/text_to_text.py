@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pretrain.data.glue import Example, GlueTask, get_task
+from pretrain.glue.tasks import Example, GlueTask, get_task
 
 INVALID_CLASS = -1  # a decoded string that names no class: never equals a label, so it counts as wrong
 # An unreadable STS-B string scores -1.0, as in t5's `string_to_float`: outside [0, 5], so it lowers

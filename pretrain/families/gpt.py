@@ -13,18 +13,18 @@ entropy, or MSE for STS-B) on the head's logits; only the model inputs differ fr
 """
 from __future__ import annotations
 
-import dataclasses
-
 import ml_collections
 import numpy as np
 
-from models.gpt import GPTConfig
+import models
 from models.gpt_heads import GPTForSequenceClassification
 from objectives.finetuning import FineTuningObjective
-from pretrain import finetune_families, pretrained
-from pretrain.data import finetune_data, glue, tokenizers
-from pretrain.data.sources import CorpusError
-from pretrain.errors import UserError
+from pretrain.core.errors import UserError
+from pretrain.core.pretrained import Pretrained
+from pretrain.data import finetune_data, tokenizers
+from pretrain.families.base import merge_pretrained
+from pretrain.families.bert import BertFamily
+from pretrain.glue import tasks as glue
 
 
 class LastTokenObjective(FineTuningObjective):
@@ -43,13 +43,13 @@ def special_ids(tokenizer) -> tuple[list[int], list[int]]:
     for separator in ("\n", " "):
         try:
             return tokenizer.encode(separator), []
-        except CorpusError:
+        except tokenizers.UnknownTextError:
             continue
     raise UserError(f"{tokenizer!r} has no end-of-sequence token, newline or space to separate a pair of texts; "
                     "build the tokenizer from a text that contains newlines")
 
 
-class GPTFamily(finetune_families.BertFamily):
+class GPTFamily(BertFamily):
     """GPT body (params['gpt']) + a fresh `score` layer on the last real token. Predictions, labels and
     metrics are those of BERT's classification / regression head, so they are inherited."""
     name = "gpt"
@@ -88,11 +88,10 @@ class GPTFamily(finetune_families.BertFamily):
                                             self.tokenizer.pad_id, self.config.data.pad_to_multiple_of)
 
     def build_model(self) -> GPTForSequenceClassification:
-        names = {f.name for f in dataclasses.fields(GPTConfig)}
-        config = GPTConfig(**{k: v for k, v in self.config.model.to_dict().items() if k in names})
-        return GPTForSequenceClassification(config, self.task.num_labels, self.config.model.classifier_dropout)
+        return GPTForSequenceClassification(models.model_config(self.config.model), self.task.num_labels,
+                                            self.config.model.classifier_dropout)
 
-    def merge_pretrained(self, params: dict, init: pretrained.Pretrained) -> tuple[dict, list[str]]:
+    def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
         """The whole pretrained GPT into params['gpt']; `score` (and nothing else, for a GPT of the same
         architecture) is listed as fresh."""
-        return finetune_families.merge_pretrained(params, {"gpt": init.params}, init.source)
+        return merge_pretrained(params, {"gpt": init.params}, init.source)

@@ -3,7 +3,7 @@
 `load_pretrained(path)` returns the family (bert | t5 | gpt), its architecture, the parameters the
 fine-tuning model starts from (BERT: the `bert` encoder subtree; T5 and GPT: the whole model) and the
 tokenizer that goes with them, so that `--config.init=PATH` is all a user has to give. Generation,
-perplexity and few-shot evaluation (pretrain/generate.py, ...) load their model the same way.
+perplexity and few-shot evaluation (pretrain/lm/) load their model the same way.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import json
 import os
 from typing import Any
 
-from pretrain import checkpoints
-from pretrain.errors import UserError
+from pretrain.core import checkpoints
+from pretrain.core.errors import UserError
 
 
 @dataclasses.dataclass

@@ -1,0 +1,67 @@
+"""The train state, and its one sharded initialisation shared by the pretraining and fine-tuning loops.
+
+Parameters and optimizer state are created directly on the mesh: `jax.eval_shape` gives the abstract
+state (with each weight's logical axes in its nn.Partitioned box), the partitioning rules turn those
+axes into shardings, and one jit with those out_shardings materialises the state, so no device ever
+holds a full copy of the weights.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax.training import train_state
+from jax.sharding import Mesh
+
+from pretrain.core import partitioning
+
+
+class TrainState(train_state.TrainState):
+    """Flax's TrainState (step, apply_fn, params, tx, opt_state); the step counts optimizer updates."""
+
+
+def create_train_state(model: flax.linen.Module, example_inputs: dict[str, jax.Array],
+                       rng: jax.Array, tx: optax.GradientTransformation) -> TrainState:
+    """Initialise parameters and the optimizer state, both kept in nn.Partitioned boxes.
+
+    The boxes carry each weight's logical axes; they stay on for the whole run (Flax unboxes them
+    inside `apply`, optax maps through them), so the abstract state always yields its shardings.
+    Called under jax.eval_shape for the abstract state, then under jit with out_shardings so that
+    no full copy of the weights ever lives on one device.
+    """
+    variables = model.init({"params": rng, "dropout": rng}, **example_inputs, deterministic=True)
+    # `tx` is built once by the caller: TrainState treats it as static pytree metadata, and the
+    # abstract and concrete states must carry the very same object.
+    return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx)
+
+
+def unbox(tree: Any) -> Any:
+    """Strip nn.Partitioned boxes (metadata) to plain arrays."""
+    return flax.core.meta.unbox(tree)
+
+
+def count_params(params: Any) -> int:
+    return int(sum(jnp.size(x) for x in jax.tree.leaves(unbox(params))))
+
+
+def init_sharded(model: nn.Module, example_inputs: dict[str, jax.Array], rng: jax.Array,
+                 tx: optax.GradientTransformation, mesh: Mesh, *, materialize: bool = True
+                 ) -> tuple[TrainState | None, TrainState, TrainState]:
+    """-> (state placed on the mesh, or None when not `materialize`d; its shardings; the unboxed
+    abstract state), for a model initialised from `example_inputs` ([1, ...] arrays).
+
+    A run that resumes passes materialize=False and restores into the abstract state instead.
+    """
+    init_fn = functools.partial(create_train_state, model, example_inputs, rng, tx)
+    boxed_abstract = jax.eval_shape(init_fn)
+    shardings = partitioning.logical_shardings(boxed_abstract, mesh)
+    state = None
+    if materialize:
+        with mesh:
+            state = jax.jit(lambda: unbox(init_fn()), out_shardings=shardings)()
+    return state, shardings, unbox(boxed_abstract)

@@ -1,0 +1,60 @@
+"""Tokenizers: one interface (base.py) over SentencePiece and WordPiece (subword.py), nanoGPT's
+characters and GPT-2's byte-level BPE (gpt.py), and the one factory every entry point uses.
+
+`from_config(config.tokenizer)` is how pretraining, fine-tuning and the language-model tools build
+a tokenizer; `load_tokenizer(kind, path, ...)` is the same with explicit arguments.
+"""
+from __future__ import annotations
+
+import os
+
+import ml_collections
+
+from objectives.interface import eos_id_or_none
+from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, MissingTokenError, Tokenizer, TokenizerError,
+                                           UnknownTextError)
+from pretrain.data.tokenizers.gpt import GPT2_EOS, CharTokenizer, GPT2BPETokenizer
+from pretrain.data.tokenizers.subword import SentencePieceTokenizer, WordPieceTokenizer
+
+KINDS = ("sentencepiece", "wordpiece", "char", "gpt2_bpe")
+__all__ = ["CLS", "EOS", "GPT2_EOS", "KINDS", "MASK", "SEP", "CharTokenizer", "GPT2BPETokenizer",
+           "MissingTokenError", "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "UnknownTextError",
+           "WordPieceTokenizer", "eos_id_or_none", "from_config", "load_tokenizer"]
+
+
+def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: int = 0) -> Tokenizer:
+    """kind: 'sentencepiece' (a .model), 'wordpiece' (a BERT vocab.txt or a directory with one), 'gpt2_bpe'
+    (a Hugging Face GPT-2 directory: tokenizer.json or vocab.json + merges.txt, or a tokenizer.json file) or
+    'char' (a text file whose distinct characters are the vocabulary). `lowercase` does not apply to 'char'
+    nor to 'gpt2_bpe' (GPT-2 is cased; its vocabulary has both cases, so lowering would only lose information).
+
+    `lowercase` lowercases text before encoding (uncased models; pass False for T5's cased model).
+    A SentencePiece model trained by scripts/train_tokenizer.py with its default --lowercase already
+    case-folds. `extra_ids`: sentinel ids appended after the vocabulary (T5: 100).
+    """
+    path = os.path.expanduser(path)
+    if kind == "sentencepiece":
+        if not os.path.isfile(path) and os.path.isfile(path + ".model"):
+            path += ".model"  # accept the --model_prefix given to train_tokenizer.py
+        if not os.path.isfile(path):
+            raise TokenizerError(
+                f"sentencepiece model not found: {path} (train one with"
+                " scripts/train_tokenizer.py or fix --config.tokenizer.path)"
+            )
+        return SentencePieceTokenizer(path, lowercase=lowercase, extra_ids=extra_ids)
+    if kind == "wordpiece":
+        return WordPieceTokenizer(path, lowercase=lowercase, extra_ids=extra_ids)
+    if kind == "char":
+        return CharTokenizer(path, extra_ids=extra_ids)
+    if kind == "gpt2_bpe":
+        return GPT2BPETokenizer(path, extra_ids=extra_ids)
+    raise TokenizerError(
+        f"unknown tokenizer kind {kind!r} (use one of {', '.join(KINDS)} in --config.tokenizer.kind)"
+    )
+
+
+def from_config(config: ml_collections.ConfigDict | dict, path: str | None = None) -> Tokenizer:
+    """config.tokenizer (kind, path, lowercase, extra_ids) -> a Tokenizer; `path` replaces config's path."""
+    get = config.get
+    return load_tokenizer(get("kind", "sentencepiece"), path or get("path", ""), lowercase=get("lowercase", True),
+                          extra_ids=get("extra_ids", 0))

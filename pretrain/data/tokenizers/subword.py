@@ -1,0 +1,124 @@
+"""Subword tokenizers of the BERT and T5 families: SentencePiece models and BERT WordPiece vocabularies."""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+
+from pretrain.data.tokenizers.base import CLS, EOS, MASK, SEP, Tokenizer, TokenizerError
+
+_SPM_WORD_PREFIX = "\u2581"  # '▁': SentencePiece marks a word's first piece with it
+_BRACKETED = re.compile(r"^\[[^\[\]]+\]$")  # [PAD], [unused17], ...: BERT vocab control tokens
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A model from scripts/train_tokenizer.py (pad=0, unk=1, [CLS]=2, [SEP]=3, [MASK]=4, no </s>) or
+    a T5-style one (pad=0, </s>=1, unk=2, no [CLS] [SEP] [MASK]: BERT objectives then raise)."""
+
+    def __init__(self, path: str, *, lowercase: bool = True, extra_ids: int = 0):
+        import sentencepiece as spm
+
+        try:
+            self._sp = spm.SentencePieceProcessor(model_file=path)
+        except (OSError, RuntimeError) as e:
+            raise TokenizerError(
+                f"cannot load sentencepiece model {path}: {str(e).splitlines()[0]} (train one with"
+                " scripts/train_tokenizer.py)"
+            ) from None
+        self._path, self._lowercase = path, lowercase
+        sp = self._sp
+        self._base_size = sp.get_piece_size()
+        self.pad_id, self.unk_id = sp.pad_id(), sp.unk_id()
+        if self.pad_id < 0:
+            raise TokenizerError(
+                f"sentencepiece model {path} has no pad piece (retrain it with"
+                " scripts/train_tokenizer.py, which sets pad_id=0)"
+            )
+        # By name, not by number: a model trained elsewhere may order its specials differently.
+        self._specials = {p: self._lookup(p) for p in (CLS, SEP, MASK)}
+        self._specials[EOS] = sp.eos_id() if sp.eos_id() >= 0 else None
+
+        pieces = [sp.id_to_piece(i) for i in range(self._base_size)]
+        word_start = np.array([p.startswith(_SPM_WORD_PREFIX) for p in pieces], bool)
+        word_start[self.unk_id] = True  # <unk> stands for whole unknown characters
+        controls = {i for i in range(self._base_size) if sp.is_control(i)}  # pad, </s>, [CLS] ...
+        present = {i for i in self._specials.values() if i is not None}
+        self._finish(controls | present | {self.pad_id}, word_start, extra_ids)
+
+    def _lookup(self, piece: str) -> int | None:
+        i = self._sp.piece_to_id(piece)  # unknown pieces map to unk_id, so check the round trip
+        return i if self._sp.id_to_piece(i) == piece else None
+
+    def _encode_plain(self, texts: list[str]) -> list[list[int]]:
+        if self._lowercase:
+            texts = [t.lower() for t in texts]
+        return self._sp.encode(texts, out_type=int)  # C++ threads over the batch
+
+    def _decode_plain(self, ids: list[int]) -> str:
+        return self._sp.decode(ids)
+
+    def _decode_run(self, ids: list[int], after_sentinel: bool) -> str:
+        # sentencepiece drops the space of a leading '▁'; after a sentinel it separates two words
+        # (T5Tokenizer decodes "x <extra_id_0> y" as "x<extra_id_0> y").
+        space = after_sentinel and self._sp.id_to_piece(ids[0]).startswith(_SPM_WORD_PREFIX)
+        return " " * space + self._sp.decode(ids)
+
+    def _piece(self, i: int) -> str:
+        return self._sp.id_to_piece(i)
+
+
+class WordPieceTokenizer(Tokenizer):
+    """A BERT vocab.txt, tokenized as BERT does (BertNormalizer + BertPreTokenizer + WordPiece)."""
+
+    def __init__(self, path: str, *, lowercase: bool = True, extra_ids: int = 0):
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import decoders, models, normalizers, pre_tokenizers
+
+        if os.path.isdir(path):  # a model directory (e.g. a Hugging Face checkpoint) holds vocab.txt
+            path = os.path.join(path, "vocab.txt")
+        if not os.path.isfile(path):
+            raise TokenizerError(
+                f"WordPiece vocab not found: {path} (give a BERT vocab.txt, one token"
+                " per line, in --config.tokenizer.path)"
+            )
+        vocab = models.WordPiece.read_file(path)
+        for name in ("[PAD]", "[UNK]", CLS, SEP, MASK):
+            if name not in vocab:
+                raise TokenizerError(
+                    f"WordPiece vocab {path} has no {name} token (use a BERT vocab.txt"
+                    " that lists [PAD] [UNK] [CLS] [SEP] [MASK])"
+                )
+        # The specials are deliberately NOT registered as added tokens: a literal "[MASK]" in corpus
+        # text must stay text, never become the mask id.
+        tok = HFTokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+        tok.normalizer = normalizers.BertNormalizer(  # strip_accents=None: follows lowercase, as BERT
+            clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+        )
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+        self._tok, self._path = tok, path
+
+        self._base_size = tok.get_vocab_size()
+        self.pad_id, self.unk_id = vocab["[PAD]"], vocab["[UNK]"]
+        self._specials = {CLS: vocab[CLS], SEP: vocab[SEP], MASK: vocab[MASK], EOS: None}  # eos: [SEP]
+        pieces = [tok.id_to_token(i) or "" for i in range(self._base_size)]
+        word_start = np.array([not p.startswith("##") for p in pieces], bool)
+        bracketed = {i for i, p in enumerate(pieces) if _BRACKETED.match(p)}  # [unused*] included
+        self._finish((bracketed - {self.unk_id}) | {self.pad_id, *self._specials.values()} - {None},
+                     word_start, extra_ids)
+
+    def _encode_plain(self, texts: list[str]) -> list[list[int]]:
+        encodings = self._tok.encode_batch(texts, add_special_tokens=False)
+        return [e.ids for e in encodings]
+
+    def _decode_plain(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    _sentinel_separator = " "  # words are space-separated, sentinels too (as BertTokenizer prints them)
+
+    def _decode_run(self, ids: list[int], after_sentinel: bool) -> str:
+        return self._decode_plain(ids)
+
+    def _piece(self, i: int) -> str:
+        return self._tok.id_to_token(i)

@@ -1,0 +1,78 @@
+"""What the fine-tuning loop needs from a model family, and how pretrained weights fill a fresh model.
+
+The loop in pretrain/loops/finetuning.py is the same for every family; a family says how a GLUE split
+becomes batches, which module and objective train on them, how a pretrained checkpoint fills the
+fresh parameters, and how a prediction batch becomes label ids (or STS-B scores). The families are
+in this room, one file each, chosen by config.model.name in registry.py:
+
+  bert  an encoder with a classification / regression head on the pooled [CLS] vector (bert.py)
+  t5    text to text: task prefix + fields in, label word out (t5.py)
+  gpt   a decoder with a linear head on the last real token (gpt.py)
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from pretrain.core.errors import UserError
+from pretrain.core.pretrained import Pretrained
+from pretrain.data import finetune_data
+from pretrain.glue.tasks import Example, GlueTask
+
+
+class Family(Protocol):
+    """One model family's side of fine-tuning (see the module docstring)."""
+    name: str
+    task: GlueTask
+    objective: object              # model_inputs(batch) and loss(outputs, batch), as a pretraining objective
+
+    @property
+    def num_layers(self) -> int:
+        """Layers that freezing strategies count (the encoder's, for T5)."""
+
+    def check(self) -> None:
+        """Raises UserError for a config this family cannot fine-tune."""
+
+    def encode(self, examples: list[Example], batch_size: int) -> finetune_data.FineTuningData:
+        """Examples -> padded batches with the label as a per-example field."""
+
+    def build_model(self) -> nn.Module: ...
+
+    def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
+        """Fresh params + a pretrained checkpoint -> (params, names of the leaves left fresh)."""
+
+    def predict_fn(self, model: nn.Module):
+        """-> predict(params, batch) -> dict of [B, ...] arrays (jitted by the loop)."""
+
+    def to_labels(self, predictions: dict[str, np.ndarray]) -> np.ndarray: ...
+
+    def for_metrics(self, predictions: np.ndarray, labels: np.ndarray) -> np.ndarray: ...
+
+    def for_submission(self, predictions: np.ndarray) -> np.ndarray: ...
+
+
+def merge_pretrained(params: dict, pretrained_params: dict, source: str, prefix: str = "") -> tuple[dict, list[str]]:
+    """Pretrained weights into a fresh parameter tree (shapes must agree) -> (params, fresh names).
+
+    Every leaf of `params` found at the same path in `pretrained_params` is replaced; the others
+    (a new task head) keep their random init and are listed as fresh.
+    """
+    fresh = []
+
+    def take(path, current):
+        node = pretrained_params
+        for key in path:
+            node = node.get(key.key) if isinstance(node, dict) else None
+        name = prefix + "/".join(str(k.key) for k in path)
+        if node is None:
+            fresh.append(name)
+            return current
+        if tuple(np.shape(node)) != tuple(current.shape):
+            raise UserError(f"{source}: {name} has shape {tuple(np.shape(node))}, the model wants "
+                            f"{tuple(current.shape)}")
+        return np.asarray(node, current.dtype)
+
+    return jax.tree_util.tree_map_with_path(take, jax.device_get(params)), fresh

@@ -1,0 +1,114 @@
+"""Prediction and scoring of a fine-tuned model, shared by the fine-tuning loop and pretrain.evaluate
+(`evaluate_workdir`):
+a split's batches, the predicted labels, the official dev metrics and the GLUE submission files."""
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+
+from pretrain.core import checkpoints, partitioning
+from pretrain.core.errors import UserError
+from pretrain.data import finetune_data, tokenizers
+from pretrain.families import registry
+from pretrain.glue import metrics as glue_metrics
+from pretrain.glue import tasks as glue
+
+
+def load_split(config, family, split: str, batch_size: int, subset: int = 0
+              ) -> tuple[finetune_data.FineTuningData, np.ndarray, np.ndarray]:
+    """-> (batched features, labels [N], example ids [N]) of one split."""
+    task = family.task
+    data_dir = config.data.glue_dir if config.data.source == "dir" else config.data.tfds_data_dir
+    examples = glue.load_split(task, split, source=config.data.source, data_dir=data_dir)
+    examples = [examples[i] for i in finetune_data.subset_indices(len(examples), subset)]
+    labels = np.array([e.label for e in examples], np.float32 if task.is_regression else np.int32)
+    return family.encode(examples, batch_size), labels, np.array([e.idx for e in examples], np.int64)
+
+
+def predict(jit_predict, family, params, data: finetune_data.FineTuningData, mesh) -> np.ndarray:
+    """Predicted label ids (or STS-B scores) for every example of `data`, in its order."""
+    out = None
+    for batch in data.batches():
+        prediction = family.to_labels(jax.device_get(jit_predict(params, partitioning.shard_batch(batch, mesh))))
+        real = batch["weight"] > 0
+        out = np.zeros(len(data), prediction.dtype) if out is None else out
+        out[batch["index"][real]] = prediction[real]
+    return out
+
+
+def write_predictions(path: str, task: glue.GlueTask, ids: np.ndarray, predictions: np.ndarray,
+                      labels: np.ndarray) -> None:
+    """A readable dev file: index, prediction, label (label names for classification)."""
+    def name(v):  # a class id < 0: a T5 output that names no class
+        return f"{float(v):.4f}" if task.is_regression else (task.labels[int(v)] if v >= 0 else "(invalid)")
+    with open(path, "w") as f:
+        f.write("index\tprediction\tlabel\n")
+        for i, p, y in zip(ids, predictions, labels):
+            f.write(f"{i}\t{name(p)}\t{name(y)}\n")
+
+
+def score_splits(config, family, jit_predict, params, mesh, splits, workdir: str) -> dict:
+    """Dev splits: predictions file + official metrics. Test splits: the GLUE submission file."""
+    task, results = family.task, {}
+    os.makedirs(os.path.join(workdir, "predictions"), exist_ok=True)
+    for split in splits:
+        try:
+            data, labels, ids = load_split(config, family, split, config.eval_batch_size)
+        except glue.GlueDataError as e:
+            if split in task.test_splits:
+                print(f"Skipped test predictions for {split}: {e}")
+                continue
+            raise
+        predictions = predict(jit_predict, family, params, data, mesh)
+        if split in task.test_splits:
+            path = glue.write_submission(task, split, family.for_submission(predictions).tolist(), ids.tolist(),
+                                         os.path.join(workdir, "predictions"))
+            print(f"Test predictions ({split}, GLUE submission format): {path}")
+        else:
+            write_predictions(os.path.join(workdir, "predictions", f"{split}.tsv"), task, ids, predictions, labels)
+            results[split] = dev_metrics(family, predictions, labels)
+    return results
+
+
+def dev_metrics(family, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    return glue_metrics.compute_metrics(family.task, family.for_metrics(predictions, labels), labels)
+
+
+def dev_score(task: glue.GlueTask, results: dict) -> float:
+    """Model selection: the main metric on the first dev split (MNLI: matched)."""
+    return float(results[task.dev_splits[0]][task.main_metric])
+
+
+def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = None) -> dict:
+    """pretrain.evaluate: restore a fine-tuning workdir's best checkpoint, score `splits` (dev metrics,
+    test submission files) and write WORKDIR/eval_results.json; returns what it writes."""
+    config_path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(config_path):
+        raise UserError(f"{config_path} not found: --workdir must be a directory written by pretrain.finetune")
+    with open(config_path) as f:
+        config = ml_collections.ConfigDict(json.load(f))
+    if glue_dir:
+        config.data.glue_dir = glue_dir
+    task = glue.get_task(config.task)
+    wanted = []
+    for split in splits:
+        expanded = {"dev": task.dev_splits, "test": task.test_splits}.get(split, (split,))
+        unknown = [s for s in expanded if s not in task.dev_splits + task.test_splits]
+        if unknown:
+            raise UserError(f"--splits: {unknown[0]!r} is not a split of {task.name} "
+                            f"(use dev, test or one of {task.dev_splits + task.test_splits})")
+        wanted += expanded
+    family = registry.for_config(config, task, tokenizers.from_config(config.tokenizer))
+    params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
+    mesh = partitioning.create_mesh(config.mesh_shape)
+    jit_predict = jax.jit(family.predict_fn(family.build_model()))
+    with mesh:
+        results = score_splits(config, family, jit_predict, params, mesh, wanted, workdir)
+    out = {"task": task.name, "checkpoint_step": step, "metrics": results}
+    with open(os.path.join(workdir, "eval_results.json"), "w") as f:
+        json.dump(out, f, indent=2)
+    return out

@@ -1,0 +1,52 @@
+"""The step functions shared by the pretraining and fine-tuning loops: pure, jitted once by each loop
+with explicit in/out shardings. The objective (objectives/interface.py) says what the module reads
+and how its outputs are scored; nothing here knows the model family."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from pretrain.core.train_state import TrainState
+
+
+def micro_batches(batch: dict[str, np.ndarray], accum: int) -> dict[str, np.ndarray]:
+    """[B, ...] -> [accum, B / accum, ...]: the step scans over the leading axis."""
+    return {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in batch.items()}
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *,
+               objective, schedule: optax.Schedule) -> tuple[TrainState, dict]:
+    """batch leaves are [accum, micro_batch, ...]; gradients are averaged over micro-batches."""
+    step_rng = jax.random.fold_in(rng, state.step)
+
+    def loss_fn(params, micro_batch, micro_rng):
+        outputs = state.apply_fn({"params": params}, **objective.model_inputs(micro_batch),
+                                 deterministic=False, rngs={"dropout": micro_rng})
+        return objective.loss(outputs, micro_batch)
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    accum = jax.tree.leaves(batch)[0].shape[0]
+
+    def accumulate(carry, xs):
+        grads_sum, metrics_sum = carry
+        micro_batch, index = xs
+        (_, metrics), grads = grad_fn(state.params, micro_batch, jax.random.fold_in(step_rng, index))
+        return (jax.tree.map(jnp.add, grads_sum, grads), jax.tree.map(jnp.add, metrics_sum, metrics)), None
+
+    zeros_grads = jax.tree.map(jnp.zeros_like, state.params)
+    zero_metrics = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(
+        lambda: loss_fn(state.params, jax.tree.map(lambda x: x[0], batch), step_rng)[1]))
+    (grads, metrics), _ = jax.lax.scan(accumulate, (zeros_grads, zero_metrics),
+                                       (batch, jnp.arange(accum)))
+    grads = jax.tree.map(lambda g: g / accum, grads)
+    metrics = {k: (v if k == "tokens" else v / accum) for k, v in metrics.items()}
+    metrics["grad_norm"] = optax.global_norm(grads)
+    metrics["learning_rate"] = schedule(state.step)
+    return state.apply_gradients(grads=grads), metrics
+
+
+def eval_step(state: TrainState, batch: dict[str, jax.Array], *, objective) -> dict:
+    outputs = state.apply_fn({"params": state.params}, **objective.model_inputs(batch), deterministic=True)
+    return objective.loss(outputs, batch)[1]
