@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from objectives.interface import ObjectiveError
+
 TASK_KINDS = ("classification", "regression", "tagging", "span", "qa")
 IGNORE = -100  # label of positions / spans that carry no target
 
@@ -82,9 +84,9 @@ class FineTuningObjective:
     def __init__(self, kind: str, num_labels: int, *, max_answer_length: int = 30,
                  allow_null_answer: bool = False):
         if kind not in TASK_KINDS:
-            raise ValueError(f"unknown fine-tuning task kind {kind!r} (use one of {', '.join(TASK_KINDS)})")
+            raise ObjectiveError(f"unknown fine-tuning task kind {kind!r} (use one of {', '.join(TASK_KINDS)})")
         if kind == "regression" and num_labels != 1:
-            raise ValueError(f"a regression task has one output, got num_labels={num_labels}")
+            raise ObjectiveError(f"a regression task has one output, got num_labels={num_labels}")
         self.kind, self.num_labels = kind, num_labels
         self.max_answer_length, self.allow_null_answer = max_answer_length, allow_null_answer
 

@@ -23,19 +23,27 @@ class ObjectiveError(ValueError):
 
 
 @runtime_checkable
-class Objective(Protocol):
-    def create_instances(self, documents: Documents, rng: np.random.Generator, max_seq_length: int) -> Arrays:
-        """One data epoch: a shuffled set of instances, [N, ...] each (a pure function of rng)."""
-
-    def make_batch(self, instances: Arrays, rng: np.random.Generator) -> Arrays:
-        """A batch of instances [B, ...] -> the batch the step consumes [B, ...] (a pure function of rng)."""
+class StepObjective(Protocol):
+    """What the jitted train and eval steps (pretrain/loops/steps.py) need: pretraining objectives and
+    the fine-tuning ones (objectives/finetuning.py, the T5 and GPT families') alike."""
 
     def model_inputs(self, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
         """The module's keyword arguments, taken from the batch."""
 
     def loss(self, outputs: dict[str, jax.Array], batch: dict[str, jax.Array]
              ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """-> (scalar loss, metrics incl. 'loss' and 'tokens', the real tokens for tokens/s)."""
+        """-> (scalar loss, metrics incl. 'loss'; pretraining also 'tokens', the real tokens for tokens/s)."""
+
+
+@runtime_checkable
+class Objective(StepObjective, Protocol):
+    """A pretraining objective: the step's side plus how batches are made from documents."""
+
+    def create_instances(self, documents: Documents, rng: np.random.Generator, max_seq_length: int) -> Arrays:
+        """One data epoch: a shuffled set of instances, [N, ...] each (a pure function of rng)."""
+
+    def make_batch(self, instances: Arrays, rng: np.random.Generator) -> Arrays:
+        """A batch of instances [B, ...] -> the batch the step consumes [B, ...] (a pure function of rng)."""
 
 
 @runtime_checkable

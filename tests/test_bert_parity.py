@@ -9,7 +9,7 @@ import transformers
 
 from models.bert import BertConfig, BertForPreTraining, BertModel
 from models.convert.hf_bert import bert_params_from_hf
-from pretrain.state import unbox
+from pretrain.core.train_state import unbox
 
 
 def reference_and_ours(seed=0):

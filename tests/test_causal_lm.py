@@ -16,9 +16,9 @@ from scipy import stats
 from objectives import causal_lm, prefix_lm
 from objectives.causal_lm import CausalLM, causal_lm_loss
 from objectives.prefix_lm import PrefixLM
-from pretrain.data import packing
-from pretrain.data.sources import CorpusError
-from pretrain.errors import UserError
+from objectives import packing
+from objectives.interface import ObjectiveError
+from pretrain.data.tokenizers import MissingTokenError
 
 EOS, PAD, BASE, STRIDE = 1, 3, 10, 1000
 
@@ -57,7 +57,7 @@ def weighted_pairs(batch):
 
 def all_rows(obj, docs, L, seed=0):
     inst = obj.create_instances(docs, np.random.default_rng(seed), L)
-    return inst, obj.make_batch(inst, np.random.default_rng(seed + 1), obj.max_predictions(False))
+    return inst, obj.make_batch(inst, np.random.default_rng(seed + 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,19 +113,19 @@ def test_stream_windows_start_at_a_random_offset_each_epoch():
         full = inst["input_ids"][(inst["segment_ids"] == 1).all(axis=1)]  # whole windows of 9 tokens
         offsets |= {int(row[0] - BASE) % 8 for row in full}                # where the grid starts
         assert len({int(row[0] - BASE) % 8 for row in full}) == 1          # one grid per epoch
-        pairs = collections.Counter(weighted_pairs(obj.make_batch(inst, None, 0)))
+        pairs = collections.Counter(weighted_pairs(obj.make_batch(inst, None)))
         assert max(pairs.values()) == 1 and len(pairs) == 499
     assert len(offsets) >= 4
 
 
 def test_stream_without_eos_concatenates_documents():
-    """A tokenizer without EOS (a missing attribute or our Tokenizer's CorpusError): no separator."""
+    """A tokenizer without EOS (a missing attribute or our Tokenizer's MissingTokenError): no separator."""
     class NoEos:
         vocab_size, pad_id = BASE + STRIDE * 40, PAD
 
         @property
         def eos_id(self):
-            raise CorpusError("no </s>")
+            raise MissingTokenError("no </s>")
 
     docs = documents(np.random.default_rng(2))
     for tok in (tokenizer(eos=False), NoEos()):
@@ -186,13 +186,13 @@ def test_deterministic_for_a_given_rng(cls, pack):
 
 
 def test_user_errors():
-    with pytest.raises(UserError, match="pack_documents"):
+    with pytest.raises(ObjectiveError, match="pack_documents"):
         CausalLM(ml_collections.ConfigDict(dict(name="causal_lm", pack_documents="yes")), tokenizer())
-    with pytest.raises(UserError, match="z_loss"):
+    with pytest.raises(ObjectiveError, match="z_loss"):
         objective(z_loss=-1.0)
-    with pytest.raises(CorpusError, match="no tokens"):
+    with pytest.raises(ObjectiveError, match="no tokens"):
         objective().create_instances([[np.zeros(0, np.int32)]], np.random.default_rng(0), 8)
-    with pytest.raises(CorpusError, match="fewer than 2"):
+    with pytest.raises(ObjectiveError, match="fewer than 2"):
         objective(tok=tokenizer(eos=False), pack_documents=False).create_instances(
             [[np.array([BASE])]], np.random.default_rng(0), 8)
 
@@ -204,11 +204,11 @@ def test_prefix_split_uniform_and_no_loss_inside_the_prefix():
     L = 8
     obj = objective(PrefixLM, pack_documents=True)
     inst = obj.create_instances(documents(np.random.default_rng(6), n=60), np.random.default_rng(0), L)
-    causal = CausalLM.make_batch(obj, inst, None, 0)
+    causal = CausalLM.make_batch(obj, inst, None)
     rng = np.random.default_rng(1)
     splits = collections.Counter()
     for _ in range(60):
-        batch = obj.make_batch(inst, rng, 0)
+        batch = obj.make_batch(inst, rng)
         n = (inst["segment_ids"] > 0).sum(axis=1)
         p = batch["prefix_lengths"]
         assert ((p >= 1) & (p <= n - 1)).all()

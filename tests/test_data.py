@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pretrain.data.sources import CorpusError, read_text_corpus, read_tfds_corpus, tokenize_documents
-from pretrain.data.tokenizers import load_tokenizer
+from pretrain.data.tokenizers import TokenizerError, load_tokenizer
 from scripts import train_tokenizer
 from scripts.build_demo_corpus import build_corpus, sentences_of
 
@@ -199,7 +199,7 @@ def test_tokenizer_errors(tmp_path, vocab_file):
         ("sentencepiece", tmp_path / "spm.model", "train_tokenizer"),
         ("bpe", vocab_file, "kind"),
     ]:
-        with pytest.raises(CorpusError) as e:
+        with pytest.raises(TokenizerError) as e:
             load_tokenizer(kind, str(path))
         _one_line_error(e, needle, path if kind != "bpe" else "bpe")
 

@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 
 from objectives.denoising import BATCH_KEYS, MODEL_INPUT_KEYS, EncoderDecoderDenoising, denoising_loss
-from pretrain.data import packing
-from pretrain.errors import UserError
+from objectives import packing
+from objectives.interface import ObjectiveError
 
 V, EOS = 32_100, 1
 
@@ -76,7 +76,7 @@ def test_batch_has_the_contract_keys_shapes_and_determinism(mode, corruption):
     rng = np.random.default_rng(0)
     instances = obj.create_instances(documents(rng), rng, 64)
     sub = {k: v[:16] for k, v in instances.items()}
-    batch = obj.make_batch(sub, np.random.default_rng(5), obj.max_predictions(False))
+    batch = obj.make_batch(sub, np.random.default_rng(5))
     _, dec_len = obj.lengths(64)
     assert tuple(batch) == BATCH_KEYS
     for k, v in batch.items():
@@ -86,8 +86,8 @@ def test_batch_has_the_contract_keys_shapes_and_determinism(mode, corruption):
                                   packing.shift_right_by_segment(batch["decoder_target_ids"],
                                                                  batch["decoder_segment_ids"]))
     np.testing.assert_array_equal(batch["decoder_loss_weights"], batch["decoder_segment_ids"] > 0)
-    again = obj.make_batch(sub, np.random.default_rng(5), 0)
-    other = obj.make_batch(sub, np.random.default_rng(6), 0)
+    again = obj.make_batch(sub, np.random.default_rng(5))
+    other = obj.make_batch(sub, np.random.default_rng(6))
     for k in batch:
         np.testing.assert_array_equal(batch[k], again[k])
     assert not np.array_equal(batch["encoder_input_ids"], other["encoder_input_ids"])  # dynamic noise
@@ -118,7 +118,7 @@ def test_span_corruption_batch_reconstructs_and_has_t5_lengths():
     inst = obj.create_instances(documents(rng, 1000), rng, 512)
     full = inst["length"] == 568
     sub = {k: v[full][:32] for k, v in inst.items()}
-    batch = obj.make_batch(sub, rng, 0)
+    batch = obj.make_batch(sub, rng)
     assert batch["encoder_input_ids"].shape == (32, 512) and batch["decoder_target_ids"].shape == (32, 114)
     # Full chunks fill their rows exactly: one segment, no padding, EOS last.
     assert (batch["encoder_segment_ids"] == 1).all() and (batch["decoder_segment_ids"] == 1).all()
@@ -138,7 +138,7 @@ def test_short_chunks_are_packed_together():
     lengths = np.array([100, 568, 150, 60, 40, 568, 568, 568])
     ids = rng.integers(3, 32_000, (8, 568)).astype(np.int32)
     ids[np.arange(568) >= lengths[:, None]] = 0
-    batch = obj.make_batch({"input_ids": ids, "length": lengths}, rng, 0)
+    batch = obj.make_batch({"input_ids": ids, "length": lengths}, rng)
     seg = batch["encoder_segment_ids"]
     # Greedy and in order (next-fit): rows {100}, {568}, {150, 60, 40}, {568}, {568}, {568}, empty, empty.
     assert [seg[r].max() for r in range(8)] == [1, 1, 3, 1, 1, 1, 0, 0]
@@ -158,7 +158,7 @@ def test_prefix_lm_splits_uniformly_and_reconstructs():
     assert obj.lengths(64) == (63, 64)
     rng = np.random.default_rng(5)
     ids = rng.integers(3, 32_000, (4000, 63)).astype(np.int32)
-    batch = obj.make_batch({"input_ids": ids, "length": np.full(4000, 63)}, rng, 0)
+    batch = obj.make_batch({"input_ids": ids, "length": np.full(4000, 63)}, rng)
     n_in = (batch["encoder_segment_ids"] > 0).sum(1) - 1  # without EOS
     for row in range(200):
         enc = batch["encoder_input_ids"][row, :n_in[row]].tolist()
@@ -174,12 +174,12 @@ def test_iid_denoising_rate_and_variants():
     ids = rng.integers(3, 32_000, (2000, 127)).astype(np.int32)
     instances = {"input_ids": ids, "length": np.full(2000, 127)}
     drop = objective("iid_denoising", corruption="drop_tokens")
-    batch = drop.make_batch(instances, rng, 0)
+    batch = drop.make_batch(instances, rng)
     n_noise = (batch["decoder_segment_ids"] > 0).sum(1) - 1
     assert abs(n_noise.mean() / 127 - 0.15) < 0.005
     assert abs(n_noise.var() - 127 * 0.15 * 0.85) < 2.0  # Binomial(127, 0.15) per row: i.i.d. tokens
     replace = objective("iid_denoising")
-    batch = replace.make_batch(instances, rng, 0)
+    batch = replace.make_batch(instances, rng)
     for row in range(300):
         enc = batch["encoder_input_ids"][row][batch["encoder_segment_ids"][row] > 0].tolist()
         dec = batch["decoder_target_ids"][row][batch["decoder_segment_ids"][row] > 0].tolist()
@@ -192,19 +192,19 @@ def test_iid_denoising_rate_and_variants():
 
 
 def test_config_and_tokenizer_errors():
-    with pytest.raises(UserError, match="mode"):
+    with pytest.raises(ObjectiveError, match="mode"):
         objective("bert")
-    with pytest.raises(UserError, match="sentinel"):
+    with pytest.raises(ObjectiveError, match="sentinel"):
         objective(tok=tokenizer(num_extra_ids=0))
     objective("prefix_lm", tok=tokenizer(num_extra_ids=0))  # prefix LM needs no sentinel
-    with pytest.raises(UserError, match="targets_length"):
+    with pytest.raises(ObjectiveError, match="targets_length"):
         objective(targets_length=100).lengths(512)
     assert objective(targets_length=128).lengths(512) == (568, 128)
     exact = objective(targets_length=114)  # the derived length, configured: batches use it
     ids = np.random.default_rng(1).integers(3, 32_000, (2, 568))
-    assert exact.make_batch({"input_ids": ids, "length": np.array([568, 300])}, np.random.default_rng(0),
-                            0)["decoder_target_ids"].shape == (2, 114)
-    with pytest.raises(UserError, match="sentinels"):
+    assert exact.make_batch({"input_ids": ids, "length": np.array([568, 300])}, np.random.default_rng(0)
+                            )["decoder_target_ids"].shape == (2, 114)
+    with pytest.raises(ObjectiveError, match="sentinels"):
         objective(tok=tokenizer(num_extra_ids=10)).create_instances(documents(np.random.default_rng(0)),
                                                                      np.random.default_rng(0), 512)
 
@@ -214,10 +214,10 @@ def test_speed_make_batch_128_by_512():
     rng = np.random.default_rng(7)
     ids = rng.integers(3, 32_000, (128, 568)).astype(np.int32)
     instances = {"input_ids": ids, "length": np.full(128, 568)}
-    obj.make_batch(instances, rng, 0)
+    obj.make_batch(instances, rng)
     start = time.perf_counter()
     for i in range(10):
-        obj.make_batch(instances, np.random.default_rng(i), 0)
+        obj.make_batch(instances, np.random.default_rng(i))
     ms = (time.perf_counter() - start) * 100
     print(f"span corruption make_batch 128 x 512: {ms:.1f} ms")
     assert ms < 300  # generous: a shared 2-core host; typical is ~10 ms
@@ -276,7 +276,7 @@ def test_trains_the_t5_model_through_the_contract():
 
     def batch_at(step):
         index = np.random.default_rng(step).integers(0, len(instances["length"]), 16)
-        batch = obj.make_batch({k: v[index] for k, v in instances.items()}, np.random.default_rng([0, step]), 0)
+        batch = obj.make_batch({k: v[index] for k, v in instances.items()}, np.random.default_rng([0, step]))
         return {k: jnp.asarray(v) for k, v in batch.items()}
 
     params = model.init(jax.random.key(0), **obj.model_inputs(batch_at(0)))["params"]

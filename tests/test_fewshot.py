@@ -1,4 +1,4 @@
-"""Few-shot prompting (pretrain/fewshot.py, pretrain/data/prompts.py): the prompt format of the seed text's
+"""Few-shot prompting (pretrain/lm/fewshot.py, pretrain/glue/prompts.py): the prompt format of the seed text's
 polarity example, the demonstration sampler, candidate scores against transformers' GPT2LMHeadModel, a
 planted scorer through the metric path, the context-overflow rule, user errors and the command."""
 from __future__ import annotations
@@ -15,12 +15,13 @@ import transformers
 
 from models.convert.hf_gpt2 import gpt_config_to_hf, hf_state_dict_from_gpt
 from models.gpt import GPT, GPTConfig
-from pretrain import fewshot
-from pretrain.data import glue, prompts
-from pretrain.data.glue import Example
+from pretrain.lm import fewshot
+from pretrain.glue import tasks as glue
+from pretrain.glue import prompts
+from pretrain.glue.tasks import Example
 from pretrain.data.tokenizers import CharTokenizer
-from pretrain.errors import UserError
-from pretrain.language_model import LanguageModel
+from pretrain.core.errors import UserError
+from pretrain.lm.language_model import LanguageModel
 from tests import conftest
 from tests.test_gpt import random_params
 
@@ -340,6 +341,7 @@ def char_workdir(tmp_path_factory) -> str:
     return str(workdir)
 
 
+@pytest.mark.slow
 def test_command_on_a_tiny_trained_gpt(char_workdir, tmp_path):
     glue_dir = os.path.join(conftest.SHARED_DATA, "glue")
     proc = conftest.run_module("pretrain.fewshot", [

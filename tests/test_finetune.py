@@ -67,9 +67,10 @@ def test_mrpc_from_minilm_beats_majority_and_keeps_best_epoch(tmp_path):
     assert evaluated["metrics"]["dev"] == pytest.approx(dev, abs=1e-6), proc.stdout
 
 
+@pytest.mark.slow
 def test_finetune_from_pretrain_workdir_with_frozen_lower_layers(tmp_path, corpus_and_tokenizer):
     """A pretrain.train checkpoint feeds the fine-tuning loop; frozen weights stay bitwise equal."""
-    from pretrain import checkpoints
+    from pretrain.core import checkpoints
     corpus, spm = corpus_and_tokenizer
     pre = tmp_path / "pretrain"
     run_train(pre, tiny_overrides(corpus, spm))
@@ -91,6 +92,7 @@ def test_finetune_from_pretrain_workdir_with_frozen_lower_layers(tmp_path, corpu
     assert all(moved)  # the unfrozen layer trained
 
 
+@pytest.mark.slow
 def test_bad_glue_input_is_one_line_error(tmp_path):
     bad = tmp_path / "glue" / "WNLI"
     bad.mkdir(parents=True)

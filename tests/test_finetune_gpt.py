@@ -1,4 +1,4 @@
-"""GPT fine-tuning with a linear head on the last token (models/gpt_heads.py, pretrain/finetune_gpt.py):
+"""GPT fine-tuning with a linear head on the last token (models/gpt_heads.py, pretrain/families/gpt.py):
 parity with transformers' GPT2ForSequenceClassification, which token the head reads, the input format,
 merging a pretrained GPT, freezing, and the real `pretrain.finetune` command on SST-2."""
 from __future__ import annotations
@@ -18,12 +18,14 @@ from configs import glue as glue_config
 from models.convert.hf_gpt2 import hf_state_dict_from_gpt
 from models.gpt import GPT, GPTConfig
 from models.gpt_heads import GPTForSequenceClassification
-from pretrain import finetune_families, freezing, pretrained
-from pretrain.data import glue
+from pretrain.families import registry
+from pretrain.core import freezing
+from pretrain.core import pretrained
+from pretrain.glue import tasks as glue
 from pretrain.data.tokenizers import CharTokenizer
-from pretrain.errors import UserError
-from pretrain.finetune_gpt import GPTFamily, LastTokenObjective
-from pretrain.state import unbox
+from pretrain.core.errors import UserError
+from pretrain.families.gpt import GPTFamily, LastTokenObjective
+from pretrain.core.train_state import unbox
 from tests.conftest import SHARED_DATA, run_module, run_train
 from tests.test_gpt import random_params
 
@@ -176,7 +178,7 @@ def test_pair_inputs_are_separated_and_end_with_eos(char_tokenizer):
 
 
 def test_context_longer_than_the_model_is_a_user_error(char_tokenizer):
-    family = finetune_families.for_config(_config(max_seq_length=64), glue.get_task("sst2"), char_tokenizer)
+    family = registry.for_config(_config(max_seq_length=64), glue.get_task("sst2"), char_tokenizer)
     assert isinstance(family, GPTFamily)
     with pytest.raises(UserError, match="max_seq_length=64 exceeds the model's 32 positions"):
         family.check()
@@ -201,7 +203,7 @@ def test_merge_pretrained_keeps_the_body_bitwise_and_lists_only_the_head(char_to
 def test_freezing_strategies_name_the_gpt_body(char_tokenizer, strategy):
     """head_only: only `score` trains. lowest (1 layer): both embedding tables and layer_0 stay frozen.
     gradual: the head and final LayerNorm with the top layer, one more layer per epoch downwards, the
-    embeddings last (pretrain/freezing.py)."""
+    embeddings last (pretrain/core/freezing.py)."""
     config = _config(strategy=strategy)
     config.freezing.num_frozen_layers = 1
     family = GPTFamily(config, glue.get_task("sst2"), char_tokenizer)
@@ -246,6 +248,7 @@ def tiny_gpt_workdir(tmp_path_factory) -> str:
     return str(workdir)
 
 
+@pytest.mark.slow
 def test_finetune_command_on_sst2_from_a_pretrained_gpt(tmp_path, tiny_gpt_workdir):
     """The loop runs and learns: the training loss falls over 4 epochs of 320 examples. A 32-wide model
     learns little under dropout 0.1, so dropout is off; 64 = the pretrained model's context."""

@@ -9,8 +9,9 @@ import pytest
 
 from models.bert import BertConfig
 from models.finetuning import BertForFineTuning
-from pretrain import freezing
-from pretrain import state as state_lib
+from pretrain.core import freezing
+from pretrain.core import optimizers as state_lib
+from pretrain.core import train_state
 
 NUM_LAYERS, STEPS_PER_EPOCH = 3, 4
 
@@ -20,7 +21,7 @@ def _model_and_params():
                         max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0)
     model = BertForFineTuning(config, "classification", 3, classifier_dropout=0.0)
     ids = jnp.ones((2, 8), jnp.int32)
-    params = state_lib.unbox(model.init(jax.random.key(0), ids, jnp.zeros_like(ids), jnp.ones_like(ids))["params"])
+    params = train_state.unbox(model.init(jax.random.key(0), ids, jnp.zeros_like(ids), jnp.ones_like(ids))["params"])
     return model, params
 
 

@@ -1,4 +1,4 @@
-"""pretrain/generate.py: cached + windowed decoding against a loop of full forward passes, sampling,
+"""pretrain/lm/generation.py: cached + windowed decoding against a loop of full forward passes, sampling,
 stop strings, end-of-text, user errors, and the command on a workdir trained by pretrain.train."""
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import jax
 import numpy as np
 import pytest
 
+from models.errors import ModelInputError
 from models.gpt import GPT, GPTConfig
-from pretrain import generate as gen
+from pretrain.lm import generation as gen
 from pretrain.data.tokenizers import CharTokenizer
-from pretrain.errors import UserError
-from pretrain.language_model import LanguageModel, load_language_model
+from pretrain.core.errors import UserError
+from pretrain.lm.language_model import LanguageModel, load_language_model
 from tests import conftest
 from tests.test_gpt import random_params
 
@@ -191,7 +192,7 @@ def test_user_errors(char_lm, tmp_path):
         gen.generate_ids(model, params, [[1], []], 3)
     with pytest.raises(UserError, match="needs an rng"):
         gen.generate_ids(model, params, [[1]], 3)
-    with pytest.raises(UserError, match="top_p"):
+    with pytest.raises(ModelInputError, match="top_p"):
         gen.generate(char_lm, ["ab"], max_new_tokens=3, sampling=gen.Sampling(top_p=0.0))
     with pytest.raises(UserError, match="num_samples=0"):
         gen.generate(char_lm, ["ab"], num_samples=0)
@@ -238,6 +239,7 @@ def parse_output(stdout: str) -> list[tuple[tuple[int, int, str], str]]:
     return [((int(h[1]), int(h[3]), h[5]), body) for h, body in zip(headers, bodies)]
 
 
+@pytest.mark.slow
 def test_command_prints_every_sample_of_every_prompt(workdir, tmp_path):
     args = [f"--init={workdir}", "--prompt=ROMEO:", "--prompt=JULIET:\\nO", "--num_samples=2",
             "--max_new_tokens=40", "--seed=3"]

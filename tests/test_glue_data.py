@@ -8,7 +8,7 @@ from unittest import mock
 
 import pytest
 
-from pretrain.data.glue import (
+from pretrain.glue.tasks import (
     TASKS,
     Example,
     GlueDataError,

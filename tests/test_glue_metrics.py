@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pretrain.data.glue import get_task
-from pretrain.glue_metrics import PAPER_COLUMNS, PAPER_ROWS, compute_metrics, main_score, markdown_table, table_scores
+from pretrain.glue.tasks import get_task
+from pretrain.glue.metrics import PAPER_COLUMNS, PAPER_ROWS, compute_metrics, main_score, markdown_table, table_scores
 
 
 def _confusion(labels, predictions):

@@ -13,7 +13,7 @@ import pytest
 
 from models import decoding
 from models.gpt import GPT, GPTConfig, attention_mask, init_cache, make_tokens_to_logits
-from pretrain.state import unbox
+from pretrain.core.train_state import unbox
 
 CONFIG = GPTConfig(vocab_size=96, n_positions=32, d_model=32, num_layers=2, num_heads=4, d_ff=64,
                    dropout_rate=0.0, attention_dropout_rate=0.0)

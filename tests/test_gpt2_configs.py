@@ -17,7 +17,8 @@ from configs import gpt2 as gpt2_configs
 from models.gpt import GPT, GPTConfig
 from pretrain.data.pipeline import load_documents
 from pretrain.data.tokenizers import load_tokenizer
-from pretrain.state import learning_rate_schedule, unbox
+from pretrain.core.optimizers import learning_rate_schedule
+from pretrain.core.train_state import unbox
 
 # Released sizes as nanoGPT's README counts them (the GPT-2 paper's Table 2 miscounts: 117M, 345M, ...).
 PUBLISHED = {"small": 124e6, "medium": 355e6, "large": 774e6, "xl": 1558e6}

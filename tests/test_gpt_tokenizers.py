@@ -16,7 +16,6 @@ import transformers
 from tokenizers import ByteLevelBPETokenizer
 
 from pretrain.data import tokenizers
-from pretrain.data.sources import CorpusError
 from tests.conftest import SHARED_DATA
 
 SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
@@ -148,7 +147,7 @@ def test_specials_follow_gpt2(ours, hf, gpt2_dir):
     assert ours.unk_id == hf.unk_token_id == ours.eos_id
     assert ours.special_ids == (ours.eos_id,)
     for name in ("cls_id", "sep_id", "mask_id"):
-        with pytest.raises(CorpusError, match="no \\["):
+        with pytest.raises(tokenizers.MissingTokenError, match="no \\["):
             getattr(ours, name)
     pieces = hf.convert_ids_to_tokens(list(range(ours.vocab_size)))
     assert [ours.id_to_piece(i) for i in range(ours.vocab_size)] == pieces
@@ -192,10 +191,10 @@ def test_tokenizer_json_and_transformers_save_pretrained_dirs(gpt2_dir, ours, hf
 
 
 def test_hugging_face_gpt2_directory_loads_as_a_language_model(gpt2_dir, ours, hf, tmp_path):
-    """pretrain.pretrained's HF branch names kind='gpt2_bpe' with the model's directory: the real loader works."""
+    """pretrain.core.pretrained's HF branch names kind='gpt2_bpe' with the model's directory: the real loader works."""
     import torch
 
-    from pretrain.language_model import load_language_model
+    from pretrain.lm.language_model import load_language_model
     torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=len(hf), n_positions=32, n_embd=32, n_layer=1, n_head=2,
                                      bos_token_id=hf.eos_token_id, eos_token_id=hf.eos_token_id)
@@ -211,7 +210,7 @@ def test_hugging_face_gpt2_directory_loads_as_a_language_model(gpt2_dir, ours, h
 
 
 def _error(kind: str, path: str, **kwargs) -> str:
-    with pytest.raises(CorpusError) as info:
+    with pytest.raises(tokenizers.TokenizerError) as info:
         tokenizers.load_tokenizer(kind, path, **kwargs)
     message = str(info.value)
     assert "\n" not in message
@@ -286,11 +285,11 @@ def test_char_vocabulary_is_nanogpts(tmp_path):
 
 def test_char_errors_are_one_line(tmp_path):
     char = tokenizers.load_tokenizer("char", SHAKESPEARE)
-    with pytest.raises(CorpusError, match="'é'") as info:
+    with pytest.raises(tokenizers.UnknownTextError, match="'é'") as info:
         char.encode("café")
     assert "\n" not in str(info.value)
     for name in ("eos_id", "unk_id", "cls_id"):
-        with pytest.raises(CorpusError):
+        with pytest.raises(tokenizers.MissingTokenError):
             getattr(char, name)
     message = _error("char", str(tmp_path / "missing.txt"))
     assert "not found" in message and "missing.txt" in message

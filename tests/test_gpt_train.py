@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import SHARED_DATA, run_train
 
+pytestmark = pytest.mark.slow  # every test here runs the real command in a subprocess
+
 CONFIG = "configs/gpt2.py:size=nano_shakespeare_char_cpu"
 SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
 

@@ -16,8 +16,8 @@ import transformers
 
 from models.bert import BertConfig, BertForPreTraining, BertModel
 from models.convert import load_hf_bert, save_hf_bert
-from pretrain.errors import UserError
-from pretrain.state import unbox
+from models.errors import ModelInputError
+from pretrain.core.train_state import unbox
 
 CONFIG = BertConfig(vocab_size=120, hidden_size=48, num_layers=2, num_heads=4, intermediate_size=96,
                     max_position_embeddings=64, initializer_range=0.2)  # O(1) activations: differences show
@@ -248,18 +248,18 @@ def test_broken_checkpoints_give_one_line_errors(tmp_path, exported, case):
     shutil.copytree(exported, path)
     breaks, expected = BROKEN[case]
     breaks(path)
-    with pytest.raises(UserError) as error:
+    with pytest.raises(ModelInputError) as error:
         load_hf_bert(path)
     message = str(error.value)
     assert "\n" not in message and all(s in message for s in expected), message
 
 
 def test_missing_directory_and_non_export_target(tmp_path):
-    with pytest.raises(UserError, match="directory not found"):
+    with pytest.raises(ModelInputError, match="directory not found"):
         load_hf_bert(str(tmp_path / "nope"))
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
-    with pytest.raises(UserError, match="not a previous export"):
+    with pytest.raises(ModelInputError, match="not a previous export"):
         save_hf_bert(str(tmp_path / "mine"), random_params(), CONFIG)
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 

@@ -16,7 +16,7 @@ import transformers
 from models import decoding
 from models.convert.hf_gpt2 import hf_config_to_gpt, load_hf_gpt2, save_hf_gpt2
 from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
-from pretrain.errors import UserError
+from models.errors import ModelInputError
 from tests.test_gpt import random_params
 
 SIZES = dict(vocab_size=128, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
@@ -149,14 +149,14 @@ def test_unusable_checkpoints_are_one_line_errors(hf_dir, tmp_path):
                           ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
                           ({"model_type": "bert"}, "model_type")):
         (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
-        with pytest.raises(UserError, match=match):
+        with pytest.raises(ModelInputError, match=match):
             load_hf_gpt2(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps(config))
     state = safetensors.numpy.load_file(str(hf_dir / "model.safetensors"))
     safetensors.numpy.save_file({**state, "lm_head.weight": state["transformer.wte.weight"] + 1},
                                 str(tmp_path / "model.safetensors"))
-    with pytest.raises(UserError, match="ties the output layer"):
+    with pytest.raises(ModelInputError, match="ties the output layer"):
         load_hf_gpt2(str(tmp_path))
     (tmp_path / "notes.txt").write_text("not written by an export")
-    with pytest.raises(UserError, match="not a previous export"):
+    with pytest.raises(ModelInputError, match="not a previous export"):
         save_hf_gpt2(str(tmp_path), {}, GPTConfig())

@@ -15,7 +15,7 @@ import transformers
 
 from models.convert.hf_t5 import hf_config_to_t5, load_hf_t5, save_hf_t5
 from models.t5 import T5, T5Config
-from pretrain.errors import UserError
+from models.errors import ModelInputError
 from tests.test_t5 import random_params
 
 SIZES = dict(vocab_size=128, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_decoder_layers=2, num_heads=4,
@@ -120,15 +120,15 @@ def test_unusable_checkpoints_are_one_line_errors(tmp_path):
     random_hf("1.0").save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, "d_ff": 100}))
-    with pytest.raises(UserError, match="DenseReluDense.wi.weight.*shape"):
+    with pytest.raises(ModelInputError, match="DenseReluDense.wi.weight.*shape"):
         load_hf_t5(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps({**config, "feed_forward_proj": "gated-silu"}))
-    with pytest.raises(UserError, match="feed_forward_proj"):
+    with pytest.raises(ModelInputError, match="feed_forward_proj"):
         load_hf_t5(str(tmp_path))
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
-    with pytest.raises(UserError, match="model_type"):
+    with pytest.raises(ModelInputError, match="model_type"):
         load_hf_t5(str(tmp_path))
-    with pytest.raises(UserError, match="not a previous export"):
+    with pytest.raises(ModelInputError, match="not a previous export"):
         save_hf_t5(str(tmp_path), {}, T5Config())
 
 

@@ -8,9 +8,10 @@ import optax
 import pytest
 
 from models.layers import MultiHeadAttention
-from pretrain import partitioning
-from pretrain import state as state_lib
-from pretrain.errors import UserError
+from pretrain.core import partitioning
+from pretrain.core import optimizers as state_lib
+from pretrain.core import train_state
+from pretrain.core.errors import UserError
 
 torch = pytest.importorskip("torch")
 hf_optimization = pytest.importorskip("transformers.optimization")
@@ -128,25 +129,25 @@ def test_factored_state_shapes_and_logical_axes():
     # The trainer derives the state's shardings from these boxes: every spec fits its array.
     mesh = partitioning.create_mesh((-1, 1, 1))
     shardings = partitioning.logical_shardings(moments, mesh)
-    placed = jax.device_put(state_lib.unbox(moments), shardings)
-    assert jax.tree.structure(placed) == jax.tree.structure(state_lib.unbox(moments))
+    placed = jax.device_put(train_state.unbox(moments), shardings)
+    assert jax.tree.structure(placed) == jax.tree.structure(train_state.unbox(moments))
 
 
 def test_attention_kernel_update_equals_the_2d_kernel_t5_had():
     """T5 (Mesh TF) stored q/k/v as [D, H*K] and o as [H*K, D]; factoring our [D, H, K] / [H, K, D]
     kernels by logical axes gives the very same updates as optax's Adafactor on those matrices."""
     boxed = boxed_attention_params(d_model=12, heads=3, head_dim=4)
-    params = state_lib.unbox(boxed)
+    params = train_state.unbox(boxed)
     rng = np.random.default_rng(3)
     grads = [jax.tree.map(lambda p: jnp.asarray(rng.normal(0, 1, p.shape), jnp.float32), params) for _ in range(4)]
     tx = state_lib.adafactor(0.01)
     state = tx.init(boxed)  # init sees the names; updates run on plain arrays, as in the trainer
-    assert len(state_lib.unbox(state)[0].moments["key"]["kernel"]) == 2
+    assert len(train_state.unbox(state)[0].moments["key"]["kernel"]) == 2
     flat = lambda tree: {k: tree[k]["kernel"].reshape(12, 12) for k in tree}  # noqa: E731 [D, H*K] or [H*K, D]
     ref_tx = optax.adafactor(0.01, min_dim_size_to_factor=1, momentum=None)
     ref_params = flat(params)
     ref_state = ref_tx.init(ref_params)
-    state = state_lib.unbox(state)
+    state = train_state.unbox(state)
 
     @jax.jit
     def step(params, state, ref_params, ref_state, g):

@@ -1,11 +1,11 @@
-"""Tests for pretrain/data/packing.py: greedy in-order packing, segment ids, positions, shift right."""
+"""Tests for objectives/packing.py: greedy in-order packing, segment ids, positions, shift right."""
 import time
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pretrain.data import packing
+from objectives import packing
 
 
 def random_examples(rng, n, max_inputs=40, max_targets=15):

@@ -1,4 +1,4 @@
-"""pretrain/perplexity.py: sliding-window NLL against Hugging Face's guide loop on the same GPT converted to
+"""pretrain/lm/perplexity.py: sliding-window NLL against Hugging Face's guide loop on the same GPT converted to
 transformers' GPT2LMHeadModel, window coverage, the text readers and the command on a workdir."""
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import transformers
 
 from models.convert.hf_gpt2 import gpt_config_to_hf, hf_state_dict_from_gpt
 from models.gpt import GPT, GPTConfig
-from pretrain import checkpoints
-from pretrain import perplexity as ppl
+from pretrain.core import checkpoints
+from pretrain.lm import perplexity as ppl
 from pretrain.data.tokenizers import CharTokenizer
-from pretrain.errors import UserError
-from pretrain.language_model import LanguageModel
+from pretrain.core.errors import UserError
+from pretrain.lm.language_model import LanguageModel
 from tests import conftest
 from tests.test_gpt import random_params
 
@@ -157,6 +157,7 @@ def write_workdir(directory, lm: LanguageModel, tokenizer_path: str) -> None:
     checkpointer.close()
 
 
+@pytest.mark.slow
 def test_command_prints_the_perplexity_of_the_held_out_text(lm, hf_model, tmp_path):
     write_workdir(tmp_path, lm, lm.tokenizer._path)
     text = random_text(300, seed=9)

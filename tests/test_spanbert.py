@@ -17,8 +17,8 @@ from configs import spanbert as spanbert_config
 from models import build_model
 from models.bert import BertConfig, BertForPreTraining, BertModel
 from objectives.span_masking import SPAN_KEYS, SpanBertPretraining
-from pretrain import partitioning
-from pretrain.errors import UserError
+from pretrain.core import partitioning
+from objectives.interface import ObjectiveError
 
 V, B, L, P, T = 60, 2, 12, 4, 3  # vocab, batch, length, predictions, SBO positions
 
@@ -189,7 +189,7 @@ def test_loss_is_mlm_plus_sbo(next_sentence):
     assert abs(float(loss) - (mlm + sbo + nsp)) < 1e-4 and float(metrics["loss"]) == float(loss)
     assert float(metrics["tokens"]) == B * L and "sbo_accuracy" in metrics
     assert ("nsp_loss" in metrics) == next_sentence
-    with pytest.raises(UserError, match="span_boundary"):
+    with pytest.raises(ObjectiveError, match="span_boundary"):
         objective().loss({"mlm_logits": jnp.asarray(outputs["mlm_logits"])}, batch)
 
 
@@ -198,8 +198,7 @@ def test_batches_feed_the_model():
     rng = np.random.default_rng(0)
     docs = [[rng.integers(5, V, rng.integers(3, 9)) for _ in range(6)] for _ in range(5)]
     instances = obj.create_instances(docs, rng, max_seq_length=24)
-    batch = obj.make_batch({k: v[:8] for k, v in instances.items()}, np.random.default_rng(1),
-                           obj.max_predictions(False))
+    batch = obj.make_batch({k: v[:8] for k, v in instances.items()}, np.random.default_rng(1))
     inputs = obj.model_inputs(batch)
     assert set(inputs) == {"input_ids", "segment_ids", "input_mask", "masked_lm_positions", *SPAN_KEYS}
     assert all(inputs[k].shape == (8, 6) for k in ("masked_lm_positions", *SPAN_KEYS))
@@ -244,15 +243,15 @@ def test_config_is_the_papers_recipe():
 
 
 def test_bad_objective_config_is_a_user_error():
-    with pytest.raises(UserError, match="geometric_p"):
+    with pytest.raises(ObjectiveError, match="geometric_p"):
         objective(geometric_p=1.5)
-    with pytest.raises(UserError, match="max_span_length"):
+    with pytest.raises(ObjectiveError, match="max_span_length"):
         objective(max_span_length=0)
 
 
 def test_training_end_to_end_loss_falls(tmp_path, corpus_and_tokenizer):
     """configs/spanbert.py through the registry and the real trainer, on a tiny corpus."""
-    from pretrain import trainer
+    from pretrain.loops import pretraining as trainer
     corpus, spm = corpus_and_tokenizer
     config = spanbert_config.get_config("size=tiny")
     assert isinstance(objectives.build_objective(config.objective, fake_tokenizer()), SpanBertPretraining)

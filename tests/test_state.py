@@ -6,14 +6,15 @@ import pytest
 
 from configs import bert as bert_configs
 from models.bert import BertConfig, BertForPreTraining
-from pretrain import state as state_lib
+from pretrain.core import optimizers as state_lib
+from pretrain.core import train_state
 
 
 def small_params():
     model = BertForPreTraining(BertConfig(vocab_size=50, hidden_size=8, num_layers=1, num_heads=2,
                                           intermediate_size=16, max_position_embeddings=16))
     ids = jnp.zeros((1, 4), jnp.int32)
-    return state_lib.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones_like(ids), ids[:, :2]))["params"]
+    return train_state.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones_like(ids), ids[:, :2]))["params"]
 
 
 def test_weight_decay_skips_layernorm_and_biases():

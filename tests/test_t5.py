@@ -14,7 +14,7 @@ from transformers.models.t5.modeling_t5 import T5Attention
 
 from models import layers
 from models.t5 import T5, T5Config, init_cache, make_tokens_to_logits
-from pretrain.state import unbox
+from pretrain.core.train_state import unbox
 
 VERSIONS = {  # small T5 1.0 and 1.1 models; head_dim * heads != d_model on purpose (as in T5-3B / 11B)
     "1.0": T5Config(vocab_size=96, d_model=48, num_heads=4, head_dim=8, d_ff=64, num_encoder_layers=2,

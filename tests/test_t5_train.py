@@ -7,7 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from pretrain.data import glue, text_to_text
+from pretrain.glue import tasks as glue
+from pretrain.glue import text_to_text
 from tests.conftest import SHARED_DATA, run_module, run_train
 
 GLUE_DIR = os.path.join(SHARED_DATA, "glue")

@@ -5,9 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from pretrain import glue_metrics
-from pretrain.data import glue
-from pretrain.data import text_to_text as t2t
+from pretrain.glue import metrics as glue_metrics
+from pretrain.glue import tasks as glue
+from pretrain.glue import text_to_text as t2t
 from tests.conftest import SHARED_DATA
 
 A, B = "The cat sat.", "A cat was sitting."

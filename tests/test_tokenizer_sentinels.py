@@ -9,8 +9,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from pretrain.data.sources import CorpusError
-from pretrain.data.tokenizers import load_tokenizer
+from objectives.interface import ObjectiveError
+from pretrain.data.tokenizers import MissingTokenError, TokenizerError, load_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -104,15 +104,16 @@ def test_without_extra_ids_nothing_changes(t5_layout_model):
 def test_missing_bert_pieces_raise_one_line_errors(t5_layout_model):
     tok = load_tokenizer("sentencepiece", t5_layout_model, lowercase=False, extra_ids=100)
     for attribute, piece in [("cls_id", "[CLS]"), ("sep_id", "[SEP]"), ("mask_id", "[MASK]")]:
-        with pytest.raises(CorpusError) as e:
+        with pytest.raises(MissingTokenError) as e:
             getattr(tok, attribute)
         message = str(e.value)
         assert piece in message and t5_layout_model in message and "train_tokenizer" in message
         assert "\n" not in message
     from objectives.bert_pretraining import BertPretraining
-    objective = BertPretraining(ml_collections.ConfigDict(dict(next_sentence=True, short_seq_prob=0.1)), tok)
+    objective = BertPretraining(ml_collections.ConfigDict(dict(next_sentence=True, short_seq_prob=0.1,
+                                                                max_predictions_per_seq=20)), tok)
     docs = [[np.arange(5, 20, dtype=np.int32)] * 3] * 4
-    with pytest.raises(CorpusError, match=r"\[CLS\]"):
+    with pytest.raises(ObjectiveError, match=r"\[CLS\]"):
         objective.create_instances(docs, np.random.default_rng(0), max_seq_length=16)
 
 
@@ -139,5 +140,5 @@ def test_wordpiece_extra_ids_agree_with_bert_tokenizer(tmp_path):
 
 
 def test_negative_extra_ids_is_a_user_error(t5_layout_model):
-    with pytest.raises(CorpusError, match="extra_ids=-1"):
+    with pytest.raises(TokenizerError, match="extra_ids=-1"):
         load_tokenizer("sentencepiece", t5_layout_model, extra_ids=-1)

@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import REPO, run_train, tiny_overrides
 
+pytestmark = pytest.mark.slow  # every test here runs the real command in a subprocess
+
 REQUIRED_METRICS = {"step", "loss", "mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy",
                     "learning_rate", "grad_norm", "tokens_per_sec", "step_time_sec"}
 
@@ -60,7 +62,7 @@ def test_loss_falls_and_checkpoints_keep_last_k(tmp_path, corpus_and_tokenizer):
 
 def test_checkpoint_round_trip_is_exact(tmp_path, corpus_and_tokenizer):
     """Save (async) -> restore through the Checkpointer gives bitwise the same state and data position."""
-    from pretrain import checkpoints
+    from pretrain.core import checkpoints
     workdir = tmp_path / "run"
     run_train(workdir, tiny_overrides(*corpus_and_tokenizer, num_train_steps=3, checkpoint_every=3))
     step, saved = final_params(workdir)

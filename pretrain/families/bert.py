@@ -40,7 +40,7 @@ class BertFamily:
         features = finetune_data.encode_texts(self.tokenizer, [e.text_a for e in examples],
                                               [e.text_b for e in examples] if task.is_pair else None,
                                               c.data.max_seq_length)
-        labels = np.array([e.label for e in examples], np.float32 if task.is_regression else np.int32)
+        labels = task.label_array(examples)
         return finetune_data.FineTuningData(features, {"label": labels}, batch_size, self.tokenizer.pad_id,
                                             c.data.pad_to_multiple_of)
 

@@ -83,7 +83,7 @@ class GPTFamily(BertFamily):
         return out
 
     def encode(self, examples: list[glue.Example], batch_size: int) -> finetune_data.FineTuningData:
-        labels = np.array([e.label for e in examples], np.float32 if self.task.is_regression else np.int32)
+        labels = self.task.label_array(examples)
         return finetune_data.FineTuningData(self.features(examples), {"label": labels}, batch_size,
                                             self.tokenizer.pad_id, self.config.data.pad_to_multiple_of)
 

@@ -71,7 +71,7 @@ class T5Family:
         targets = self.tokenizer.encode_batch([b for _, b in pairs])
         features = [(ids[:limit - 1] + [eos], target[:self.targets_length - 1] + [eos])
                     for ids, target in zip(inputs, targets)]
-        labels = np.array([e.label for e in examples], np.float32 if self.task.is_regression else np.int32)
+        labels = self.task.label_array(examples)
         return finetune_data.Seq2SeqData(features, {"label": labels}, batch_size, self.tokenizer.pad_id,
                                          self.config.data.pad_to_multiple_of, targets_length=self.targets_length)
 

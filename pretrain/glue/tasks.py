@@ -53,6 +53,10 @@ class GlueTask:
     def splits(self) -> tuple[str, ...]:
         return ("train", *self.dev_splits, *self.test_splits)
 
+    def label_array(self, examples: Sequence[Example]) -> np.ndarray:
+        """[N] labels of `examples`: int32 class ids, or float32 scores for regression (STS-B)."""
+        return np.array([e.label for e in examples], np.float32 if self.is_regression else np.int32)
+
 
 @dataclasses.dataclass(frozen=True)
 class _Columns:

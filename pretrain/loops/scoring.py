@@ -25,7 +25,7 @@ def load_split(config, family, split: str, batch_size: int, subset: int = 0
     data_dir = config.data.glue_dir if config.data.source == "dir" else config.data.tfds_data_dir
     examples = glue.load_split(task, split, source=config.data.source, data_dir=data_dir)
     examples = [examples[i] for i in finetune_data.subset_indices(len(examples), subset)]
-    labels = np.array([e.label for e in examples], np.float32 if task.is_regression else np.int32)
+    labels = task.label_array(examples)
     return family.encode(examples, batch_size), labels, np.array([e.idx for e in examples], np.int64)
 
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from objectives.interface import StepObjective
 from pretrain.core.train_state import TrainState
 
 
@@ -17,7 +18,7 @@ def micro_batches(batch: dict[str, np.ndarray], accum: int) -> dict[str, np.ndar
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *,
-               objective, schedule: optax.Schedule) -> tuple[TrainState, dict]:
+               objective: StepObjective, schedule: optax.Schedule) -> tuple[TrainState, dict]:
     """batch leaves are [accum, micro_batch, ...]; gradients are averaged over micro-batches."""
     step_rng = jax.random.fold_in(rng, state.step)
 
@@ -47,6 +48,6 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *
     return state.apply_gradients(grads=grads), metrics
 
 
-def eval_step(state: TrainState, batch: dict[str, jax.Array], *, objective) -> dict:
+def eval_step(state: TrainState, batch: dict[str, jax.Array], *, objective: StepObjective) -> dict:
     outputs = state.apply_fn({"params": state.params}, **objective.model_inputs(batch), deterministic=True)
     return objective.loss(outputs, batch)[1]

@@ -1,0 +1,252 @@
+"""The architecture rule, checked on every module's imports (ast, no import is executed).
+
+Dependencies run one way, configs -> nothing; models -> models; objectives -> models; pretrain's
+rooms upward from core (see README, Layout): core -> data -> glue -> {families, lm} -> loops ->
+entry points. A module may import its own room and the rooms below it, never a room above it nor a
+sibling room; there is no import cycle (imports inside functions count: a lazy import hides a cycle
+but does not remove it); and no module is over MAX_LINES lines. Each rule is also shown to fail on a
+small synthetic tree.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("configs", "models", "objectives", "pretrain", "scripts", "tests")
+MAX_LINES = 400
+
+# room -> the rooms it may import (besides itself and third-party libraries), each with the rooms
+# inside it. A module belongs to the longest room that prefixes its name; `pretrain` alone holds
+# the six entry points.
+ALLOWED = {
+    "configs": set(),
+    "models": set(),
+    "objectives": {"models"},
+    "pretrain.core": {"objectives", "models"},
+    "pretrain.data": {"pretrain.core", "objectives", "models"},
+    "pretrain.glue": {"pretrain.data", "pretrain.core", "objectives", "models"},
+    "pretrain.families": {"pretrain.glue", "pretrain.data", "pretrain.core", "objectives", "models"},
+    "pretrain.lm": {"pretrain.glue", "pretrain.data", "pretrain.core", "objectives", "models"},
+    "pretrain.loops": {"pretrain.families", "pretrain.glue", "pretrain.data", "pretrain.core", "objectives",
+                       "models"},
+    "pretrain": {"pretrain.loops", "pretrain.families", "pretrain.lm", "pretrain.glue", "pretrain.data",
+                 "pretrain.core", "objectives", "models"},
+    "scripts": {"scripts", "pretrain", "objectives", "models", "configs"},
+    "tests": {"tests", "scripts", "pretrain", "objectives", "models", "configs"},
+}
+
+
+def find_modules(root: str) -> dict[str, str]:
+    """-> {dotted module name: file path} for every .py file of PACKAGES under root."""
+    modules = {}
+    for package in PACKAGES:
+        for directory, dirs, files in os.walk(os.path.join(root, package)):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__")))
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(directory, name)
+                    parts = os.path.relpath(path, root)[:-3].split(os.sep)
+                    if parts[-1] == "__init__":
+                        parts = parts[:-1]
+                    modules[".".join(parts)] = path
+    return modules
+
+
+def imported_modules(module: str, path: str, known: set[str]) -> set[str]:
+    """The project modules `module` imports, at any depth of its code (function bodies included)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    is_package = os.path.basename(path) == "__init__.py"
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                package = package[:len(package) - (node.level - 1)]
+                base = ".".join(package + ([base] if base else []))
+            # `from a import b`: the submodule a.b if there is one, else the module a
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:  # `import a.b.c` of a package-less name: nearest module
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+def room_of(module: str) -> str | None:
+    rooms = [r for r in ALLOWED if module == r or module.startswith(r + ".")]
+    return max(rooms, key=len) if rooms else None
+
+
+def layering_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, imports in sorted(graph.items()):
+        room = room_of(module)
+        for target in sorted(imports):
+            target_room = room_of(target)
+            if room is None or target_room is None or target_room == room:
+                continue
+            if not any(target_room == r or target_room.startswith(r + ".") for r in ALLOWED[room]):
+                out.append(f"{module} imports {target}: room {room} may not import {target_room}")
+    return out
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan), as a sorted list."""
+    index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def long_modules(modules: dict[str, str]) -> list[str]:
+    out = []
+    for module, path in sorted(modules.items()):
+        with open(path, encoding="utf-8") as f:
+            lines = sum(1 for _ in f)
+        if lines > MAX_LINES:
+            out.append(f"{module} has {lines} lines (split it before {MAX_LINES})")
+    return out
+
+
+def check(root: str) -> list[str]:
+    """Every problem of the tree at `root`, one line each."""
+    modules = find_modules(root)
+    known = set(modules)
+    graph = {m: imported_modules(m, p, known) for m, p in modules.items()}
+    return (layering_violations(graph)
+            + [f"import cycle: {' <-> '.join(c)}" for c in import_cycles(graph)]
+            + long_modules(modules))
+
+
+# ---------------------------------------------------------------------------------------------
+# The real tree.
+# ---------------------------------------------------------------------------------------------
+def test_every_module_belongs_to_a_room():
+    modules = find_modules(REPO)
+    assert len(modules) > 100
+    assert [m for m in modules if room_of(m) is None] == []
+
+
+def test_the_repository_follows_the_rules():
+    assert check(REPO) == []
+
+
+def test_lower_layers_never_import_pretrain():
+    """The issue's grep, done on the parsed imports: models/ and objectives/ never name pretrain."""
+    modules = find_modules(REPO)
+    graph = {m: imported_modules(m, p, set(modules)) for m, p in modules.items()}
+    upward = {m: sorted(t for t in targets if t.startswith("pretrain"))
+              for m, targets in graph.items() if m.startswith(("models", "objectives", "configs"))}
+    assert {m: t for m, t in upward.items() if t} == {}
+    # the graph sees real edges: the loop imports the objectives and the model registry
+    assert {"objectives", "models", "pretrain.loops.steps"} <= graph["pretrain.loops.pretraining"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules fail where they should (synthetic trees).
+# ---------------------------------------------------------------------------------------------
+def write_tree(root, files: dict[str, str]) -> str:
+    for name, source in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+    return str(root)
+
+
+CLEAN = {
+    "models/__init__.py": "",
+    "models/layers.py": "import numpy as np\n",
+    "objectives/__init__.py": "",
+    "objectives/mlm.py": "from models import layers\n",
+    "pretrain/__init__.py": "",
+    "pretrain/core/__init__.py": "",
+    "pretrain/core/errors.py": "class UserError(ValueError):\n    pass\n",
+    "pretrain/loops/__init__.py": "",
+    "pretrain/loops/pretraining.py": "from objectives import mlm\nfrom pretrain.core.errors import UserError\n",
+    "pretrain/train.py": "from pretrain.loops import pretraining\n",
+    "configs/__init__.py": "",
+    "configs/bert.py": "import ml_collections\n",
+}
+
+
+def test_a_clean_synthetic_tree_passes(tmp_path):
+    assert check(write_tree(tmp_path, CLEAN)) == []
+
+
+@pytest.mark.parametrize("module, source, expected", [
+    # models/ reaching up into pretrain/ (what models/decoding.py used to do)
+    ("models/decoding.py", "from pretrain.core.errors import UserError\n",
+     "models.decoding imports pretrain.core.errors: room models may not import pretrain.core"),
+    # hidden in a function body: still an import
+    ("objectives/nsp.py", "def f():\n    from pretrain.loops import pretraining\n",
+     "objectives.nsp imports pretrain.loops.pretraining: room objectives may not import pretrain.loops"),
+    # a lower pretrain room importing a higher one
+    ("pretrain/core/checkpoints.py", "from pretrain.loops.pretraining import x\n",
+     "pretrain.core.checkpoints imports pretrain.loops.pretraining: room pretrain.core may not import "
+     "pretrain.loops"),
+    # configs import nothing of the packages
+    ("configs/gpt2.py", "import models\n", "configs.gpt2 imports models: room configs may not import models"),
+    # an entry point is not a library: loops may not import it
+    ("pretrain/loops/finetuning.py", "from pretrain import train\n",
+     "pretrain.loops.finetuning imports pretrain.train: room pretrain.loops may not import pretrain"),
+])
+def test_an_upward_import_fails(tmp_path, module, source, expected):
+    problems = check(write_tree(tmp_path, {**CLEAN, module: source}))
+    assert problems == [expected]
+
+
+def test_an_import_cycle_fails_even_behind_a_lazy_import(tmp_path):
+    tree = {**CLEAN,
+            "pretrain/loops/finetuning.py": "from pretrain.loops import families\n",
+            "pretrain/loops/families.py": "def for_config():\n    from pretrain.loops import finetuning\n"}
+    assert check(write_tree(tmp_path, tree)) == [
+        "import cycle: pretrain.loops.families <-> pretrain.loops.finetuning"]
+
+
+def test_a_long_module_fails(tmp_path):
+    tree = {**CLEAN, "models/big.py": "x = 1\n" * (MAX_LINES + 1)}
+    assert check(write_tree(tmp_path, tree)) == [f"models.big has {MAX_LINES + 1} lines (split it before {MAX_LINES})"]
+    tree["models/big.py"] = "x = 1\n" * MAX_LINES
+    assert check(write_tree(tmp_path, tree)) == []
+
+
+def test_relative_imports_resolve(tmp_path):
+    tree = {**CLEAN, "models/gpt.py": "from ..pretrain.core import errors\n",
+            "models/heads.py": "from . import layers\n"}
+    problems = check(write_tree(tmp_path, tree))
+    assert problems == ["models.gpt imports pretrain.core.errors: room models may not import pretrain.core"]
