@@ -14,7 +14,6 @@ entropy, or MSE for STS-B) on the head's logits; only the model inputs differ fr
 from __future__ import annotations
 
 import ml_collections
-import numpy as np
 
 import models
 from models.gpt_heads import GPTForSequenceClassification

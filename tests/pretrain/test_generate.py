@@ -17,7 +17,7 @@ from pretrain.data.tokenizers import CharTokenizer
 from pretrain.core.errors import UserError
 from pretrain.lm.language_model import LanguageModel, load_language_model
 from tests import conftest
-from tests.test_gpt import random_params
+from tests.models.test_gpt import random_params
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz |\n:"   # the char vocabulary (sorted by CharTokenizer)
 CONFIG = GPTConfig(vocab_size=len(ALPHABET), n_positions=16, d_model=32, num_layers=2, num_heads=4, d_ff=64,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from models import decoding
-from tests.test_decoding import (HistoryModel, brute_force_beams, jit_call, log_softmax, markov_cache, markov_model,
+from tests.models.test_decoding import (HistoryModel, brute_force_beams, jit_call, log_softmax, markov_cache, markov_model,
                                  python_greedy)
 
 # ----------------------------------------------------------------------------------------------

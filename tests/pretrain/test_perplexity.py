@@ -20,7 +20,7 @@ from pretrain.data.tokenizers import CharTokenizer
 from pretrain.core.errors import UserError
 from pretrain.lm.language_model import LanguageModel
 from tests import conftest
-from tests.test_gpt import random_params
+from tests.models.test_gpt import random_params
 
 CONTEXT = 16
 TOLERANCE = 1e-4

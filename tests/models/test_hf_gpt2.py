@@ -17,7 +17,7 @@ from models import decoding
 from models.convert.hf_gpt2 import hf_config_to_gpt, load_hf_gpt2, save_hf_gpt2
 from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
 from models.errors import ModelInputError
-from tests.test_gpt import random_params
+from tests.models.test_gpt import random_params
 
 SIZES = dict(vocab_size=128, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
              attn_pdrop=0.0)

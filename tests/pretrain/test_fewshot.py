@@ -23,7 +23,7 @@ from pretrain.data.tokenizers import CharTokenizer
 from pretrain.core.errors import UserError
 from pretrain.lm.language_model import LanguageModel
 from tests import conftest
-from tests.test_gpt import random_params
+from tests.models.test_gpt import random_params
 
 SST2 = ("Assume that the polarity of a text is a label chosen from {negative, positive}. "
         "Identify the polarity of the input.")

@@ -27,7 +27,7 @@ from pretrain.core.errors import UserError
 from pretrain.families.gpt import GPTFamily, LastTokenObjective
 from pretrain.core.train_state import unbox
 from tests.conftest import SHARED_DATA, run_module, run_train
-from tests.test_gpt import random_params
+from tests.models.test_gpt import random_params
 
 CONFIG = GPTConfig(vocab_size=64, n_positions=32, d_model=32, num_layers=2, num_heads=4, d_ff=128,
                    dropout_rate=0.0, attention_dropout_rate=0.0)
