@@ -26,9 +26,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
-    from pretrain.loops import finetuning as finetuner
+    from pretrain.loops import finetuning
     with errors.one_line_errors():
-        results = finetuner.finetune(_CONFIG.value, _WORKDIR.value)
+        results = finetuning.finetune(_CONFIG.value, _WORKDIR.value)
     print(json.dumps({k: results[k] for k in ("task", "best_epoch", "metrics", "wall_time_sec")}, indent=1))
 
 

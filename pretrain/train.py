@@ -23,9 +23,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
-    from pretrain.loops import pretraining as trainer
+    from pretrain.loops import pretraining
     with errors.one_line_errors():
-        metrics = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+        metrics = pretraining.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     if metrics:
         print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
 

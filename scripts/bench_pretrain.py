@@ -25,9 +25,9 @@ import numpy as np
 from configs import bert as bert_configs
 from models import build_model
 from objectives import build_objective
-from pretrain.core import optimizers as state_lib
-from pretrain.loops import pretraining as trainer
+from pretrain.core import optimizers, train_state
 from pretrain.data import pipeline, tokenizers
+from pretrain.loops.steps import train_step
 
 
 def demo_assets(directory: str) -> tuple[str, str]:
@@ -70,11 +70,11 @@ def train_flops_per_step(config, batch_size: int, seq_len: int, predictions: int
 def run_jax(config, batches: list[dict], objective) -> tuple[list[float], list[float]]:
     model = build_model(config.model)
     example = {k: jnp.asarray(v[:1]) for k, v in objective.model_inputs(batches[0]).items()}
-    tx = state_lib.make_optimizer(config.optimizer, config.num_train_steps)
-    state = jax.jit(lambda: state_lib.unbox(
-        state_lib.create_train_state(model, example, jax.random.key(0), tx)))()
-    schedule = state_lib.learning_rate_schedule(config.optimizer, config.num_train_steps)
-    step = jax.jit(lambda s, b, r: trainer.train_step(s, b, r, objective=objective, schedule=schedule),
+    tx = optimizers.make_optimizer(config.optimizer, config.num_train_steps)
+    state = jax.jit(lambda: train_state.unbox(
+        train_state.create_train_state(model, example, jax.random.key(0), tx)))()
+    schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
+    step = jax.jit(lambda s, b, r: train_step(s, b, r, objective=objective, schedule=schedule),
                    donate_argnums=(0,))
     times, losses = [], []
     for batch in batches:

@@ -251,7 +251,7 @@ def test_bad_objective_config_is_a_user_error():
 
 def test_training_end_to_end_loss_falls(tmp_path, corpus_and_tokenizer):
     """configs/spanbert.py through the registry and the real trainer, on a tiny corpus."""
-    from pretrain.loops import pretraining as trainer
+    from pretrain.loops import pretraining
     corpus, spm = corpus_and_tokenizer
     config = spanbert_config.get_config("size=tiny")
     assert isinstance(objectives.build_objective(config.objective, fake_tokenizer()), SpanBertPretraining)
@@ -261,7 +261,7 @@ def test_training_end_to_end_loss_falls(tmp_path, corpus_and_tokenizer):
         "objective.max_predictions_per_seq": 6, "batch_size": 8, "num_train_steps": 40, "log_every": 1,
         "checkpoint_every": 40, "eval_every": 0, "data.eval_documents": 4, "eval_batches": 1,
         "optimizer.warmup_steps": 2, "optimizer.learning_rate": 3e-3, "prefetch": 0})
-    trainer.train_and_evaluate(config, str(tmp_path))
+    pretraining.train_and_evaluate(config, str(tmp_path))
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if "loss" in r]
     assert [r["step"] for r in train] == list(range(1, 41))

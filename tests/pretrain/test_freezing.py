@@ -10,7 +10,7 @@ import pytest
 from models.bert import BertConfig
 from models.finetuning import BertForFineTuning
 from pretrain.core import freezing
-from pretrain.core import optimizers as state_lib
+from pretrain.core import optimizers
 from pretrain.core import train_state
 
 NUM_LAYERS, STEPS_PER_EPOCH = 3, 4
@@ -76,7 +76,7 @@ def _train(strategy: str, steps: int, **kw):
     opt = ml_collections.ConfigDict(dict(name="adamw", learning_rate=1e-2, end_learning_rate=0.0,
                                          schedule="constant", warmup_steps=0, b1=0.9, b2=0.999, eps=1e-6,
                                          weight_decay=0.1, grad_clip_norm=1.0))
-    tx = freezing.freeze(state_lib.make_optimizer(opt, 100), starts)
+    tx = freezing.freeze(optimizers.make_optimizer(opt, 100), starts)
     opt_state, current = tx.init(params), params
     update = jax.jit(tx.update)
     for step in range(steps):

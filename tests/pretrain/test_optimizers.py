@@ -9,7 +9,7 @@ import pytest
 
 from models.layers import MultiHeadAttention
 from pretrain.core import partitioning
-from pretrain.core import optimizers as state_lib
+from pretrain.core import optimizers
 from pretrain.core import train_state
 from pretrain.core.errors import UserError
 
@@ -81,7 +81,7 @@ def test_matches_transformers_adafactor_on_matrices_and_vectors():
     both factor, in both orientations, and vectors, which neither factors."""
     shapes = {"wide": (128, 192), "tall": (160, 128), "bias": (192,), "scale": (7,)}
     params, grads = random_problem(shapes, steps=6)
-    ours = run_optax(state_lib.adafactor(0.01), params, grads)
+    ours = run_optax(optimizers.adafactor(0.01), params, grads)
     reference = run_transformers(params, grads, [0.01] * 6)
     assert_histories_close(ours, reference)
     moved = np.abs(ours[-1]["wide"] - params["wide"]).mean()
@@ -90,14 +90,14 @@ def test_matches_transformers_adafactor_on_matrices_and_vectors():
 
 def test_small_matrices_factored_like_transformers_when_allowed():
     params, grads = random_problem({"a": (8, 16), "b": (24, 8), "v": (5,)}, steps=5, seed=1)
-    ours = run_optax(state_lib.adafactor(0.02, min_dim_size_to_factor=8), params, grads)
+    ours = run_optax(optimizers.adafactor(0.02, min_dim_size_to_factor=8), params, grads)
     assert_histories_close(ours, run_transformers(params, grads, [0.02] * 5))
 
 
 def test_equals_optax_adafactor_where_its_heuristic_applies():
     """On vectors and matrices (no names) only the factoring stage is ours; it must equal optax's."""
     params, grads = random_problem({"big": (128, 256), "small": (8, 16), "v": (10,)}, steps=4, seed=2)
-    ours = run_optax(state_lib.adafactor(0.01), params, grads)
+    ours = run_optax(optimizers.adafactor(0.01), params, grads)
     theirs = run_optax(optax.adafactor(0.01, decay_rate=0.8, clipping_threshold=1.0, momentum=None,
                                        multiply_by_parameter_scale=True, eps=1e-30), params, grads)
     assert_histories_close(ours, theirs, rtol=1e-6, atol=1e-9)
@@ -111,7 +111,7 @@ def boxed_attention_params(d_model=16, heads=2, head_dim=8):
 def test_factored_state_shapes_and_logical_axes():
     """A [128, 256] kernel keeps a row and a column vector, not a full matrix; the 3-D attention
     kernels are factored as t5x's logical rules say, [D] x [H, K], even when small."""
-    tx = state_lib.scale_by_factored_rms()
+    tx = optimizers.scale_by_factored_rms()
     v_row, v_col = tx.init({"kernel": jnp.zeros((128, 256))}).moments["kernel"]
     assert (v_row.shape, v_col.shape) == ((128, 1), (1, 256))
     (v,) = tx.init({"kernel": jnp.zeros((64, 256))}).moments["kernel"]  # 64 < 128: a full moment
@@ -140,7 +140,7 @@ def test_attention_kernel_update_equals_the_2d_kernel_t5_had():
     params = train_state.unbox(boxed)
     rng = np.random.default_rng(3)
     grads = [jax.tree.map(lambda p: jnp.asarray(rng.normal(0, 1, p.shape), jnp.float32), params) for _ in range(4)]
-    tx = state_lib.adafactor(0.01)
+    tx = optimizers.adafactor(0.01)
     state = tx.init(boxed)  # init sees the names; updates run on plain arrays, as in the trainer
     assert len(train_state.unbox(state)[0].moments["key"]["kernel"]) == 2
     flat = lambda tree: {k: tree[k]["kernel"].reshape(12, 12) for k in tree}  # noqa: E731 [D, H*K] or [H*K, D]
@@ -163,13 +163,13 @@ def test_attention_kernel_update_equals_the_2d_kernel_t5_had():
 
 def test_rsqrt_schedule_is_t5s():
     """T5: 1/sqrt(max(step, 10^4)): 0.01 through the warmup, then inverse square root decay."""
-    schedule = state_lib.learning_rate_schedule(adafactor_config(), num_train_steps=524_288)
+    schedule = optimizers.learning_rate_schedule(adafactor_config(), num_train_steps=524_288)
     for step, lr in [(0, 0.01), (1, 0.01), (9_999, 0.01), (10_000, 0.01), (40_000, 0.005), (250_000, 0.002)]:
         assert float(schedule(step)) == pytest.approx(lr, rel=1e-6), step
-    scaled = state_lib.learning_rate_schedule(adafactor_config(learning_rate=0.5, warmup_steps=0), 10)
+    scaled = optimizers.learning_rate_schedule(adafactor_config(learning_rate=0.5, warmup_steps=0), 10)
     assert float(scaled(0)) == pytest.approx(0.5) and float(scaled(4)) == pytest.approx(0.25)
     # The other schedules are unchanged: fine-tuning T5 uses a constant 1e-3.
-    constant = state_lib.learning_rate_schedule(adafactor_config(schedule="constant", learning_rate=1e-3,
+    constant = optimizers.learning_rate_schedule(adafactor_config(schedule="constant", learning_rate=1e-3,
                                                                  warmup_steps=0), 10)
     assert [float(constant(s)) for s in (0, 5)] == pytest.approx([1e-3, 1e-3])
 
@@ -178,9 +178,9 @@ def test_make_optimizer_adafactor_with_rsqrt_matches_transformers():
     """The trainer's entry point: the schedule drives the step size each update, as if
     transformers' group lr were set to the schedule's value before each step."""
     config = adafactor_config(learning_rate=0.1, warmup_steps=2)
-    schedule = state_lib.learning_rate_schedule(config, num_train_steps=10)
+    schedule = optimizers.learning_rate_schedule(config, num_train_steps=10)
     params, grads = random_problem({"w": (128, 136), "b": (136,)}, steps=5, seed=4)
-    ours = run_optax(state_lib.make_optimizer(config, num_train_steps=10), params, grads)
+    ours = run_optax(optimizers.make_optimizer(config, num_train_steps=10), params, grads)
     lrs = [float(schedule(t)) for t in range(5)]
     assert lrs[0] == lrs[2] > lrs[3] > lrs[4]
     assert_histories_close(ours, run_transformers(params, grads, lrs))
@@ -191,7 +191,7 @@ def test_global_norm_clipping_and_decoupled_weight_decay():
     invariant to it, so check the state); weight decay subtracts lr * weight_decay * w per step on the
     decaying weights, as our AdamW does."""
     config = adafactor_config(grad_clip_norm=1.0, weight_decay=0.1, multiply_by_parameter_scale=False)
-    tx = state_lib.make_optimizer(config, num_train_steps=10)
+    tx = optimizers.make_optimizer(config, num_train_steps=10)
     params = {"dense": {"kernel": jnp.ones((4, 3)), "bias": jnp.ones((3,))}}
     grads = {"dense": {"kernel": jnp.full((4, 3), 10.0), "bias": jnp.zeros((3,))}}
     _, state = tx.update(grads, tx.init(params), params)
@@ -209,10 +209,10 @@ def test_adamw_is_unchanged_and_names_are_checked():
                                            end_learning_rate=0.0, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0,
                                            grad_clip_norm=0.0))
     params, grads = random_problem({"w": (3, 4)}, steps=3, seed=5)
-    ours = run_optax(state_lib.make_optimizer(adamw, 10), params, grads)
+    ours = run_optax(optimizers.make_optimizer(adamw, 10), params, grads)
     np.testing.assert_allclose(ours[-1]["w"], run_optax(optax.adamw(1e-3, eps=1e-6, weight_decay=0.0),
                                                         params, grads)[-1]["w"], rtol=1e-6)
     for key, value, needle in [("name", "sgd", "adamw, adafactor"), ("schedule", "cosine", "rsqrt")]:
         with pytest.raises(UserError) as e:
-            state_lib.make_optimizer(adafactor_config(**{key: value}), 10)
+            optimizers.make_optimizer(adafactor_config(**{key: value}), 10)
         assert needle in str(e.value) and repr(value) in str(e.value) and "\n" not in str(e.value)

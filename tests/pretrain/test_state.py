@@ -6,7 +6,7 @@ import pytest
 
 from configs import bert as bert_configs
 from models.bert import BertConfig, BertForPreTraining
-from pretrain.core import optimizers as state_lib
+from pretrain.core import optimizers
 from pretrain.core import train_state
 
 
@@ -18,7 +18,7 @@ def small_params():
 
 
 def test_weight_decay_skips_layernorm_and_biases():
-    mask = state_lib.weight_decay_mask(small_params())
+    mask = optimizers.weight_decay_mask(small_params())
     flat = {"/".join(str(k.key) for k in path): v for path, v in jax.tree_util.tree_flatten_with_path(mask)[0]}
     assert flat["bert/embeddings/word_embeddings/embedding"] and flat["bert/layer_0/attention/query/kernel"]
     assert flat["bert/layer_0/mlp/intermediate/kernel"] and flat["nsp_head/classifier/kernel"]
@@ -32,12 +32,12 @@ def test_decay_is_applied_only_where_masked():
     """With zero gradients AdamW's update is exactly -lr * wd * w on decayed weights, 0 elsewhere."""
     config = bert_configs.get_config("size=tiny").optimizer
     params = small_params()
-    tx = state_lib.make_optimizer(config, num_train_steps=config.warmup_steps + 100)
+    tx = optimizers.make_optimizer(config, num_train_steps=config.warmup_steps + 100)
     opt_state = tx.init(params)
     zeros = jax.tree.map(jnp.zeros_like, params)
     for _ in range(config.warmup_steps + 1):  # update number `warmup_steps` runs at the peak rate
         updates, opt_state = tx.update(zeros, opt_state, params)
-    mask = state_lib.weight_decay_mask(params)
+    mask = optimizers.weight_decay_mask(params)
     lr = config.learning_rate
     for u, w, m in zip(jax.tree.leaves(updates), jax.tree.leaves(params), jax.tree.leaves(mask)):
         expected = -lr * config.weight_decay * np.asarray(w) if m else np.zeros_like(w)
@@ -46,7 +46,7 @@ def test_decay_is_applied_only_where_masked():
 
 def test_paper_schedule_and_adam_settings():
     c = bert_configs.get_config("size=base")
-    schedule = state_lib.learning_rate_schedule(c.optimizer, c.num_train_steps)
+    schedule = optimizers.learning_rate_schedule(c.optimizer, c.num_train_steps)
     assert float(schedule(0)) == 0.0
     assert float(schedule(5_000)) == pytest.approx(0.5e-4)
     assert float(schedule(10_000)) == pytest.approx(1e-4)
@@ -60,7 +60,7 @@ def test_gradients_are_clipped_to_global_norm_one_before_adam():
     """Adam's first moment after one step is (1 - b1) x the gradient it saw: the clipped one."""
     config = bert_configs.get_config("size=tiny").optimizer
     params = {"w": jnp.ones((4,))}
-    tx = state_lib.make_optimizer(config, num_train_steps=10)
+    tx = optimizers.make_optimizer(config, num_train_steps=10)
     gradient = jnp.asarray([10.0, -20.0, 0.0, 20.0])  # global norm 30
     _, opt_state = tx.update({"w": gradient}, tx.init(params), params)
     adam_state = opt_state[1][0]  # chain(clip, adamw); adamw = chain(scale_by_adam, decay, lr)
