@@ -10,7 +10,6 @@ import contextlib
 import os
 import sys
 
-
 from models.errors import ModelInputError
 from objectives.interface import ObjectiveError
 
