@@ -7,6 +7,7 @@ modules (models/finetuning.py, models/gpt_heads.py) take the same dataclass.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,30 +15,30 @@ import flax.linen as nn
 
 from models.errors import ModelInputError
 
-FAMILIES = ("bert", "t5", "gpt")
 # Keys a fine-tuning config keeps beside the architecture: they configure the task head, not the body.
 HEAD_KEYS = ("classifier_dropout",)
+# family -> (module, config dataclass, pretraining module); modules are imported on demand.
+FAMILIES = {
+    "bert": ("models.bert", "BertConfig", "BertForPreTraining"),
+    "t5": ("models.t5", "T5Config", "T5"),
+    "gpt": ("models.gpt", "GPTConfig", "GPT"),
+}
 
 
-def config_class(name: str) -> type:
-    """The config dataclass of family `name` (its module is imported on demand)."""
-    if name == "bert":
-        from models.bert import BertConfig
-        return BertConfig
-    if name == "t5":
-        from models.t5 import T5Config
-        return T5Config
-    if name == "gpt":
-        from models.gpt import GPTConfig
-        return GPTConfig
-    raise ModelInputError(f"config.model.name={name!r} is unknown; available: {', '.join(map(repr, FAMILIES))}")
+def _family(name: str) -> tuple[type, type]:
+    """-> (config dataclass, pretraining module class) of family `name`."""
+    if name not in FAMILIES:
+        raise ModelInputError(f"config.model.name={name!r} is unknown; available: {', '.join(map(repr, FAMILIES))}")
+    module, config_cls, model_cls = FAMILIES[name]
+    module = importlib.import_module(module)
+    return getattr(module, config_cls), getattr(module, model_cls)
 
 
 def model_config(fields: Mapping[str, Any], **overrides) -> Any:
     """config.model ('name' picks the family, HEAD_KEYS are left to the head) + overrides -> the family's
     config dataclass. Any other key the dataclass lacks is an error that names it."""
     fields = dict(fields.to_dict() if hasattr(fields, "to_dict") else fields, **overrides)
-    cls = config_class(fields.pop("name", None))
+    cls, _ = _family(fields.pop("name", None))
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(fields) - known - set(HEAD_KEYS))
     if unknown:
@@ -48,12 +49,5 @@ def model_config(fields: Mapping[str, Any], **overrides) -> Any:
 
 def build_model(config: Mapping[str, Any]) -> nn.Module:
     """config.model -> the family's pretraining module (BertForPreTraining, T5, GPT)."""
-    model_config_ = model_config(config)
-    if config["name"] == "bert":
-        from models.bert import BertForPreTraining
-        return BertForPreTraining(model_config_)
-    if config["name"] == "t5":
-        from models.t5 import T5
-        return T5(model_config_)
-    from models.gpt import GPT
-    return GPT(model_config_)
+    _, module_cls = _family(config["name"])
+    return module_cls(model_config(config))

@@ -106,7 +106,7 @@ def _forced(prompt, prompt_lengths, batch: int, max_length: int) -> tuple[jax.Ar
         raise ModelInputError(f"prompt has shape {prompt.shape}; it must be [batch={batch}, P]")
     if prompt.shape[1] > max_length:
         raise ModelInputError(f"prompt is {prompt.shape[1]} tokens long but max_length={max_length}; "
-                        "raise max_length to at least the prompt length")
+                              "raise max_length to at least the prompt length")
     if prompt_lengths is None:
         prompt_lengths = jnp.full((batch,), prompt.shape[1], jnp.int32)
     forced = jnp.pad(prompt, ((0, 0), (0, max_length - prompt.shape[1])))
@@ -223,7 +223,7 @@ def _check_cache_batch(cache: PyTree, batch: int) -> None:
     for path, leaf in jax.tree_util.tree_leaves_with_path(cache):
         if jnp.ndim(leaf) and jnp.shape(leaf)[0] != batch:
             raise ModelInputError(f"cache leaf {jax.tree_util.keystr(path)} has shape {jnp.shape(leaf)}; beam search "
-                            f"needs the batch ({batch}) as the leading axis of every non-scalar cache leaf")
+                                  f"needs the batch ({batch}) as the leading axis of every non-scalar cache leaf")
 
 
 def beam_search(tokens_to_logits: TokensToLogits, cache: PyTree, start_tokens: jax.Array, max_length: int,

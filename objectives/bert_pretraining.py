@@ -27,7 +27,6 @@ class BertPretraining:
         self.config = config
         self.tokenizer = tokenizer
         self.next_sentence = config.next_sentence
-        self.long_phase = long_phase
         self.max_predictions = (config.long_max_predictions_per_seq if long_phase
                                 else config.max_predictions_per_seq)
 

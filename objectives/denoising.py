@@ -65,12 +65,12 @@ class EncoderDecoderDenoising:
             raise ObjectiveError(f"config.objective.mode={self.mode!r} is unknown; use one of {MODES}")
         if self.corruption not in IID_CORRUPTIONS:
             raise ObjectiveError(f"config.objective.corruption={self.corruption!r} is unknown; "
-                            f"use one of {IID_CORRUPTIONS}")
+                                 f"use one of {IID_CORRUPTIONS}")
         if not 0.0 < self.noise_density < 1.0:
             raise ObjectiveError(f"config.objective.noise_density={self.noise_density} must be in (0, 1)")
         if self.mean_noise_span_length < 1.0:
             raise ObjectiveError(f"config.objective.mean_noise_span_length={self.mean_noise_span_length} "
-                            "must be >= 1")
+                                 "must be >= 1")
         if self.targets_length < 0 or self.z_loss < 0:
             raise ObjectiveError("config.objective.targets_length and config.objective.z_loss must be >= 0")
         self.uses_sentinels = self.mode == "span_corruption" or (
@@ -78,7 +78,7 @@ class EncoderDecoderDenoising:
         num_extra_ids = getattr(tokenizer, "num_extra_ids", 0)
         if self.uses_sentinels and not num_extra_ids:
             raise ObjectiveError(f"config.objective.mode={self.mode!r} needs sentinel ids but the tokenizer has "
-                            "none; load it with extra_ids=100 (T5's <extra_id_k>)")
+                                 "none; load it with extra_ids=100 (T5's <extra_id_k>)")
         # [K] sentinel k = <extra_id_k> = vocab_size - 1 - k (seqio's convention).
         self.sentinel_ids = np.array([tokenizer.sentinel_id(k) for k in range(num_extra_ids)], np.int64)
         self._lengths_cache: dict[int, tuple[int, int]] = {}
@@ -95,14 +95,14 @@ class EncoderDecoderDenoising:
                                                          self.mean_noise_span_length)
         if self.targets_length and self.targets_length < targets:
             raise ObjectiveError(f"config.objective.targets_length={self.targets_length} is shorter than the "
-                            f"{targets} tokens span corruption of {inputs_length} inputs produces; "
-                            "set it to 0 (derive) or >= that")
+                                 f"{targets} tokens span corruption of {inputs_length} inputs produces; "
+                                 "set it to 0 (derive) or >= that")
         return raw, self.targets_length or targets
 
     def _raw_length(self, inputs_length: int) -> int:
         if inputs_length < 4:
             raise ObjectiveError(f"sequence length {inputs_length} is too short for {self.mode}; use >= 4 "
-                            "(config.data.max_seq_length)")
+                                 "(config.data.max_seq_length)")
         if self.mode == "span_corruption":
             return sc.compute_input_and_target_lengths(inputs_length, self.noise_density,
                                                        self.mean_noise_span_length)[0]
@@ -160,8 +160,8 @@ class EncoderDecoderDenoising:
         num_spans = int(num_spans[0])
         if num_spans > len(self.sentinel_ids):
             raise ObjectiveError(f"span corruption of {inputs_length} inputs makes {num_spans} noise spans but the "
-                            f"tokenizer has {len(self.sentinel_ids)} sentinels; shorten "
-                            "config.data.max_seq_length or raise config.objective.mean_noise_span_length")
+                                 f"tokenizer has {len(self.sentinel_ids)} sentinels; shorten "
+                                 "config.data.max_seq_length or raise config.objective.mean_noise_span_length")
 
     def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Corrupts the raw chunks afresh and packs them: the contract's batch, [B, L_enc] / [B, L_dec]."""

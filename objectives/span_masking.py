@@ -206,10 +206,10 @@ class SpanBertPretraining(BertPretraining):
         super().__init__(config, tokenizer, long_phase=long_phase)
         if not 0 < config.geometric_p <= 1:
             raise ObjectiveError(f"config.objective.geometric_p={config.geometric_p} must be in (0, 1]; "
-                            "SpanBERT uses 0.2")
+                                 "SpanBERT uses 0.2")
         if config.max_span_length < 1:
             raise ObjectiveError(f"config.objective.max_span_length={config.max_span_length} must be >= 1; "
-                            "SpanBERT uses 10")
+                                 "SpanBERT uses 10")
 
     def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Host side: span-mask a batch of instances afresh (dynamic masking)."""
@@ -232,7 +232,7 @@ class SpanBertPretraining(BertPretraining):
              ) -> tuple[jax.Array, dict[str, jax.Array]]:
         if "sbo_logits" not in outputs:
             raise ObjectiveError("objective 'spanbert' needs the model's span boundary head: "
-                            "set --config.model.span_boundary=True")
+                                 "set --config.model.span_boundary=True")
         loss, metrics = super().loss(outputs, batch)  # MLM (+ NSP)
         sbo_loss, sbo_metrics = mlm.mlm_loss(outputs["sbo_logits"], batch["masked_lm_ids"],
                                              batch["masked_lm_weights"])

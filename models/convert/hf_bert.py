@@ -138,13 +138,13 @@ def hf_config_to_bert(hf_config: dict, *, next_sentence: bool = False, source: s
         value = hf_config.get(key, supported)
         if value != supported:
             raise ModelInputError(f"{source}: {key}={value!r} is not supported (our BERT implements "
-                            f"{key}={supported!r} only)")
+                                  f"{key}={supported!r} only)")
     default = BertConfig()
     fields = {ours: type(getattr(default, ours))(hf_config[hf]) for hf, ours in _CONFIG_KEYS.items() if hf in hf_config}
     config = BertConfig(**fields, next_sentence=next_sentence)
     if config.hidden_size % config.num_heads:
         raise ModelInputError(f"{source}: hidden_size={config.hidden_size} is not a multiple of "
-                        f"num_attention_heads={config.num_heads}")
+                              f"num_attention_heads={config.num_heads}")
     return config
 
 

@@ -70,11 +70,12 @@ def _layout(config: GPTConfig) -> list[tuple[str, tuple[str, ...], str, tuple[in
 def hf_config_to_gpt(hf_config: dict, *, source: str = "config.json") -> GPTConfig:
     activation = hf_config.get("activation_function", "gelu_new")
     if activation not in _ACTIVATIONS:
-        raise ModelInputError(f"{source}: activation_function={activation!r} is not supported (our GPT implements GELU's "
-                        f"tanh approximation: {' or '.join(_ACTIVATIONS)})")
+        raise ModelInputError(f"{source}: activation_function={activation!r} is not supported (our GPT implements "
+                              f"GELU's tanh approximation: {' or '.join(_ACTIVATIONS)})")
     for key, value in _REQUIRED.items():
         if key in hf_config and bool(hf_config[key]) != value:
-            raise ModelInputError(f"{source}: {key}={hf_config[key]!r} is not supported (our GPT implements {key}={value})")
+            raise ModelInputError(f"{source}: {key}={hf_config[key]!r} is not supported "
+                                  f"(our GPT implements {key}={value})")
     fields = {ours: type(getattr(GPTConfig(), ours))(hf_config[hf]) for hf, ours in _CONFIG_KEYS.items()
               if hf_config.get(hf) is not None}
     d_model = fields.get("d_model", GPTConfig().d_model)
@@ -113,8 +114,8 @@ def _to_linear_layout(state_dict: Mapping[str, Any], config: GPTConfig, source: 
           if not k.endswith(_BUFFERS)}
     lm_head = sd.pop("lm_head.weight", None)
     if lm_head is not None and "wte.weight" in sd and not np.array_equal(lm_head, sd["wte.weight"]):
-        raise ModelInputError(f"{source}: lm_head.weight differs from transformer.wte.weight; our GPT ties the output layer "
-                        "to the token embedding (give a GPT-2 checkpoint with tied embeddings)")
+        raise ModelInputError(f"{source}: lm_head.weight differs from transformer.wte.weight; our GPT ties the "
+                              "output layer to the token embedding (give a GPT-2 checkpoint with tied embeddings)")
     d = config.d_model
     for i in range(config.num_layers):
         for kind in ("weight", "bias"):
@@ -123,8 +124,8 @@ def _to_linear_layout(state_dict: Mapping[str, Any], config: GPTConfig, source: 
                 continue  # place_tensor names the missing thirds
             if fused.shape[-1] != 3 * d:
                 raise ModelInputError(f"{source}: tensor 'h.{i}.attn.c_attn.{kind}' has shape {list(fused.shape)}, "
-                                f"config.json implies a last axis of 3 * n_embd = {3 * d} (config and weights "
-                                "disagree)")
+                                      f"config.json implies a last axis of 3 * n_embd = {3 * d} (config and weights "
+                                      "disagree)")
             for part, third in zip(QKV, np.split(fused, 3, axis=-1)):
                 sd[f"h.{i}.attn.c_attn.{part}.{kind}"] = third.T if kind == "weight" else third
         for name in _CONV1D:

@@ -47,15 +47,16 @@ def read_weights(directory: str) -> tuple[dict[str, np.ndarray], str]:
             import torch
         except ImportError:
             raise ModelInputError(f"reading {path} needs torch (pip install torch, or convert the checkpoint to "
-                            f"{SAFETENSORS})") from None
+                                  f"{SAFETENSORS})") from None
         try:
             state_dict = torch.load(path, map_location="cpu", weights_only=True)
         except (pickle.UnpicklingError, RuntimeError, OSError, EOFError) as e:  # bad zip, bad pickle, not weights
-            raise ModelInputError(f"cannot read {path}: {str(e).splitlines()[0]} (re-export it as {SAFETENSORS})") from None
+            raise ModelInputError(f"cannot read {path}: {str(e).splitlines()[0]} "
+                                  f"(re-export it as {SAFETENSORS})") from None
         return {k: _float32(v.float().numpy() if v.is_floating_point() else v.numpy())
                 for k, v in state_dict.items()}, path
     raise ModelInputError(f"no weights in {directory}: expected {SAFETENSORS} or {PYTORCH_BIN} (save the model with "
-                    "save_pretrained, or give the directory that holds them)")
+                          "save_pretrained, or give the directory that holds them)")
 
 
 def read_hf_config(directory: str, model_type: str, family: str) -> tuple[dict, str]:
@@ -63,7 +64,7 @@ def read_hf_config(directory: str, model_type: str, family: str) -> tuple[dict, 
     config_path = os.path.join(directory, CONFIG)
     if not os.path.isfile(config_path):
         raise ModelInputError(f"{config_path} not found (give a Hugging Face {family} directory with {CONFIG} and "
-                        f"{SAFETENSORS}, as save_pretrained writes)")
+                              f"{SAFETENSORS}, as save_pretrained writes)")
     try:
         with open(config_path) as f:
             hf_config = json.load(f)
@@ -71,7 +72,8 @@ def read_hf_config(directory: str, model_type: str, family: str) -> tuple[dict, 
         raise ModelInputError(f"cannot read {config_path}: {e} (it must be a JSON object)") from None
     found = hf_config.get("model_type") if isinstance(hf_config, dict) else None
     if found != model_type:
-        raise ModelInputError(f"{config_path}: model_type={found!r}, only {model_type!r} checkpoints can be loaded here")
+        raise ModelInputError(f"{config_path}: model_type={found!r}, only {model_type!r} checkpoints can be "
+                              "loaded here")
     return hf_config, config_path
 
 
@@ -85,11 +87,11 @@ def load_hf_bert(directory: str) -> tuple[BertConfig, dict]:
     directory = os.path.expanduser(directory)
     if not os.path.isdir(directory):
         raise ModelInputError(f"Hugging Face checkpoint directory not found: {directory} (give a directory with "
-                        f"{CONFIG} and {SAFETENSORS})")
+                              f"{CONFIG} and {SAFETENSORS})")
     config_path = os.path.join(directory, CONFIG)
     if not os.path.isfile(config_path):
         raise ModelInputError(f"{config_path} not found (a Hugging Face checkpoint directory has {CONFIG} next to its "
-                        "weights; save it with save_pretrained)")
+                              "weights; save it with save_pretrained)")
     try:
         with open(config_path) as f:
             hf_config = json.load(f)
@@ -98,7 +100,7 @@ def load_hf_bert(directory: str) -> tuple[BertConfig, dict]:
     if not isinstance(hf_config, dict) or hf_config.get("model_type", "bert") != "bert":
         model_type = hf_config.get("model_type") if isinstance(hf_config, dict) else None
         raise ModelInputError(f"{config_path}: model_type={model_type!r}, only 'bert' checkpoints can be loaded "
-                        "(give a BERT checkpoint)")
+                              "(give a BERT checkpoint)")
     state_dict, weights_path = read_weights(directory)
     config = hf_config_to_bert(hf_config, next_sentence="cls.seq_relationship.weight" in state_dict,
                                source=config_path)
@@ -119,12 +121,13 @@ def save_hf_bert(directory: str, params: dict, config: BertConfig, *, vocab_file
         if os.path.isdir(vocab_file):
             vocab_file = os.path.join(vocab_file, VOCAB)
         if not os.path.isfile(vocab_file):
-            raise ModelInputError(f"vocab file not found: {vocab_file} (give the BERT vocab.txt the model was trained with)")
+            raise ModelInputError(f"vocab file not found: {vocab_file} (give the BERT vocab.txt the model was "
+                                  "trained with)")
         with open(vocab_file, encoding="utf-8") as f:
             lines = sum(1 for _ in f)
         if lines > config.vocab_size:
             raise ModelInputError(f"{vocab_file} has {lines} tokens but the model's vocab_size is {config.vocab_size} "
-                            "(give the vocab the model was trained with)")
+                                  "(give the vocab the model was trained with)")
     architecture = ("BertModel" if "mlm_head" not in params
                     else "BertForPreTraining" if "nsp_head" in params else "BertForMaskedLM")
     state_dict = hf_state_dict_from_bert(params, config, prefix="" if architecture == "BertModel" else "bert.")
@@ -142,7 +145,8 @@ def check_export_target(directory: str) -> str:
     """The absolute export path; refused (never deleted) unless new or a previous export."""
     directory = os.path.abspath(os.path.expanduser(directory))
     if os.path.lexists(directory) and (not os.path.isdir(directory) or set(os.listdir(directory)) - _EXPORT_FILES):
-        raise ModelInputError(f"{directory} exists and is not a previous export (export to a new directory or remove it)")
+        raise ModelInputError(f"{directory} exists and is not a previous export (export to a new directory or "
+                              "remove it)")
     return directory
 
 

@@ -83,11 +83,12 @@ def hf_config_to_t5(hf_config: dict, *, untied_lm_head: bool, source: str = "con
     feed_forward = hf_config.get("feed_forward_proj", "relu")
     if feed_forward not in ("relu", "gated-gelu"):
         raise ModelInputError(f"{source}: feed_forward_proj={feed_forward!r} is not supported (our T5 implements "
-                        "'relu' (T5 1.0) and 'gated-gelu' (T5 1.1))")
+                              "'relu' (T5 1.0) and 'gated-gelu' (T5 1.1))")
     scaled = hf_config.get("scale_decoder_outputs", hf_config.get("tie_word_embeddings", True))
     if scaled and untied_lm_head:
-        raise ModelInputError(f"{source}: the decoder output is scaled as for a tied lm_head but the checkpoint's lm_head "
-                        "differs from the embedding (set tie_word_embeddings to false in config.json if it is T5 1.1)")
+        raise ModelInputError(f"{source}: the decoder output is scaled as for a tied lm_head but the checkpoint's "
+                              "lm_head differs from the embedding (set tie_word_embeddings to false in config.json "
+                              "if it is T5 1.1)")
     default = T5Config()
     fields = {ours: type(getattr(default, ours))(hf_config[hf]) for hf, ours in _CONFIG_KEYS.items()
               if hf_config.get(hf) is not None}

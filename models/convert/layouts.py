@@ -31,8 +31,8 @@ def place_tensor(params: dict, state_dict: dict, name: str, path: tuple[str, ...
     if state_dict.get(name) is None:
         raise ModelInputError(f"{source} has no tensor {name!r} ({missing_hint})")
     if state_dict[name].shape != shape:
-        raise ModelInputError(f"{source}: tensor {name!r} has shape {list(state_dict[name].shape)}, config.json implies "
-                        f"{list(shape)} (config and weights disagree)")
+        raise ModelInputError(f"{source}: tensor {name!r} has shape {list(state_dict[name].shape)}, config.json "
+                              f"implies {list(shape)} (config and weights disagree)")
     node = params
     for key in path[:-1]:
         node = node.setdefault(key, {})
@@ -52,5 +52,5 @@ def take_tensor(params: dict, path: tuple[str, ...], layout: str, config) -> np.
     node = lookup(params, path)
     if node is None:
         raise ModelInputError(f"parameter {'/'.join(path)} is missing from the params to export (pass the whole "
-                        "tree, e.g. state.params, with the config it was trained with)")
+                              "tree, e.g. state.params, with the config it was trained with)")
     return np.ascontiguousarray(TO_HF[layout](np.asarray(node, np.float32), config))

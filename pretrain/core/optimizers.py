@@ -45,7 +45,8 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: i
     elif config.schedule == "constant":
         after = optax.constant_schedule(peak)
     else:
-        raise ConfigError(f"config.optimizer.schedule={config.schedule!r} is unknown; use one of {', '.join(SCHEDULES)}")
+        raise ConfigError(f"config.optimizer.schedule={config.schedule!r} is unknown; "
+                          f"use one of {', '.join(SCHEDULES)}")
     return optax.join_schedules([warmup_fn, after], [warmup])
 
 

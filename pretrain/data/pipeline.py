@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import ml_collections
 import numpy as np
@@ -68,30 +68,35 @@ def _raw_text_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers
     return tokenized[0:1], tokenized[1:]
 
 
+class Phase(NamedTuple):
+    start_step: int
+    seq_length: int
+    objective: Objective
+
+
 class PretrainingData:
     """Batches for step s: `batch(s)` -> dict of numpy arrays with a leading batch dimension."""
 
     def __init__(self, documents: list[list[np.ndarray]], objective: Objective, *, batch_size: int, seed: int,
                  max_seq_length: int, long_seq_length: int = 0, long_seq_start_step: int = 0):
         self.documents = documents
-        self.objective = objective
         self.batch_size = batch_size
         self.seed = seed
         # Phases: (first step, sequence length, objective). BERT trains at 128 and switches to 512
         # late, masking more positions there (its PhasedObjective.for_long_phase).
-        self.phases = [(0, max_seq_length, objective)]
+        self.phases = [Phase(0, max_seq_length, objective)]
         if long_seq_length:
             long_objective = objective.for_long_phase() if isinstance(objective, PhasedObjective) else objective
-            self.phases.append((long_seq_start_step, long_seq_length, long_objective))
+            self.phases.append(Phase(long_seq_start_step, long_seq_length, long_objective))
 
     def phase(self, step: int) -> int:
-        return max(i for i, (start, _, _) in enumerate(self.phases) if step >= start)
+        return max(i for i, p in enumerate(self.phases) if step >= p.start_step)
 
     @functools.lru_cache(maxsize=3)
     def _created(self, phase: int, epoch: int) -> dict[str, np.ndarray]:
         rng = np.random.default_rng([self.seed, phase, epoch])
-        _, length, objective = self.phases[phase]
-        return objective.create_instances(self.documents, rng, length)
+        p = self.phases[phase]
+        return p.objective.create_instances(self.documents, rng, p.seq_length)
 
     @functools.lru_cache(maxsize=None)
     def epoch_size(self, phase: int) -> int:
@@ -109,15 +114,15 @@ class PretrainingData:
     def position(self, step: int) -> dict:
         """Where step `step` reads from; stored in checkpoints for inspection and checks."""
         phase = self.phase(step)
-        first = (step - self.phases[phase][0]) * self.batch_size
+        first = (step - self.phases[phase].start_step) * self.batch_size
         epoch, index = divmod(first, self.epoch_size(phase))
-        return {"step": step, "phase": phase, "seq_length": self.phases[phase][1],
+        return {"step": step, "phase": phase, "seq_length": self.phases[phase].seq_length,
                 "epoch": epoch, "index_in_epoch": index, "seed": self.seed}
 
     def instances(self, step: int) -> dict[str, np.ndarray]:
         phase = self.phase(step)
         size = self.epoch_size(phase)
-        examples = (step - self.phases[phase][0]) * self.batch_size + np.arange(self.batch_size)
+        examples = (step - self.phases[phase].start_step) * self.batch_size + np.arange(self.batch_size)
         epochs, index = np.divmod(examples, size)
         parts = [{k: v[index[epochs == e]] for k, v in self._epoch(phase, int(e)).items()}
                  for e in np.unique(epochs)]
@@ -126,7 +131,7 @@ class PretrainingData:
     def batch(self, step: int) -> dict[str, np.ndarray]:
         phase = self.phase(step)
         rng = np.random.default_rng([self.seed, step, 1 << 20])
-        return self.phases[phase][2].make_batch(self.instances(step), rng)
+        return self.phases[phase].objective.make_batch(self.instances(step), rng)
 
 
 def prefetch(make_batch, steps: range, size: int = 2) -> Iterator[tuple[int, dict]]:

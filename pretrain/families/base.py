@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from objectives.interface import StepObjective
 from pretrain.core.errors import UserError
 from pretrain.core.pretrained import Pretrained
 from pretrain.data import finetune_data
@@ -27,7 +28,7 @@ class Family(Protocol):
     """One model family's side of fine-tuning (see the module docstring)."""
     name: str
     task: GlueTask
-    objective: object              # model_inputs(batch) and loss(outputs, batch), as a pretraining objective
+    objective: StepObjective       # model_inputs(batch) and loss(outputs, batch), as in pretraining
 
     @property
     def num_layers(self) -> int:

@@ -111,7 +111,8 @@ class FewShotResult:
 
 
 def _metrics(task: GlueTask, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    return {**glue_metrics.compute_metrics(task, predictions, labels), "accuracy": float(np.mean(predictions == labels))}
+    return {**glue_metrics.compute_metrics(task, predictions, labels),
+            "accuracy": float(np.mean(predictions == labels))}
 
 
 def evaluate_fewshot(task: GlueTask | str, examples: Sequence[Example], train: Sequence[Example], tokenizer,
@@ -188,7 +189,7 @@ def run(init: str, task_name: str, *, k: int, seed: int, glue_dir: str, glue_sou
     split = task.dev_splits[0] if split == "dev" else split
     if split not in task.dev_splits:
         raise UserError(f"--split={split!r}: few-shot evaluation needs labels, i.e. one of "
-                               f"{', '.join(task.dev_splits)} (test splits have none)")
+                        f"{', '.join(task.dev_splits)} (test splits have none)")
     lm = load_language_model(init, tokenizer_path=tokenizer_path)
     train = glue.load_split(task, "train", source=glue_source, data_dir=glue_dir)
     examples = subset(glue.load_split(task, split, source=glue_source, data_dir=glue_dir), max_examples)

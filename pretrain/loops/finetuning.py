@@ -91,7 +91,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     tokenizer = tokenizers.from_config(config.tokenizer)
     if tokenizer.vocab_size > config.model.vocab_size:
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary "
-                                  f"has {config.model.vocab_size}; use the tokenizer the checkpoint was trained with")
+                          f"has {config.model.vocab_size}; use the tokenizer the checkpoint was trained with")
     family = registry.for_config(config, task, tokenizer)
     family.check()
     with open(os.path.join(workdir, "config.json"), "w") as f:

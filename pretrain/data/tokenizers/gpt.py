@@ -29,11 +29,12 @@ class CharTokenizer(Tokenizer):
     def __init__(self, path: str, *, extra_ids: int = 0):
         if not os.path.isfile(path):
             raise TokenizerError(f"char tokenizer: text file not found: {path} (its distinct characters are the "
-                              "vocabulary; give the training corpus in --config.tokenizer.path)")
+                                 "vocabulary; give the training corpus in --config.tokenizer.path)")
         with open(path, encoding="utf-8", errors="replace") as f:
             self._chars = sorted(set(f.read()))
         if not self._chars:
-            raise TokenizerError(f"char tokenizer: {path} is empty; give the training corpus in --config.tokenizer.path")
+            raise TokenizerError(f"char tokenizer: {path} is empty; give the training corpus in "
+                                 "--config.tokenizer.path")
         self._index = {ch: i for i, ch in enumerate(self._chars)}
         self._path, self._base_size = path, len(self._chars)
         self.pad_id = 0
@@ -42,7 +43,8 @@ class CharTokenizer(Tokenizer):
 
     @property
     def unk_id(self) -> int:
-        raise MissingTokenError(f"the char tokenizer of {self._path} has no unknown id (each character is in the vocabulary)")
+        raise MissingTokenError(f"the char tokenizer of {self._path} has no unknown id (each character is in the "
+                                "vocabulary)")
 
     @property
     def eos_id(self) -> int:
@@ -55,8 +57,8 @@ class CharTokenizer(Tokenizer):
                 out.append([self._index[ch] for ch in text])
             except KeyError:
                 missing = sorted(set(text) - set(self._index))
-                raise UnknownTextError(f"characters {''.join(missing)!r} are not in the char vocabulary of {self._path} "
-                                  "(build the vocabulary from a text that contains them)") from None
+                raise UnknownTextError(f"characters {''.join(missing)!r} are not in the char vocabulary of "
+                                       f"{self._path} (build the vocabulary from a text that contains them)") from None
         return out
 
     def _decode_plain(self, ids: list[int]) -> str:
@@ -91,12 +93,12 @@ class GPT2BPETokenizer(Tokenizer):
         eos = tok.token_to_id(GPT2_EOS)
         if eos is None:
             raise TokenizerError(f"GPT-2 tokenizer {self._path} has no {GPT2_EOS} token (GPT-2's end of text, id "
-                              "50256; use a GPT-2 vocabulary or add it to vocab.json)")
+                                 "50256; use a GPT-2 vocabulary or add it to vocab.json)")
         missing = [c for c in _byte_level_alphabet() if tok.token_to_id(c) is None]
         if missing:  # models.BPE without unk silently DROPS characters it cannot spell
             raise TokenizerError(f"GPT-2 tokenizer {self._path} lacks {len(missing)} of the 256 byte symbols (e.g. "
-                              f"{missing[0]!r}), so text with those bytes would vanish (train it with "
-                              "initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), as GPT-2's)")
+                                 f"{missing[0]!r}), so text with those bytes would vanish (train it with "
+                                 "initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), as GPT-2's)")
         tok.add_special_tokens([AddedToken(GPT2_EOS, special=True, normalized=False)])  # no-op if already one
         self._tok = tok
         self._base_size = tok.get_vocab_size(with_added_tokens=True)
@@ -149,25 +151,25 @@ def _load_byte_level_bpe(path: str):
             tok = HFTokenizer.from_file(json_file)
         except Exception as e:  # the Rust parser raises a bare Exception
             raise TokenizerError(f"cannot read GPT-2 tokenizer {json_file}: {str(e).splitlines()[0]} (give a "
-                              "tokenizer.json saved by Hugging Face tokenizers/transformers)") from None
+                                 "tokenizer.json saved by Hugging Face tokenizers/transformers)") from None
         if not isinstance(tok.model, models.BPE):
             raise TokenizerError(f"{json_file} holds a {type(tok.model).__name__} model, not GPT-2's byte-level BPE "
-                              "(use --config.tokenizer.kind=wordpiece or sentencepiece for it)")
+                                 "(use --config.tokenizer.kind=wordpiece or sentencepiece for it)")
         return tok, json_file
     if not os.path.isdir(path):
         raise TokenizerError(f"GPT-2 tokenizer not found: {path} (give a Hugging Face GPT-2 directory or a "
-                          "tokenizer.json in --config.tokenizer.path)")
+                             "tokenizer.json in --config.tokenizer.path)")
     vocab, merges = os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt")
     missing = [os.path.basename(f) for f in (vocab, merges) if not os.path.isfile(f)]
     if missing:
-        raise TokenizerError(f"GPT-2 tokenizer directory {path} has no {' or '.join(missing)} (it needs tokenizer.json, "
-                          "or vocab.json + merges.txt as in a Hugging Face GPT-2 checkpoint; fix "
-                          "--config.tokenizer.path)")
+        raise TokenizerError(f"GPT-2 tokenizer directory {path} has no {' or '.join(missing)} (it needs "
+                             "tokenizer.json, or vocab.json + merges.txt as in a Hugging Face GPT-2 checkpoint; fix "
+                             "--config.tokenizer.path)")
     try:
         vocab_dict, merge_list = models.BPE.read_file(vocab, merges)
     except Exception as e:
         raise TokenizerError(f"cannot read GPT-2 vocabulary {vocab} + {merges}: {str(e).splitlines()[0]} (give "
-                          "GPT-2's vocab.json and merges.txt)") from None
+                             "GPT-2's vocab.json and merges.txt)") from None
     tok = HFTokenizer(models.BPE(vocab_dict, merge_list, dropout=None, continuing_subword_prefix="",
                                  end_of_word_suffix="", fuse_unk=False))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
