@@ -1,0 +1,201 @@
+"""Streaming pretraining batches on Grain: documents by random access, instances built on the fly.
+
+The corpus is any random-access sequence of tokenized documents: a `prepared.PreparedCorpus` (ArrayRecord
+shards, never loaded whole) or the in-memory list of a small text/TFDS corpus. Per phase (sequence length):
+
+  documents --shuffle (per epoch, O(1) memory)--> endless document order
+            --batch(window_documents)--> windows; window w belongs to stream w % S
+  window w  --objective.create_instances + make_batch, rng (seed, phase, w)--> rows   (Grain workers)
+  stream k  --rows in order, B / S per step--> its part of the global batch
+
+So NSP pairs, dynamic masking, span corruption and packing run the same objective code as before, on
+`window_documents` random documents at a time, in `workers` processes per stream (Grain's mp_prefetch keeps
+the order whatever the worker count). The global batch of step s is streams 0..S-1 in order; process p of
+P builds only streams [p S / P, (p + 1) S / P), i.e. its contiguous rows of the global batch. A batch is
+therefore a pure function of (seed, step, S): with `data.streams` fixed it does not depend on the number of
+processes or workers (the default, 0, means one stream per process).
+
+Rows per window vary, so a stream's position is (window, row) rather than arithmetic in the step: `position()`
+goes into every checkpoint (all streams, gathered from every process) and `iterate` resumes from it.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, NamedTuple, Sequence
+
+import grain
+import numpy as np
+
+from objectives.interface import Objective, PhasedObjective
+from pretrain.core.errors import ConfigError
+
+Arrays = dict[str, np.ndarray]
+POSITION_FORMAT = 2  # position dicts of pipeline.PretrainingData (format 1) had no streams
+
+
+class Phase(NamedTuple):
+    start_step: int
+    seq_length: int
+    objective: Objective
+
+
+class _WindowRows:
+    """window index, [W] documents -> that window's rows (instances made into a batch), [n, ...] each."""
+
+    def __init__(self, objective: Objective, seq_length: int, seed: int, phase: int):
+        self.objective, self.seq_length, self.seed, self.phase = objective, seq_length, seed, phase
+
+    def __call__(self, window: int, documents: list) -> Arrays:
+        rng = np.random.default_rng([self.seed, self.phase, window])
+        instances = self.objective.create_instances(list(documents), rng, self.seq_length)
+        return self.objective.make_batch(instances, rng)
+
+
+class _Stream:
+    """One stream's rows, `rows` at a time, from window `window` row `row` on (its resumable position)."""
+
+    def __init__(self, windows: grain.MapDataset, workers: int, window: int, row: int):
+        self.window, self.row = window, row
+        dataset = windows[window:].to_iter_dataset()
+        if workers > 0:
+            dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+        self._iterator = iter(dataset)
+        self._current: Arrays | None = None
+
+    def take(self, rows: int) -> Arrays:
+        parts = []
+        while rows:
+            if self._current is None:
+                self._current = next(self._iterator)
+                self._size = len(next(iter(self._current.values())))
+            n = min(rows, self._size - self.row)
+            parts.append({k: v[self.row:self.row + n] for k, v in self._current.items()})
+            rows -= n
+            self.row += n
+            if self.row == self._size:  # window used up (a window may have no rows at all)
+                self._current, self.window, self.row = None, self.window + 1, 0
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def close(self) -> None:
+        close = getattr(self._iterator, "close", None)
+        if close is not None:
+            close()
+
+
+class StreamingData:
+    """This process's rows of the global batch of each step, from `iterate(start_step, position)`."""
+
+    def __init__(self, documents: Sequence, objective: Objective, *, batch_size: int, seed: int,
+                 max_seq_length: int, long_seq_length: int = 0, long_seq_start_step: int = 0,
+                 window_documents: int = 256, streams: int = 0, workers: int = 0,
+                 process_index: int = 0, process_count: int = 1):
+        if not len(documents):
+            raise ConfigError("the corpus has no documents (check --config.data.path)")
+        streams = streams or process_count
+        if streams % process_count:
+            raise ConfigError(f"config.data.streams={streams} must be a multiple of the number of processes "
+                              f"({process_count}); use 0 for one stream per process")
+        if batch_size % streams:
+            raise ConfigError(f"config.batch_size={batch_size} is not divisible by config.data.streams={streams}"
+                              f" (one stream per process when 0): choose a batch size divisible by it")
+        if window_documents < 1:
+            raise ConfigError(f"config.data.window_documents={window_documents} must be at least 1")
+        self.documents = documents
+        self.batch_size, self.seed, self.workers = batch_size, seed, workers
+        self.streams = streams
+        # A corpus smaller than a window is one window per epoch: each window is a whole shuffled epoch.
+        self.window_documents = min(window_documents, len(documents))
+        per_process = streams // process_count
+        self.local_streams = range(process_index * per_process, (process_index + 1) * per_process)
+        self.rows_per_stream = batch_size // streams
+        self.phases = [Phase(0, max_seq_length, objective)]
+        if long_seq_length:
+            long_objective = objective.for_long_phase() if isinstance(objective, PhasedObjective) else objective
+            self.phases.append(Phase(long_seq_start_step, long_seq_length, long_objective))
+        self._streams: dict[int, _Stream] = {}
+        self._phase = -1
+
+    # ----- Positions -----
+    def phase(self, step: int) -> int:
+        return max(i for i, p in enumerate(self.phases) if step >= p.start_step)
+
+    def _order(self) -> dict[str, Any]:
+        """What fixes the data order besides the step: a resume must agree on all of it."""
+        return {"format": POSITION_FORMAT, "seed": self.seed, "streams": self.streams,
+                "window_documents": self.window_documents, "batch_size": self.batch_size,
+                "documents": len(self.documents)}
+
+    def start_position(self, step: int) -> dict[str, Any]:
+        """The position of a fresh run at a phase's first step (every stream at window 0, row 0)."""
+        return {**self._order(), "step": step, "phase": self.phase(step),
+                "windows": [[0, 0] for _ in range(self.streams)]}
+
+    def local_position(self) -> list[list[int]]:
+        """[[window, row]] of this process's streams, in stream order."""
+        return [[self._streams[k].window, self._streams[k].row] for k in self.local_streams]
+
+    def check_position(self, position: dict[str, Any]) -> None:
+        """A checkpoint's position -> ConfigError naming the keys that differ from this config."""
+        differ = {k: (position.get(k), v) for k, v in self._order().items() if position.get(k) != v}
+        if differ:
+            listed = ", ".join(f"{k}: {old} in the checkpoint, {new} now" for k, (old, new) in differ.items())
+            raise ConfigError(f"the checkpoint was written with another data order ({listed}); "
+                              "resume with the config that wrote it or use a new --workdir")
+
+    # ----- Batches -----
+    def document_order(self, phase: int) -> grain.MapDataset:
+        """The endless document order of a phase: every epoch a new permutation (Grain's index shuffle, O(1)
+        memory whatever the corpus size)."""
+        return grain.MapDataset.source(self.documents).shuffle(seed=_mix(self.seed, phase)).repeat()
+
+    def _windows(self, phase: int) -> grain.MapDataset:
+        """Element w = the rows of window w (`window_documents` consecutive documents of the order)."""
+        p = self.phases[phase]
+        windows = self.document_order(phase).batch(self.window_documents, batch_fn=list)
+        return windows.map_with_index(_WindowRows(p.objective, p.seq_length, self.seed, phase))
+
+    def _open(self, phase: int, windows: list[list[int]]) -> None:
+        self.close()
+        all_windows = self._windows(phase)
+        workers = self.workers if self.workers <= 0 else max(1, self.workers // len(self.local_streams))
+        for k in self.local_streams:
+            window, row = windows[k]
+            stream_windows = all_windows[k::self.streams]
+            self._streams[k] = _Stream(stream_windows, workers, window, row)
+        self._phase = phase
+
+    def iterate(self, start_step: int, position: dict[str, Any] | None = None
+                ) -> Iterator[tuple[int, Arrays, list[list[int]]]]:
+        """(step, this process's rows of the step's batch, its streams' [window, row] after them), forever.
+
+        The position travels with the batch so that a loop that builds batches ahead on a thread still
+        stores, with checkpoint s, where step s's successor starts.
+        """
+        position = position or self.start_position(start_step)
+        self.check_position(position)
+        self._open(position["phase"], position["windows"])
+        step = start_step
+        while True:
+            phase = self.phase(step)
+            if phase != self._phase:
+                self._open(phase, self.start_position(step)["windows"])
+            parts = [self._streams[k].take(self.rows_per_stream) for k in self.local_streams]
+            yield step, {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, self.local_position()
+            step += 1
+
+    def position(self, step: int, windows: list[list[int]]) -> dict[str, Any]:
+        """The checkpoint record for step `step`: every stream's [window, row] after the batches before it
+        (`windows`: gathered from all processes, in stream order) and the phase they belong to."""
+        if len(windows) != self.streams:
+            raise ValueError(f"position of {len(windows)} streams, expected {self.streams}")
+        return {**self._order(), "step": step, "phase": self.phase(step - 1) if step else 0,
+                "windows": [list(map(int, w)) for w in windows]}
+
+    def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close()
+        self._streams = {}
+
+
+def _mix(*values: int) -> int:
+    """Seeds -> one 32-bit shuffle seed (Grain's shuffle takes an int)."""
+    return int(np.random.default_rng(list(values)).integers(2**31 - 1))
