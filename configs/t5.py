@@ -113,12 +113,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         z_loss=1e-4))                # t5x's default auxiliary loss on log Z
 
     c.data = ml_collections.ConfigDict(dict(
-        source="tfds",               # text | tfds
+        source="tfds",               # text | tfds | prepared (scripts/prepare_corpus.py)
         path="",                     # text: file(s), globs, comma-separated
         tfds_name="c4/en", tfds_split="train", tfds_data_dir="", text_key="text",
         max_documents=0,             # 0 = all
         eval_documents=0,            # documents held out for evaluation (0 = no evaluation)
-        max_seq_length=512))         # encoder input length (Section 3.1.2)
+        max_seq_length=512,          # encoder input length (Section 3.1.2)
+        **common.input_pipeline_fields()))
 
     # T5's SentencePiece model is cased (32,000 pieces) with 100 sentinels <extra_id_k> at the end.
     c.tokenizer = ml_collections.ConfigDict(dict(kind="sentencepiece", path="", lowercase=False, extra_ids=100))

@@ -4,7 +4,8 @@
 
 Reads the workdir that pretrain.finetune wrote (config.json + checkpoints/), restores the best
 checkpoint, prints the official metrics of the dev split(s), writes predictions/ (dev and, for
-test splits, the GLUE submission files) and DIR/eval_results.json.
+test splits, the GLUE submission files) and DIR/eval_results.json. Multi-host: the flags of
+pretrain/core/distributed.py, as for pretrain.train.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 
 from absl import flags
 
-from pretrain.core import cli, errors
+from pretrain.core import cli, distributed, errors
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A pretrain.finetune workdir.")
 _SPLITS = flags.DEFINE_list("splits", ["dev"], "Splits to score: dev (MNLI: dev_matched, dev_mismatched), test.")
@@ -25,6 +26,7 @@ def main(argv: list[str]) -> None:
     cli.begin(argv)
     from pretrain.loops import scoring  # imported late so that --help and flag errors stay fast
     with errors.one_line_errors():
+        distributed.initialize()  # before any JAX computation
         out = scoring.evaluate_workdir(_WORKDIR.value, _SPLITS.value, _GLUE_DIR.value)
     print(json.dumps(out, indent=1))
 

@@ -2,12 +2,19 @@
 
 A checkpoint holds the train state (params, optimizer state, step) and the data position as JSON.
 Orbax writes each step into a temporary directory and renames it only once complete, so a run
-killed mid-save never leaves a half-written checkpoint as the latest.
+killed mid-save never leaves a half-written checkpoint as the latest. A step folder can still be
+damaged afterwards (a disk that filled up, a copy cut short, a file removed by hand): `restore`
+skips such a latest checkpoint with a one-line warning and takes the one before it. A restore never
+deletes or moves anything; the first save of the resumed run sets the skipped folders aside as
+`<step>.unusable`, so that its own saves of those steps cannot collide with them.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
+import sys
 import warnings
 from typing import Any
 
@@ -23,16 +30,26 @@ class CheckpointError(UserError):
     """A checkpoint that cannot be used with this config (one-line message)."""
 
 
+ITEMS = ("state", "data")
+_TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's unfinished saves (atomic rename on a local disk)
+
+
 class Checkpointer:
     def __init__(self, directory: str, *, save_every: int, keep: int, async_save: bool = True):
         self.directory = os.path.abspath(directory)
         self.save_every = save_every
-        self.manager = ocp.CheckpointManager(
-            self.directory, item_names=("state", "data"),
-            item_handlers={"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()},
-            options=ocp.CheckpointManagerOptions(
-                max_to_keep=keep, enable_async_checkpointing=async_save, create=True,
-                cleanup_tmp_directories=True))
+        self._unusable: list[int] = []   # steps restore() skipped; set aside by the first save
+        self._writing = False
+        # cleanup_tmp_directories=False: where Orbax marks commits with a file (GCS) it would delete
+        # every step folder without that file when the manager is created, a damaged one included.
+        # Leftover temporary folders are removed by the first save instead (`_prepare_to_write`).
+        with _quiet_absl():  # "Metadata file does not exist" for a damaged step: restore() says it better
+            self.manager = ocp.CheckpointManager(
+                self.directory, item_names=ITEMS,
+                item_handlers={"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()},
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=keep, enable_async_checkpointing=async_save, create=True,
+                    cleanup_tmp_directories=False))
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -42,33 +59,103 @@ class Checkpointer:
 
     def save(self, step: int, state: Any, data_position: dict, force: bool = False) -> None:
         """Starts an asynchronous save; training continues while it is written."""
+        if not self._writing:
+            self._prepare_to_write()
         self.manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)), force=force)
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
-        """Restores onto the shardings in `abstract_state` (jax.ShapeDtypeStruct leaves)."""
-        step = self.latest_step() if step is None else step
-        if step is None:
-            raise CheckpointError(f"no checkpoint in {self.directory}")
-        self._check_shapes(abstract_state, step)
-        try:
-            restored = self.manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
-        except (ValueError, KeyError, TypeError) as e:
-            first_line = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-            raise CheckpointError(
-                f"checkpoint {self.directory}/{step} does not fit this config's model ({first_line}); "
-                "resume with the config that wrote it or use a new --workdir") from None
-        return restored["state"], dict(restored["data"]), step
+        """Restores onto the shardings in `abstract_state` (jax.ShapeDtypeStruct leaves).
 
-    def _check_shapes(self, abstract_state: Any, step: int) -> None:
+        Without `step`: the latest usable checkpoint. A damaged one (no commit marker, a missing item,
+        an empty folder, a truncated file) is skipped with a one-line warning naming it; a checkpoint
+        of another model is an error, never skipped: an older one would not fit either.
+        """
+        steps = [step] if step is not None else sorted(self.manager.all_steps(), reverse=True)
+        if not steps:
+            raise CheckpointError(f"no checkpoint in {self.directory}")
+        skipped = []
+        for candidate in steps:
+            restored, problem = self._try_restore(abstract_state, candidate)
+            if problem is None:
+                return restored["state"], dict(restored["data"]), candidate
+            skipped.append(f"{candidate} ({problem})")
+            self._unusable.append(candidate)
+            if candidate != steps[-1]:
+                print(f"warning: skipping checkpoint {self.directory}/{candidate}: {problem}; trying the one "
+                      "before it", file=sys.stderr, flush=True)
+        what = f"checkpoint {self.directory}/{step} is unusable" if step is not None else \
+            f"no usable checkpoint in {self.directory}"
+        raise CheckpointError(f"{what}: {'; '.join(skipped)}; move the damaged step folders away or use a new "
+                              "--workdir")
+
+    def _try_restore(self, abstract_state: Any, step: int) -> tuple[Any, str | None]:
+        """-> (restored items, None), or (None, why this step is damaged); CheckpointError for a
+        checkpoint of another model."""
+        problem = step_problem(self.directory, step)
+        if problem is not None:
+            return None, problem
+        try:
+            with _quiet_absl(logging.FATAL):  # our warning names the problem instead
+                stored = self.manager.item_metadata(step)["state"]
+        except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise plain Exceptions
+            return None, f"unreadable metadata ({_first_line(e)})"
+        if stored is None:
+            return None, "unreadable metadata of item state"
+        self._check_shapes(abstract_state, stored, step)
+        try:
+            with _quiet_absl(logging.FATAL):
+                return self.manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore())), None
+        except Exception as e:  # noqa: BLE001
+            if _shapes_by_name(stored) != _shapes_by_name(abstract_state):  # e.g. another optimizer
+                raise CheckpointError(
+                    f"checkpoint {self.directory}/{step} does not fit this config's model ({_first_line(e)}); "
+                    "resume with the config that wrote it or use a new --workdir") from None
+            return None, f"unreadable ({_first_line(e)})"
+
+    def _prepare_to_write(self) -> None:
+        """Before the first save: the damaged steps restore() skipped move aside (Orbax would refuse
+        to save those steps again, or skip saves below them), and Orbax's temporary folders of
+        unfinished saves go. Nothing else in the directory is touched."""
+        self._writing = True
+        if jax.process_index() == 0 and os.path.isdir(self.directory):
+            for step in self._unusable:
+                source = os.path.join(self.directory, str(step))
+                if os.path.isdir(source):
+                    target, n = f"{source}.unusable", 1
+                    while os.path.exists(target):
+                        target, n = f"{source}.unusable{n}", n + 1
+                    os.rename(source, target)
+                    print(f"Moved the unusable checkpoint {source} aside to {target}", file=sys.stderr)
+            for name in os.listdir(self.directory):
+                if _TMP_SUFFIX in name:
+                    shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            multihost_utils.sync_global_devices("checkpoints: prepared to write")
+        if self._unusable:
+            self.manager.reload()
+            self._unusable = []
+
+    def discard_after(self, step: int) -> list[int]:
+        """Deletes the checkpoints after `step` (those of a run that was killed and is redone from
+        `step`, so that the redone saves neither collide with them nor get pruned in their favour)."""
+        later = [s for s in self.manager.all_steps() if s > step]
+        for s in later:
+            self.manager.delete(s)
+        return later
+
+    def _check_shapes(self, abstract_state: Any, stored_meta: Any, step: int) -> None:
         """Compare parameter names and shapes with the checkpoint's metadata before restoring, so
         that a checkpoint of another model is a one-line error instead of an Orbax traceback."""
         params = getattr(abstract_state, "params", None)
         if params is None:
             return
-        stored_meta = self.manager.item_metadata(step)["state"]
-        stored = _shapes_by_name(stored_meta["params"]) if stored_meta is not None else {}
+        try:
+            stored = _shapes_by_name(stored_meta["params"])
+        except (KeyError, TypeError):
+            stored = {}
         wanted = _shapes_by_name(params)
         where = f"checkpoint {self.directory}/{step}"
         fix = "resume with the config that wrote it or use a new --workdir"
@@ -88,10 +175,41 @@ class Checkpointer:
         self.manager.close()
 
 
+def step_problem(directory: str, step: int, items: tuple[str, ...] = ITEMS) -> str | None:
+    """Why DIR/<step> cannot be a complete checkpoint, or None. Reads only the small marker files:
+    a save cut short leaves no commit marker (Orbax's commit_success.txt, or the commit time in
+    _CHECKPOINT_METADATA) or misses an item folder."""
+    path = os.path.join(directory, str(step))
+    if not os.path.isdir(path):
+        return "no such folder"
+    if not os.listdir(path):
+        return "the folder is empty"
+    try:
+        with open(os.path.join(path, "_CHECKPOINT_METADATA")) as f:
+            metadata = json.load(f)
+    except FileNotFoundError:
+        return "no _CHECKPOINT_METADATA (the save did not finish)"
+    except (OSError, ValueError):
+        return "_CHECKPOINT_METADATA is unreadable"
+    committed = isinstance(metadata, dict) and metadata.get("commit_timestamp_nsecs")
+    if not committed and not os.path.exists(os.path.join(path, "commit_success.txt")):
+        return "no commit marker (the save did not finish)"
+    missing = [item for item in items if not os.path.isdir(os.path.join(path, item))]
+    if missing:
+        return f"item folder {missing[0]}/ is missing"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:120] if text else type(e).__name__
+
+
 def _shapes_by_name(tree: Any) -> dict[str, tuple[int, ...]]:
     def name(path) -> str:
         return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
-    return {name(path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    return {name(path): tuple(getattr(leaf, "shape", ()))
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def abstract_with_shardings(tree: Any, shardings: Any) -> Any:
@@ -110,7 +228,12 @@ def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
         directory, step = os.path.dirname(directory), int(os.path.basename(directory))
     steps = ocp.utils.checkpoint_steps(directory) if os.path.isdir(directory) else []
     if step is None:
-        step = max(steps) if steps else None
+        for candidate in sorted(steps, reverse=True):  # the latest complete one
+            problem = step_problem(directory, candidate, items=("state",))
+            if problem is None:
+                step = candidate
+                break
+            print(f"warning: skipping checkpoint {directory}/{candidate}: {problem}", file=sys.stderr, flush=True)
     if step is None or step not in steps:
         where = f"at step {step} in" if step is not None else "in"
         raise CheckpointError(f"no checkpoint {where} {directory} (give a checkpoints/ folder written by "
@@ -129,9 +252,9 @@ def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
 
 
 @contextlib.contextmanager
-def _quiet_absl():
+def _quiet_absl(quiet_below: int = logging.ERROR):
     level = logging.get_verbosity()
-    logging.set_verbosity(logging.ERROR)
+    logging.set_verbosity(min(level, quiet_below))  # absl: a lower verbosity shows less
     try:
         yield
     finally:

@@ -5,7 +5,9 @@ with `begin(argv)` and runs its work inside `errors.one_line_errors()`, and
     if __name__ == "__main__":
         sys.exit(cli.run(main))
 
-which turns a bad flag, config file or override key into one line and an exit status.
+which turns a bad flag, config file or override key into one line and an exit status. The commands
+that can span several hosts (train, finetune, evaluate) call `distributed.initialize()` first inside
+`one_line_errors()`, before any JAX computation.
 """
 from __future__ import annotations
 

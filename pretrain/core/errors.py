@@ -2,7 +2,9 @@
 
 This is the boundary: models/ raise ModelInputError and objectives/ ObjectiveError (both plain
 ValueErrors that know nothing of command lines), pretrain/ raises UserError and its subclasses;
-`one_line_errors` around an entry point's work prints any of them as `error: <message>`.
+`one_line_errors` around an entry point's work prints any of them as `error: <message>`. A run
+stopped by a preemption notice is no error at all: it raises `Preempted` once its checkpoint is
+complete, and the boundary prints that one line and exits EXIT_PREEMPTED.
 """
 from __future__ import annotations
 
@@ -22,18 +24,37 @@ class ConfigError(UserError):
     """A config value that cannot work (one-line message naming the key and the fix)."""
 
 
+# EX_TEMPFAIL of sysexits.h: a temporary failure, "try again later". The exit status of a run that
+# saved a checkpoint on SIGTERM / SIGINT / a JAX preemption notice; the same command resumes it.
+EXIT_PREEMPTED = 75
+
+
+class Preempted(Exception):
+    """Raised by a loop after its preemption checkpoint is completely written. Not a UserError: the
+    person's input is fine, the machine was taken away."""
+
+    def __init__(self, step: int, directory: str):
+        self.step, self.directory = step, directory
+        super().__init__(f"preempted at step {step}: checkpoint saved to {directory}/{step}; "
+                         "run the same command to resume")
+
+
 # What an entry point prints as one line: the person's input is wrong, not the program.
 USER_ERRORS = (UserError, ModelInputError, ObjectiveError)
 
 
 @contextlib.contextmanager
 def one_line_errors():
-    """Turns USER_ERRORS into `error: <message>` and exit status 2.
+    """Turns USER_ERRORS into `error: <message>` and exit status 2, and Preempted into its one line
+    and exit status EXIT_PREEMPTED (75).
 
-    Set LMPRETRAIN_TRACEBACK=1 to see the traceback instead.
+    Set LMPRETRAIN_TRACEBACK=1 to see a user error's traceback instead.
     """
     try:
         yield
+    except Preempted as e:
+        print(e, file=sys.stderr, flush=True)
+        sys.exit(EXIT_PREEMPTED)
     except USER_ERRORS as e:
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise

@@ -6,12 +6,15 @@ run, 8 fake CPU devices and a TPU pod all take this same path; only the mesh sha
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from pretrain.core.errors import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -64,13 +67,42 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
-def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh, batch_dim: int = 0) -> dict[str, jax.Array]:
+def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh, batch_dim: int = 0, *,
+                global_batch: bool = False) -> dict[str, jax.Array]:
     """Host numpy batch -> global jax.Arrays split along `batch_dim` (1 under grad accumulation).
 
-    Single-process: device_put of the global batch. Multi-host runs would assemble the global
-    array from per-host shards with jax.make_array_from_process_local_data.
+    By default `batch` holds this process's rows (`distributed.process_rows`: process p of P feeds the
+    p-th block of the global batch), assembled with jax.make_array_from_process_local_data. With
+    `global_batch=True` every process passes the whole batch (fine-tuning and scoring compute it
+    everywhere) and each device takes its own rows of it. One process: a device_put either way.
     """
     sharding = batch_sharding(mesh, batch_dim)
-    if jax.process_count() > 1:
-        return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
-    return {k: jax.device_put(v, sharding) for k, v in batch.items()}
+    rows = jax.tree.leaves(batch)[0].shape[batch_dim]
+    held = _held_batch_shards(mesh)
+    shards = len(held) if global_batch else int(held.sum())
+    if rows % shards:
+        per_process = not global_batch and jax.process_count() > 1
+        whose = " of this process's devices" if per_process else ""
+        raise ConfigError(f"a batch of {rows} rows{' per process' if per_process else ''}"
+                          f"{' per micro-batch' if batch_dim else ''} does not split over the {shards} batch "
+                          f"shards{whose} (mesh {dict(mesh.shape)}, batch over data x fsdp): "
+                          "make the batch size a multiple of it")
+    if jax.process_count() == 1:
+        return {k: jax.device_put(v, sharding) for k, v in batch.items()}
+    if global_batch:
+        return {k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])
+                for k, v in batch.items()}
+    p, count = jax.process_index(), jax.process_count()
+    block = len(held) // count
+    if len(held) % count or not held[p * block:(p + 1) * block].all() or held.sum() != block:
+        raise ConfigError(f"the mesh {dict(mesh.shape)} does not give each of the {count} processes its own "
+                          "block of the batch (data x fsdp): use a mesh_shape whose data and fsdp axes span "
+                          "the processes, e.g. (-1, 1, 1)")
+    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _held_batch_shards(mesh: Mesh) -> np.ndarray:
+    """[data x fsdp] booleans, in the order the batch is split: does this process hold that shard?"""
+    mine = np.vectorize(lambda d: d.process_index == jax.process_index(), otypes=[bool])(mesh.devices)
+    return mine.any(axis=MESH_AXES.index("tensor")).reshape(-1)

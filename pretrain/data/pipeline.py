@@ -11,13 +11,14 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-from typing import Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import ml_collections
 import numpy as np
 
 from objectives.interface import Objective, PhasedObjective
-from pretrain.data import sources, tokenizers
+from pretrain.core import distributed
+from pretrain.data import prepared, sources, tokenizers
 
 
 def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
@@ -30,6 +31,8 @@ def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Toke
     """
     if config.source == "raw_text":
         return _raw_text_documents(config, tokenizer)
+    if config.source == "prepared":
+        return _prepared_documents(config, tokenizer)
     if config.source == "text":
         if not config.path:
             raise sources.CorpusError("config.data.path is empty: give --config.data.path=FILE "
@@ -43,7 +46,8 @@ def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Toke
             config.tfds_name, split=config.tfds_split, data_dir=config.tfds_data_dir or None,
             text_key=config.text_key, max_documents=config.max_documents or None)
     else:
-        raise sources.CorpusError(f"config.data.source={config.source!r} is unknown; use 'text', 'raw_text' or 'tfds'")
+        raise sources.CorpusError(f"config.data.source={config.source!r} is unknown; use 'text', 'raw_text', "
+                                  "'tfds' or 'prepared'")
     if config.max_documents:
         docs = docs[:config.max_documents]
     tokenized = sources.tokenize_documents(docs, tokenizer)
@@ -52,6 +56,25 @@ def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Toke
         raise sources.CorpusError(f"corpus has {len(tokenized)} documents, too few to hold out "
                                   f"config.data.eval_documents={n_eval}; lower it or add text")
     return (tokenized[:-n_eval], tokenized[-n_eval:]) if n_eval else (tokenized, [])
+
+
+def _prepared_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
+                        ) -> tuple[prepared.PreparedCorpus, prepared.PreparedCorpus | list]:
+    """A directory of scripts/prepare_corpus.py: its train split, and its eval split if it has one. Both are
+    read by random access; neither is loaded into memory."""
+    if not config.path:
+        raise sources.CorpusError("config.data.path is empty: give --config.data.path=DIR, a directory written by "
+                                  "scripts/prepare_corpus.py")
+    if config.get("max_documents", 0):
+        raise sources.CorpusError("config.data.max_documents does not apply to a prepared corpus: prepare a "
+                                  "smaller one with scripts/prepare_corpus.py --max_documents")
+    train = prepared.PreparedCorpus.open(config.path, "train", tokenizer=tokenizer)
+    if "eval" in train.index["splits"]:
+        return train, prepared.PreparedCorpus.open(config.path, "eval", tokenizer=tokenizer)
+    if config.get("eval_documents", 0):
+        raise sources.CorpusError(f"prepared corpus {config.path} has no eval split but config.data.eval_documents="
+                                  f"{config.eval_documents}: prepare it with --eval_documents=K or set 0")
+    return train, []
 
 
 def _raw_text_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
@@ -75,13 +98,21 @@ class Phase(NamedTuple):
 
 
 class PretrainingData:
-    """Batches for step s: `batch(s)` -> dict of numpy arrays with a leading batch dimension."""
+    """Batches for step s: `batch(s)` -> dict of numpy arrays with a leading batch dimension.
+
+    `batch_size` is the global batch; `batch(s)` returns this process's rows of it (all of them in a
+    single-process run; `distributed.process_rows`, with `micro_batches` = the gradient accumulation
+    steps). process_index / process_count default to JAX's.
+    """
 
     def __init__(self, documents: list[list[np.ndarray]], objective: Objective, *, batch_size: int, seed: int,
-                 max_seq_length: int, long_seq_length: int = 0, long_seq_start_step: int = 0):
+                 max_seq_length: int, long_seq_length: int = 0, long_seq_start_step: int = 0,
+                 micro_batches: int = 1, process_index: int | None = None, process_count: int | None = None):
         self.documents = documents
         self.batch_size = batch_size
         self.seed = seed
+        self.rows = distributed.process_rows(batch_size, micro_batches=micro_batches, process_index=process_index,
+                                             process_count=process_count)
         # Phases: (first step, sequence length, objective). BERT trains at 128 and switches to 512
         # late, masking more positions there (its PhasedObjective.for_long_phase).
         self.phases = [Phase(0, max_seq_length, objective)]
@@ -129,38 +160,48 @@ class PretrainingData:
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
+        """This process's rows of the global batch of `step`. Every process builds the whole batch (the
+        masking RNG runs over all of it) and keeps its slice, so the global batch is the same whatever
+        the number of processes."""
         phase = self.phase(step)
         rng = np.random.default_rng([self.seed, step, 1 << 20])
-        return self.phases[phase].objective.make_batch(self.instances(step), rng)
+        full = self.phases[phase].objective.make_batch(self.instances(step), rng)
+        return {k: v[self.rows] for k, v in full.items()}
 
 
-def prefetch(make_batch, steps: range, size: int = 2) -> Iterator[tuple[int, dict]]:
-    """Build batches on a host thread `size` steps ahead, so the device never waits on numpy."""
+def prefetch(make_batch, steps: range, size: int = 2) -> Iterator[tuple[int, Any]]:
+    """(step, make_batch(step)) built on a host thread `size` steps ahead, so the device never waits on numpy."""
+    return prefetch_iterator(((s, make_batch(s)) for s in steps), size)
+
+
+def prefetch_iterator(items: Iterable, size: int = 2) -> Iterator:
+    """The items of `items`, produced on a host thread up to `size` ahead; errors surface in the consumer."""
     if size <= 0:
-        yield from ((s, make_batch(s)) for s in steps)
+        yield from items
         return
     buffer: queue.Queue = queue.Queue(maxsize=size)
     stop = threading.Event()
+    done = object()
 
     def produce():
         try:
-            for s in steps:
+            for item in items:
                 if stop.is_set():
                     return
-                buffer.put((s, make_batch(s)))
+                buffer.put((item, None))
         except BaseException as e:  # surface errors in the consumer, not as a silent dead thread
-            buffer.put((None, e))
-        buffer.put((None, None))
+            buffer.put((done, e))
+        buffer.put((done, None))
 
     thread = threading.Thread(target=produce, daemon=True)
     thread.start()
     try:
         while True:
-            step, item = buffer.get()
-            if step is None:
-                if isinstance(item, BaseException):
-                    raise item
+            item, error = buffer.get()
+            if item is done:
+                if error is not None:
+                    raise error
                 return
-            yield step, item
+            yield item
     finally:
         stop.set()

@@ -8,9 +8,10 @@ documents), and what NSP / sentence-order objectives need: they pair sentences *
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,40 +32,56 @@ class CorpusError(UserError):  # UserError is a ValueError; main prints it as on
 # Text files.
 
 
-def _expand_paths(paths: str | Sequence[str]) -> list[str]:
-    """Comma-separated string or list of paths/globs -> existing files, in the given order."""
+def _expand_paths(paths: str | Sequence[str], flag: str = "--config.data.path") -> list[str]:
+    """Comma-separated string or list of paths/globs -> existing files, in the given order; `flag` is
+    named in the errors."""
     if isinstance(paths, str):
         paths = paths.split(",")
     patterns = [os.path.expanduser(p.strip()) for p in paths if p.strip()]
     if not patterns:
-        raise CorpusError("no corpus path given (set --config.data.path to text files or a glob)")
+        raise CorpusError(f"no corpus path given (set {flag} to text files or a glob)")
     files = []
     for pattern in patterns:
         if glob.has_magic(pattern):
             matches = sorted(glob.glob(pattern))  # sorted: file order must not depend on the filesystem
             if not matches:
-                raise CorpusError(f"no corpus file matches {pattern} (check --config.data.path)")
+                raise CorpusError(f"no corpus file matches {pattern} (check {flag})")
             files.extend(matches)
         elif os.path.isfile(pattern):
             files.append(pattern)
         else:
-            raise CorpusError(f"corpus file not found: {pattern} (check --config.data.path)")
+            raise CorpusError(f"corpus file not found: {pattern} (check {flag})")
     return files
 
 
-def _split_documents(lines) -> list[Document]:
+def _split_documents(lines) -> Iterator[Document]:
     """Blank lines end a document; leading/trailing whitespace is noise."""
-    documents, current = [], []
+    current = []
     for line in lines:
         line = line.strip()
         if line:
             current.append(line)
         elif current:
-            documents.append(current)
+            yield current
             current = []
     if current:
-        documents.append(current)
-    return documents
+        yield current
+
+
+def iter_text_documents(paths: str | Sequence[str], flag: str = "--config.data.path") -> Iterator[Document]:
+    """Streams the documents of text files, one at a time (memory: one document, whatever the files' size).
+
+    The paths are checked now (a missing file is an error before anything is read); a file's end also ends
+    its last document, so documents never span files.
+    """
+    return _file_documents(_expand_paths(paths, flag))
+
+
+def _file_documents(files: list[str]) -> Iterator[Document]:
+    for path in files:
+        # errors="replace": one bad byte in a web crawl should not kill a multi-day job.
+        with open(path, encoding="utf-8", errors="replace") as f:
+            yield from _split_documents(f)
 
 
 def read_text_corpus(paths: str | Sequence[str]) -> list[Document]:
@@ -74,11 +91,7 @@ def read_text_corpus(paths: str | Sequence[str]) -> list[Document]:
     ends its last document, so documents never span files.
     """
     files = _expand_paths(paths)
-    documents = []
-    for path in files:
-        # errors="replace": one bad byte in a web crawl should not kill a multi-day job.
-        with open(path, encoding="utf-8", errors="replace") as f:
-            documents.extend(_split_documents(f))
+    documents = list(_file_documents(files))
     if not documents:
         shown = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} more files)"
         raise CorpusError(
@@ -151,18 +164,18 @@ def _to_document(text: Any) -> Document:
     return [line.strip() for line in str(text).split("\n") if line.strip()]
 
 
-def read_tfds_corpus(
+def iter_tfds_documents(
     name: str,
     *,
     split: str = "train",
     data_dir: str | None = None,
     text_key: str = "text",
-    max_documents: int | None = None,
-) -> list[Document]:
-    """Reads a TFDS text dataset: each example's `text_key` field is one document of lines.
+) -> Iterator[Document]:
+    """Streams a TFDS text dataset's documents: each example's `text_key` field is one document of lines.
 
     Prepares the dataset (as array_record, which needs the network for real datasets) if it is not
-    prepared yet. Reads in index order, so the corpus is the same on every host and every run.
+    prepared yet, and checks the feature and split now; then reads in index order, so the corpus is
+    the same on every host and every run. Examples without text are skipped.
     """
     builder = _tfds_builder(name, data_dir)
     if not builder.is_prepared():
@@ -194,15 +207,21 @@ def read_tfds_corpus(
     except NotImplementedError:  # no random-access format on disk
         examples = _tfrecord_examples(builder, split, name)
     else:
-        examples = _array_record_examples(source, len(source))  # lazy: the loop below stops early
+        examples = _array_record_examples(source, len(source))  # lazy: a consumer may stop early
+    return (document for document in map(_to_document, (e[text_key] for e in examples)) if document)
 
-    documents = []
-    for example in examples:
-        if max_documents is not None and len(documents) >= max_documents:
-            break
-        document = _to_document(example[text_key])
-        if document:
-            documents.append(document)
+
+def read_tfds_corpus(
+    name: str,
+    *,
+    split: str = "train",
+    data_dir: str | None = None,
+    text_key: str = "text",
+    max_documents: int | None = None,
+) -> list[Document]:
+    """iter_tfds_documents as a list: the first `max_documents` documents with text (all if None)."""
+    documents = list(itertools.islice(
+        iter_tfds_documents(name, split=split, data_dir=data_dir, text_key=text_key), max_documents))
     if not documents:
         raise CorpusError(
             f"TFDS dataset {name!r} split {split!r} has no text in feature {text_key!r}"
@@ -215,7 +234,7 @@ def read_tfds_corpus(
 # Tokenization.
 
 
-def tokenize_documents(documents: list[Document], tokenizer) -> list[list[np.ndarray]]:
+def encode_documents(documents: Sequence[Document], tokenizer) -> list[list[np.ndarray]]:
     """Sentences -> int32 id arrays (no special tokens); drops empty sentences and documents.
 
     All sentences go through `tokenizer.encode_batch` in large batches: the backends (sentencepiece,
@@ -232,6 +251,12 @@ def tokenize_documents(documents: list[Document], tokenizer) -> list[list[np.nda
         cursor += len(document)
         if sentences:
             out.append(sentences)
+    return out
+
+
+def tokenize_documents(documents: list[Document], tokenizer) -> list[list[np.ndarray]]:
+    """encode_documents, and an error if nothing is left."""
+    out = encode_documents(documents, tokenizer)
     if not out:
         raise CorpusError(
             f"tokenizing {len(documents)} documents left no tokens (the corpus is empty or the"

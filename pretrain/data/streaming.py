@@ -142,6 +142,12 @@ class StreamingData:
                               "resume with the config that wrote it or use a new --workdir")
 
     # ----- Batches -----
+    def example(self) -> Arrays:
+        """One row of the first phase, built here and now: the shapes a model is initialized with."""
+        windows = self._windows(0)
+        return next({k: v[:1] for k, v in rows.items()} for rows in (windows[w] for w in range(10 ** 9))
+                    if len(next(iter(rows.values()))))
+
     def document_order(self, phase: int) -> grain.MapDataset:
         """The endless document order of a phase: every epoch a new permutation (Grain's index shuffle, O(1)
         memory whatever the corpus size)."""

@@ -7,6 +7,12 @@ splits, the model and sharded state (pretrained weights + a fresh head), the opt
 freezing strategy, then epochs of `steps.train_step` (the pretraining step, shared) with a dev
 evaluation after each. The best epoch by the task's main metric is the one checkpoint kept; its
 dev and test predictions and DIR/results.json are written at the end.
+
+A run resumes like pretraining: on SIGTERM / SIGINT (pretrain/core/preemption.py), and every
+`config.checkpoint_every` steps if set, DIR/resume/ receives the whole train state and the loop's
+position (epoch, batches done in it, best so far, every finished epoch's record, the losses and
+metrics not logged yet), and the same command continues from there to the results.json of an
+uninterrupted run. DIR/resume/ goes once results.json is written.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import copy
 import functools
 import json
 import os
+import shutil
 import time
 
 import jax
@@ -21,7 +28,8 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
-from pretrain.core import checkpoints, freezing, optimizers, partitioning, pretrained, train_state
+from pretrain.core import (checkpoints, distributed, freezing, guards, optimizers, partitioning, preemption,
+                           pretrained, train_state)
 from pretrain.core.errors import ConfigError, UserError
 from pretrain.core.metric_writers import MetricWriter
 from pretrain.data import tokenizers
@@ -116,53 +124,112 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
           f"(freezing: {config.freezing.strategy}); mesh {dict(mesh.shape)}; workdir {os.path.abspath(workdir)}")
 
     replicated = partitioning.replicated(mesh)
-    jit_train = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule),
+    jit_train = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule,
+                                          skip_nonfinite=config.skip_nonfinite_updates),
                         in_shardings=(shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
                         out_shardings=(shardings, replicated), donate_argnums=(0,))
     jit_predict = jax.jit(family.predict_fn(model), in_shardings=(shardings.params, partitioning.batch_sharding(mesh)))
     dev_data = {s: load_split(config, family, s, config.eval_batch_size) for s in task.dev_splits}
 
-    # ----- Epochs -----
+    # ----- Epochs (resumable: DIR/resume holds the whole state and the loop's position) -----
     ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=0, keep=1)
-    writer = MetricWriter(workdir)
+    resume = checkpoints.Checkpointer(os.path.join(workdir, "resume"), save_every=config.checkpoint_every, keep=1)
+    order = {"seed": config.seed, "batch_size": config.batch_size, "train_examples": len(train_data),
+             "num_epochs": config.num_epochs}
+    loop = {"epoch": 0, "index": 0, "step": 0, "best": None, "epochs": [], "losses": [], "fetched": [],
+            "skipped": 0, "order": order}
+    if resume.latest_step() is not None:
+        state, loop = restore_position(resume, ckpt, state, shardings, order)
+    ckpt.discard_after(loop["step"])  # best-epoch saves of a killed run past the resume point: redone below
+    writer = MetricWriter(workdir, resume_step=loop["step"])
     dropout_rng = jax.random.key(config.seed + 1)
-    best, epochs, step = None, [], 0
+    best, epochs, step, skipped_total = loop["best"], loop["epochs"], loop["step"], loop["skipped"]
+    skip, preempted = config.skip_nonfinite_updates, None
     train_started = time.perf_counter()
-    with mesh:
-        for epoch in range(config.num_epochs):
-            chunks = train_data.epoch_order(config.seed, epoch)
-            losses, window = [], []  # window: device metrics since the last log, fetched then (no per-step sync)
-            bar = tqdm(prefetch(lambda i: train_data.batch(chunks[i]), range(len(chunks)), config.prefetch),
-                       total=len(chunks), desc=f"epoch {epoch + 1}/{config.num_epochs}", unit="step",
-                       dynamic_ncols=True, mininterval=1.0)
-            for _, host_batch in bar:
-                batch = partitioning.shard_batch({k: v[None] for k, v in host_batch.items()}, mesh, batch_dim=1)
-                state, metrics = jit_train(state, batch, dropout_rng)
-                window.append(metrics)
-                step += 1
-                if step % config.log_every == 0 or step % steps_per_epoch == 0:
-                    fetched = jax.device_get(window)
-                    losses += [float(m["loss"]) for m in fetched]
-                    record = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0] if k != "examples"}
-                    writer.write(step, record)
-                    bar.set_postfix(loss=f"{record['loss']:.3f}")
-                    window = []
-            dev = {s: dev_metrics(family, predict(jit_predict, family, state.params, d, mesh), labels)
-                   for s, (d, labels, _) in dev_data.items()}
-            score = dev_score(task, dev)
-            for split, values in dev.items():
-                writer.write(step, values, prefix=f"eval_{split}")
-            epochs.append({"epoch": epoch + 1, "step": step, "train_loss": float(np.mean(losses)) if losses else None,
-                           "dev": dev})
-            print(f"epoch {epoch + 1}: " + "; ".join(f"{s} " + ", ".join(f"{k}={v:.4f}" for k, v in m.items())
-                                                     for s, m in dev.items()))
-            if best is None or score > best[1]:
-                best = (epoch + 1, score, dev)
-                # Parameters only: a fine-tuning run restarts from scratch rather than resuming.
-                ckpt.save(step, {"params": state.params}, {"epoch": epoch + 1, task.main_metric: score}, force=True)
+
+    def log(step: int, fetched: list[dict]) -> dict:
+        """One metrics.jsonl record: the means over the window's applied updates, and the skipped ones."""
+        applied = [m for m in fetched if "skipped" not in m]
+        record = {k: float(np.mean([m[k] for m in applied])) for k in (applied[0] if applied else {})
+                  if k not in ("examples", "nonfinite")}
+        if skip:
+            record.update(skipped_updates=len(fetched) - len(applied), skipped_updates_total=skipped_total)
+        writer.write(step, record)
+        return record
+
+    try:
+        with mesh, preemption.Watcher() as watcher:
+            for epoch in range(loop["epoch"], config.num_epochs):
+                chunks = train_data.epoch_order(config.seed, epoch)
+                first = loop["index"] if epoch == loop["epoch"] else 0
+                # losses: this epoch's so far; fetched: host metrics since the last log; window: device
+                # metrics not fetched yet (one sync per log, and before every save)
+                losses, fetched = (loop["losses"], loop["fetched"]) if epoch == loop["epoch"] else ([], [])
+                window = []
+                bar = tqdm(prefetch(lambda i: train_data.batch(chunks[i]), range(first, len(chunks)), config.prefetch),
+                           total=len(chunks), initial=first, desc=f"epoch {epoch + 1}/{config.num_epochs}",
+                           unit="step", dynamic_ncols=True, mininterval=1.0, disable=not distributed.is_primary())
+                for index, host_batch in bar:
+                    batch = partitioning.shard_batch({k: v[None] for k, v in host_batch.items()}, mesh, batch_dim=1,
+                                                     global_batch=True)
+                    state, metrics = jit_train(state, batch, dropout_rng)
+                    window.append(metrics)
+                    step += 1
+                    stop = watcher.should_stop(step)  # SIGTERM, SIGINT, JAX's preemption notice
+                    save = stop or (config.checkpoint_every > 0 and step % config.checkpoint_every == 0)
+                    logs = step % config.log_every == 0 or step % steps_per_epoch == 0
+                    if logs or save:
+                        for offset, m in enumerate(jax.device_get(window)):
+                            m = {k: float(v) for k, v in m.items()}
+                            if guards.check_finite(step - len(window) + 1 + offset, m, skip):
+                                skipped_total += 1
+                                m = {"skipped": 1.0}
+                            else:
+                                losses.append(m["loss"])
+                            fetched.append(m)
+                        window = []
+                    if logs:
+                        record = log(step, fetched)
+                        bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}")
+                        fetched = []
+                    if save:
+                        resume.save(step, state, {"epoch": epoch, "index": index + 1, "step": step, "best": best,
+                                                  "epochs": epochs, "losses": losses, "fetched": fetched,
+                                                  "skipped": skipped_total, "order": order}, force=True)
+                    if stop:
+                        resume.wait()  # complete on disk before the exit status says so
+                        preempted = step
+                        break
+                if preempted is not None:
+                    break
+                dev = {s: dev_metrics(family, predict(jit_predict, family, state.params, d, mesh), labels)
+                       for s, (d, labels, _) in dev_data.items()}
+                score = dev_score(task, dev)
+                for split, values in dev.items():
+                    writer.write(step, values, prefix=f"eval_{split}")
+                epochs.append({"epoch": epoch + 1, "step": step,
+                               "train_loss": float(np.mean(losses)) if losses else None, "dev": dev})
+                print(f"epoch {epoch + 1}: " + "; ".join(f"{s} " + ", ".join(f"{k}={v:.4f}" for k, v in m.items())
+                                                         for s, m in dev.items()))
+                if best is None or score > best[1]:
+                    best = [epoch + 1, score, dev]
+                    # Parameters only; the whole state for resuming lives in DIR/resume.
+                    ckpt.save(step, {"params": state.params}, {"epoch": epoch + 1, task.main_metric: score},
+                              force=True)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now, without waiting for a save in flight
+        writer.close()
+        raise
+    except BaseException:
+        ckpt.close()  # saves in flight hold good states: let them complete
+        resume.close()
+        writer.close()
+        raise
     train_time = time.perf_counter() - train_started
     ckpt.close()
+    resume.close()
     writer.close()
+    if preempted is not None:
+        raise preemption.Preempted(preempted, resume.directory)
 
     # ----- Best checkpoint: predictions and results -----
     best_params, _ = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
@@ -175,9 +242,28 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                "train_time_sec": train_time, "seed": config.seed,
                "learning_rate": config.optimizer.learning_rate, "freezing": config.freezing.strategy,
                "init": init.source if init else "random", "train_examples": len(train_data)}
-    tmp = results_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(results, f, indent=2)
-    os.replace(tmp, results_path)  # results.json marks a finished run: never half-written
+    if distributed.is_primary():  # one writer: processes racing on a shared disk would lose the rename
+        tmp = results_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(results, f, indent=2)
+        os.replace(tmp, results_path)  # results.json marks a finished run: never half-written
+        shutil.rmtree(resume.directory, ignore_errors=True)  # a finished run is never resumed
     return results
+
+
+def restore_position(resume: checkpoints.Checkpointer, ckpt: checkpoints.Checkpointer, state, shardings,
+                     order: dict) -> tuple[train_state.TrainState, dict]:
+    """The whole train state and the loop's position from DIR/resume (one line if another run wrote it)."""
+    try:
+        restored, position, step = resume.restore(checkpoints.abstract_with_shardings(state, shardings))
+        if position.get("order") != order:
+            raise ConfigError(f"resume checkpoint {resume.directory}/{step} was written by a run with another data "
+                              f"order ({position.get('order')}, here {order}); rerun with the config that wrote it "
+                              "or use a new --workdir")
+    except UserError:
+        resume.close()  # Orbax's background threads must stop before the process exits
+        ckpt.close()
+        raise
+    print(f"Resumed from {resume.directory}/{step} (epoch {position['epoch'] + 1}, step {step})")
+    return restored, position
 

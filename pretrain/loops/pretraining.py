@@ -14,14 +14,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 from tqdm import tqdm
 
 import models
 import objectives
-from pretrain.core import checkpoints, optimizers, partitioning, train_state
+from pretrain.core import checkpoints, distributed, guards, optimizers, partitioning, preemption, train_state
 from pretrain.core.errors import ConfigError
 from pretrain.core.metric_writers import MetricWriter
-from pretrain.data import pipeline, tokenizers
+from pretrain.data import pipeline, streaming, tokenizers
 from pretrain.loops.steps import eval_step, micro_batches, train_step
 
 
@@ -55,14 +56,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     data_kw = dict(objective=objective, max_seq_length=config.data.max_seq_length,
                    long_seq_length=config.data.get("long_seq_length", 0),
                    long_seq_start_step=config.data.get("long_seq_start_step", 0))
-    train_data = pipeline.PretrainingData(train_docs, batch_size=config.batch_size, seed=config.seed, **data_kw)
-    eval_data = (pipeline.PretrainingData(eval_docs, batch_size=config.batch_size, seed=config.seed + 1,
-                                          **data_kw) if eval_docs else None)
+    data_kw.update(batch_size=config.batch_size, window_documents=config.data.window_documents,
+                   streams=config.data.streams, process_index=jax.process_index(), process_count=jax.process_count())
+    train_data = streaming.StreamingData(train_docs, seed=config.seed, workers=config.data.workers, **data_kw)
+    eval_data = streaming.StreamingData(eval_docs, seed=config.seed + 1, **data_kw) if len(eval_docs) else None
 
     # ----- Model and sharded state -----
     mesh = partitioning.create_mesh(config.mesh_shape)
     model = models.build_model(config.model)
-    example = {k: jnp.asarray(v[:1]) for k, v in objective.model_inputs(train_data.batch(0)).items()}
+    example = {k: jnp.asarray(v) for k, v in objective.model_inputs(train_data.example()).items()}
     init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
     tx = optimizers.make_optimizer(config.optimizer, config.num_train_steps)
     ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
@@ -70,7 +72,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     resume = ckpt.latest_step() is not None
     state, state_shardings, abstract_state = train_state.init_sharded(model, example, init_rng, tx, mesh,
                                                                       materialize=not resume)
-    start_step = 0
+    start_step, data_position = 0, None
     if resume:
         abstract_state = checkpoints.abstract_with_shardings(abstract_state, state_shardings)
         try:
@@ -78,10 +80,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         except checkpoints.CheckpointError:
             ckpt.close()  # Orbax's background threads must stop before the process exits
             raise
-        if data_position != train_data.position(start_step):
+        try:
+            train_data.check_position(data_position)
+        except ConfigError:
             ckpt.close()
-            raise ConfigError(f"checkpoint {start_step} was written with another data order "
-                              f"({data_position}); resume with the config that wrote it")
+            raise
         print(f"Resumed from {ckpt.directory}/{start_step}")
     print(f"Model {config.model.name}: {train_state.count_params(state.params):,} parameters; "
           f"mesh {dict(mesh.shape)}; workdir {os.path.abspath(workdir)}")
@@ -89,17 +92,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     # ----- Jitted steps -----
     schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
     replicated = partitioning.replicated(mesh)
-    jit_train = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule),
+    jit_train = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule,
+                                          skip_nonfinite=config.skip_nonfinite_updates),
                         in_shardings=(state_shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
                         out_shardings=(state_shardings, replicated), donate_argnums=(0,))
     jit_eval = jax.jit(functools.partial(eval_step, objective=objective),
                        in_shardings=(state_shardings, partitioning.batch_sharding(mesh)),
                        out_shardings=replicated)
 
+    eval_batches: list[dict] = []  # this process's rows of the held-out batches, built at the first evaluation
+
     def evaluate(step: int) -> dict[str, float]:
+        if not eval_batches:
+            eval_batches.extend(batch for _, (_, batch, _) in zip(range(config.eval_batches), eval_data.iterate(0)))
+            eval_data.close()
         totals: dict[str, float] = {}
-        for i in range(config.eval_batches):
-            batch = partitioning.shard_batch(eval_data.batch(i), mesh)
+        for host_batch in eval_batches:
+            batch = partitioning.shard_batch(host_batch, mesh)
             for k, v in jax.device_get(jit_eval(state, batch)).items():
                 totals[k] = totals.get(k, 0.0) + float(v) / config.eval_batches
         totals.pop("tokens", None)
@@ -115,51 +124,100 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         return {}
     writer = MetricWriter(workdir, resume_step=start_step)
     accum = config.grad_accum_steps
-    make_batch = lambda s: micro_batches(train_data.batch(s), accum)  # noqa: E731
+    batches = ((s, micro_batches(rows, accum), windows)  # windows: this process's stream positions after s
+               for s, (_, rows, windows) in zip(range(start_step, last_step),
+                                                train_data.iterate(start_step, data_position)))
     progress = tqdm(total=last_step, initial=start_step, desc="train", unit="step",
-                    dynamic_ncols=True, mininterval=1.0)
+                    dynamic_ncols=True, mininterval=1.0, disable=not distributed.is_primary())
+    skip = config.skip_nonfinite_updates
     pending: tuple[int, Any] | None = None        # metrics are fetched one step late
     window: dict[str, float] = {}
     window_steps, window_start = 0, time.perf_counter()
+    skipped_total = 0                             # non-finite updates skipped since this process started
     last_logged: dict[str, float] = {}
 
     def consume(step: int, device_metrics) -> None:
-        nonlocal window_steps, window_start, last_logged, window
+        """Fetches a step's metrics: a non-finite update stops the run here (guards), unless skipped."""
+        nonlocal window_steps, window_start, last_logged, window, skipped_total
         metrics = jax.device_get(device_metrics)
-        for k, v in metrics.items():
-            window[k] = window.get(k, 0.0) + float(v)
+        skipped = guards.check_finite(step, metrics, skip)
+        skipped_total += skipped
+        for k, v in metrics.items():  # a skipped update's loss (NaN) stays out of the averages
+            if k != "nonfinite" and (k == "tokens" or not skipped):
+                window[k] = window.get(k, 0.0) + float(v)
+        window["skipped_updates"] = window.get("skipped_updates", 0.0) + skipped
         window_steps += 1
         progress.update(1)
         if step % config.log_every == 0 or step == last_step:
             elapsed = time.perf_counter() - window_start
-            record = {k: v / window_steps for k, v in window.items() if k != "tokens"}
+            skipped_here = window.pop("skipped_updates")
+            applied = max(window_steps - skipped_here, 1)
+            record = {k: v / applied for k, v in window.items() if k != "tokens"}
             record["tokens_per_sec"] = window["tokens"] / elapsed
             record["step_time_sec"] = elapsed / window_steps
+            if skip:
+                record["skipped_updates"], record["skipped_updates_total"] = int(skipped_here), skipped_total
             writer.write(step, record)
-            progress.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_sec']:.0f}")
+            progress.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}",
+                                 tok_s=f"{record['tokens_per_sec']:.0f}")
             last_logged = record
             window, window_steps, window_start = {}, 0, time.perf_counter()
 
-    with mesh:
-        for step, host_batch in pipeline.prefetch(make_batch, range(start_step, last_step), config.prefetch):
-            batch = partitioning.shard_batch(host_batch, mesh, batch_dim=1)
-            state, device_metrics = jit_train(state, batch, dropout_rng)
-            if pending is not None:
-                consume(*pending)
-            pending = (step + 1, device_metrics)  # metrics of the update that makes step + 1
-            done = step + 1
-            if ckpt.should_save(done, last_step):
-                ckpt.save(done, state, train_data.position(done))
-            if eval_data is not None and ((config.eval_every and done % config.eval_every == 0)
-                                          or done == last_step):
-                consume(*pending)
-                pending = None
-                evaluate(done)
-                window_start = time.perf_counter()  # keep evaluation out of the step times
+    def flush() -> None:
+        """Consumes the pending metrics now (before a save: a non-finite state is never saved)."""
+        nonlocal pending
         if pending is not None:
             consume(*pending)
+            pending = None
+
+    preempted = None
+    try:
+        with mesh, preemption.Watcher() as watcher:
+            for step, host_batch, windows in pipeline.prefetch_iterator(batches, config.prefetch):
+                batch = partitioning.shard_batch(host_batch, mesh, batch_dim=1)
+                state, device_metrics = jit_train(state, batch, dropout_rng)
+                if pending is not None:
+                    consume(*pending)
+                pending = (step + 1, device_metrics)  # metrics of the update that makes step + 1
+                done = step + 1
+                stop = done < last_step and watcher.should_stop(done)  # SIGTERM, SIGINT, JAX's notice
+                if stop or ckpt.should_save(done, last_step):
+                    flush()
+                    ckpt.save(done, state, train_data.position(done, _gather_windows(windows)), force=stop)
+                if stop:
+                    ckpt.wait()  # complete on disk before the exit status says so
+                    preempted = done
+                    break
+                if eval_data is not None and ((config.eval_every and done % config.eval_every == 0)
+                                              or done == last_step):
+                    flush()
+                    evaluate(done)
+                    window_start = time.perf_counter()  # keep evaluation out of the step times
+            flush()
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now, without waiting for a save in flight
+        progress.close()
+        writer.close()
+        raise
+    except BaseException:
+        progress.close()
+        ckpt.close()  # saves in flight hold good states: let them complete
+        writer.close()
+        raise
+    finally:
+        train_data.close()  # Grain's worker processes
     progress.close()
     ckpt.close()
     writer.close()
+    if preempted is not None:
+        raise preemption.Preempted(preempted, ckpt.directory)
     return last_logged
 
+
+def _gather_windows(local: list[list[int]]) -> list[list[int]]:
+    """Every stream's [window, row], in stream order: this process's streams and, in a multi-process run, the
+    others' (process p holds streams [p S / P, (p + 1) S / P), so process order is stream order)."""
+    if jax.process_count() == 1:
+        return local
+    from jax.experimental import multihost_utils
+    gathered = multihost_utils.process_allgather(np.asarray(local, np.int64))  # [P, S / P, 2]
+    return gathered.reshape(-1, 2).tolist()

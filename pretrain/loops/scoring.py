@@ -1,6 +1,9 @@
 """Prediction and scoring of a fine-tuned model, shared by the fine-tuning loop and pretrain.evaluate
 (`evaluate_workdir`):
-a split's batches, the predicted labels, the official dev metrics and the GLUE submission files."""
+a split's batches, the predicted labels, the official dev metrics and the GLUE submission files.
+
+Multi-host: every process builds the same batches, feeds its devices' rows and receives every
+prediction (so every process computes the same metrics); only process 0 writes files."""
 from __future__ import annotations
 
 import json
@@ -9,8 +12,9 @@ import os
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 
-from pretrain.core import checkpoints, partitioning
+from pretrain.core import checkpoints, distributed, partitioning
 from pretrain.core.errors import UserError
 from pretrain.data import finetune_data, tokenizers
 from pretrain.families import registry
@@ -30,10 +34,12 @@ def load_split(config, family, split: str, batch_size: int, subset: int = 0
 
 
 def predict(jit_predict, family, params, data: finetune_data.FineTuningData, mesh) -> np.ndarray:
-    """Predicted label ids (or STS-B scores) for every example of `data`, in its order."""
+    """Predicted label ids (or STS-B scores) for every example of `data`, in its order, on every process."""
     out = None
     for batch in data.batches():
-        prediction = family.to_labels(jax.device_get(jit_predict(params, partitioning.shard_batch(batch, mesh))))
+        outputs = jit_predict(params, partitioning.shard_batch(batch, mesh, global_batch=True))
+        # The rows live on every process's devices: gather them all (a device_get in a single process).
+        prediction = family.to_labels(multihost_utils.process_allgather(outputs, tiled=True))
         real = batch["weight"] > 0
         out = np.zeros(len(data), prediction.dtype) if out is None else out
         out[batch["index"][real]] = prediction[real]
@@ -53,8 +59,9 @@ def write_predictions(path: str, task: glue.GlueTask, ids: np.ndarray, predictio
 
 def score_splits(config, family, jit_predict, params, mesh, splits, workdir: str) -> dict:
     """Dev splits: predictions file + official metrics. Test splits: the GLUE submission file."""
-    task, results = family.task, {}
-    os.makedirs(os.path.join(workdir, "predictions"), exist_ok=True)
+    task, results, primary = family.task, {}, distributed.is_primary()
+    if primary:
+        os.makedirs(os.path.join(workdir, "predictions"), exist_ok=True)
     for split in splits:
         try:
             data, labels, ids = load_split(config, family, split, config.eval_batch_size)
@@ -65,11 +72,14 @@ def score_splits(config, family, jit_predict, params, mesh, splits, workdir: str
             raise
         predictions = predict(jit_predict, family, params, data, mesh)
         if split in task.test_splits:
+            if not primary:
+                continue
             path = glue.write_submission(task, split, family.for_submission(predictions).tolist(), ids.tolist(),
                                          os.path.join(workdir, "predictions"))
             print(f"Test predictions ({split}, GLUE submission format): {path}")
         else:
-            write_predictions(os.path.join(workdir, "predictions", f"{split}.tsv"), task, ids, predictions, labels)
+            if primary:
+                write_predictions(os.path.join(workdir, "predictions", f"{split}.tsv"), task, ids, predictions, labels)
             results[split] = dev_metrics(family, predictions, labels)
     return results
 
@@ -105,10 +115,12 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     family = registry.for_config(config, task, tokenizers.from_config(config.tokenizer))
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
     mesh = partitioning.create_mesh(config.mesh_shape)
+    params = jax.device_put(params, partitioning.replicated(mesh))  # on every device of every process
     jit_predict = jax.jit(family.predict_fn(family.build_model()))
     with mesh:
         results = score_splits(config, family, jit_predict, params, mesh, wanted, workdir)
     out = {"task": task.name, "checkpoint_step": step, "metrics": results}
-    with open(os.path.join(workdir, "eval_results.json"), "w") as f:
-        json.dump(out, f, indent=2)
+    if distributed.is_primary():
+        with open(os.path.join(workdir, "eval_results.json"), "w") as f:
+            json.dump(out, f, indent=2)
     return out

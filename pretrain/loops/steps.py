@@ -18,8 +18,17 @@ def micro_batches(batch: dict[str, np.ndarray], accum: int) -> dict[str, np.ndar
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *,
-               objective: StepObjective, schedule: optax.Schedule) -> tuple[TrainState, dict]:
-    """batch leaves are [accum, micro_batch, ...]; gradients are averaged over micro-batches."""
+               objective: StepObjective, schedule: optax.Schedule,
+               skip_nonfinite: bool = False) -> tuple[TrainState, dict]:
+    """batch leaves are [accum, micro_batch, ...]; gradients are averaged over micro-batches.
+
+    metrics["nonfinite"] is 1.0 when the loss or the gradients' global norm is NaN or inf (the loop
+    stops there, pretrain/core/guards.py). With `skip_nonfinite` such an update is dropped: params
+    and optimizer state (optax's own step counts included) stay bitwise as they were, while
+    `state.step` still advances, because it counts the batches consumed: the data position, the
+    dropout RNG and the logged step stay those of the loop, so a skip changes nothing but that one
+    update (the schedule inside optax then runs one step behind `learning_rate`).
+    """
     step_rng = jax.random.fold_in(rng, state.step)
 
     def loss_fn(params, micro_batch, micro_rng):
@@ -45,7 +54,16 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *
     metrics = {k: (v if k == "tokens" else v / accum) for k, v in metrics.items()}
     metrics["grad_norm"] = optax.global_norm(grads)
     metrics["learning_rate"] = schedule(state.step)
-    return state.apply_gradients(grads=grads), metrics
+    nonfinite = ~(jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"]))
+    metrics["nonfinite"] = nonfinite.astype(jnp.float32)
+    new_state = state.apply_gradients(grads=grads)
+    if skip_nonfinite:
+        # lax.cond, not jnp.where: a select fused into the update would let XLA rearrange its arithmetic,
+        # and finite updates would then differ in the last bit from those of a run without skipping.
+        params, opt_state = jax.lax.cond(nonfinite, lambda: (state.params, state.opt_state),
+                                         lambda: (new_state.params, new_state.opt_state))
+        new_state = new_state.replace(params=params, opt_state=opt_state)
+    return new_state, metrics
 
 
 def eval_step(state: TrainState, batch: dict[str, jax.Array], *, objective: StepObjective) -> dict:

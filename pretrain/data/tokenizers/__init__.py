@@ -2,10 +2,13 @@
 characters and GPT-2's byte-level BPE (gpt.py), and the one factory every entry point uses.
 
 `from_config(config.tokenizer)` is how pretraining, fine-tuning and the language-model tools build
-a tokenizer; `load_tokenizer(kind, path, ...)` is the same with explicit arguments.
+a tokenizer; `load_tokenizer(kind, path, ...)` is the same with explicit arguments. `fingerprint` names
+what decides a tokenizer's ids, so that ids stored on disk (a prepared corpus) are never read with another.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 
 import ml_collections
@@ -19,7 +22,7 @@ from pretrain.data.tokenizers.subword import SentencePieceTokenizer, WordPieceTo
 KINDS = ("sentencepiece", "wordpiece", "char", "gpt2_bpe")
 __all__ = ["CLS", "EOS", "GPT2_EOS", "KINDS", "MASK", "SEP", "CharTokenizer", "GPT2BPETokenizer",
            "MissingTokenError", "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "UnknownTextError",
-           "WordPieceTokenizer", "eos_id_or_none", "from_config", "load_tokenizer"]
+           "WordPieceTokenizer", "eos_id_or_none", "fingerprint", "from_config", "load_tokenizer"]
 
 
 def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: int = 0) -> Tokenizer:
@@ -32,6 +35,15 @@ def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: i
     A SentencePiece model trained by scripts/train_tokenizer.py with its default --lowercase already
     case-folds. `extra_ids`: sentinel ids appended after the vocabulary (T5: 100).
     """
+    tokenizer = _load(kind, path, lowercase=lowercase, extra_ids=extra_ids)
+    # What fingerprint() needs of it: lowercase changes ids only where the kind honours it.
+    honours_case = kind in ("sentencepiece", "wordpiece")
+    tokenizer.load_options = {"kind": kind, "path": path, "lowercase": bool(lowercase) if honours_case else None,
+                              "extra_ids": int(extra_ids)}
+    return tokenizer
+
+
+def _load(kind: str, path: str, *, lowercase: bool, extra_ids: int) -> Tokenizer:
     path = os.path.expanduser(path)
     if kind == "sentencepiece":
         if not os.path.isfile(path) and os.path.isfile(path + ".model"):
@@ -58,3 +70,26 @@ def from_config(config: ml_collections.ConfigDict | dict, path: str | None = Non
     get = config.get
     return load_tokenizer(get("kind", "sentencepiece"), path or get("path", ""), lowercase=get("lowercase", True),
                           extra_ids=get("extra_ids", 0))
+
+
+def fingerprint(tokenizer: Tokenizer | ml_collections.ConfigDict | dict) -> str:
+    """sha256 (hex) of what decides the ids: the kind, the options that change ids (lowercase where the kind
+    honours it, extra_ids) and the bytes of the file(s) read. Not the path: a copy elsewhere is the same tokenizer.
+
+    `tokenizer`: one built by load_tokenizer / from_config, or a config.tokenizer (it is loaded).
+    """
+    if not isinstance(tokenizer, Tokenizer):
+        tokenizer = from_config(tokenizer)
+    options = getattr(tokenizer, "load_options", None)
+    if options is None:
+        raise TypeError(f"{tokenizer!r} was not built by load_tokenizer, so its options are unknown")
+    path = tokenizer._path  # the file read (a GPT-2 directory: vocab.json + merges.txt)
+    files = [path] if os.path.isfile(path) else [os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt")]
+    decisive = {k: v for k, v in options.items() if k != "path"}
+    digest = hashlib.sha256(json.dumps(decisive, sort_keys=True).encode())
+    for name in files:
+        with open(name, "rb") as f:
+            digest.update(b"%d:" % os.fstat(f.fileno()).st_size)  # length-prefixed: file boundaries count
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
