@@ -25,7 +25,7 @@ from absl import flags
 
 from configs import bert as bert_configs, gpt2 as gpt_configs, t5 as t5_configs
 from objectives import build_objective
-from pretrain.data import prepared, sources, streaming, tokenizers
+from pretrain.data import prepared, preparation, sources, streaming, tokenizers
 from scripts.bench_pretrain import demo_assets
 
 REFERENCE_REVISION = "e9c2436"   # the last revision with the in-memory PretrainingData
@@ -95,8 +95,8 @@ def main() -> None:
             if args.source == "prepared":
                 directory = os.path.join(tmp, name)
                 options = {"kind": "sentencepiece", "path": spm, "lowercase": True, "extra_ids": CASES[name][3]}
-                prepared.prepare(sources.iter_text_documents(corpus), options, directory, num_shards=4,
-                                 workers=os.cpu_count() or 1, progress=False)
+                preparation.prepare(lambda: sources.iter_text_documents(corpus), options, directory,
+                                    num_shards=4, workers=os.cpu_count() or 1, progress=False)
                 streamed = prepared.PreparedCorpus.open(directory, "train", tokenizer=tokenizer)
             else:
                 streamed = documents

@@ -26,7 +26,7 @@ from configs import bert as bert_configs
 from models import build_model
 from objectives import build_objective
 from pretrain.core import optimizers, train_state
-from pretrain.data import pipeline, tokenizers
+from pretrain.data import pipeline, streaming, tokenizers
 from pretrain.loops.steps import train_step
 
 
@@ -148,9 +148,10 @@ def main() -> None:
     tokenizer = tokenizers.load_tokenizer("sentencepiece", spm)
     objective = build_objective(config.objective, tokenizer)
     train_docs, _ = pipeline.load_documents(config.data, tokenizer)
-    data = pipeline.PretrainingData(train_docs, objective, batch_size=args.batch_size, seed=0,
-                                    max_seq_length=args.seq_len)
-    batches = [data.batch(s) for s in range(args.steps)]
+    data = streaming.StreamingData(train_docs, objective, batch_size=args.batch_size, seed=0,
+                                   max_seq_length=args.seq_len)
+    batches = [rows for _, (_, rows, _) in zip(range(args.steps), data.iterate(0))]
+    data.close()
 
     threads = os.cpu_count() or 1
     print(f"BERT-{args.size} ({config.model.num_layers}L/{config.model.hidden_size}H), batch "

@@ -192,10 +192,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         record = log(step, fetched)
                         bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}")
                         fetched = []
-                    if save:
-                        resume.save(step, state, {"epoch": epoch, "index": index + 1, "step": step, "best": best,
+                    if save:  # a copy: Orbax may write the JSON after these lists have grown
+                        position = copy.deepcopy({"epoch": epoch, "index": index + 1, "step": step, "best": best,
                                                   "epochs": epochs, "losses": losses, "fetched": fetched,
-                                                  "skipped": skipped_total, "order": order}, force=True)
+                                                  "skipped": skipped_total, "order": order})
+                        resume.save(step, state, position, force=True)
                     if stop:
                         resume.wait()  # complete on disk before the exit status says so
                         preempted = step

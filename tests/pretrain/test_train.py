@@ -76,11 +76,28 @@ def test_checkpoint_round_trip_is_exact(tmp_path, corpus_and_tokenizer):
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), saved, restored)
 
 
+def prepare_tiny_corpus(corpus: str, spm_model: str, directory) -> str:
+    """The test corpus through scripts/prepare_corpus.py's library call, for the tiny BERT's tokenizer."""
+    from configs import bert
+    from pretrain.data import preparation, sources
+    options = dict(bert.get_config("size=tiny").tokenizer, path=spm_model)
+    preparation.prepare(lambda: sources.iter_text_documents(corpus), options, str(directory), num_shards=3,
+                        eval_documents=4, progress=False)
+    return str(directory)
+
+
 @pytest.mark.slow
-def test_sigkill_and_resume_ends_bitwise_equal(tmp_path, corpus_and_tokenizer):
+@pytest.mark.parametrize("source", ["text", "prepared"])
+def test_sigkill_and_resume_ends_bitwise_equal(tmp_path, corpus_and_tokenizer, source):
+    """Through data.source=prepared with Grain worker processes, too: the stream positions are checkpointed."""
     steps, every = 150, 10
-    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=steps, checkpoint_every=every,
-                           log_every=10, prefetch=2)
+    corpus, spm_model = corpus_and_tokenizer
+    extra = {}
+    if source == "prepared":
+        corpus = prepare_tiny_corpus(corpus, spm_model, tmp_path / "prepared")
+        extra = {"data.source": "prepared", "data.workers": 1}
+    flags = tiny_overrides(corpus, spm_model, num_train_steps=steps, checkpoint_every=every,
+                           log_every=10, prefetch=2, **extra)
     reference = tmp_path / "uninterrupted"
     run_train(reference, flags)
 
