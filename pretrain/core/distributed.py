@@ -6,9 +6,10 @@ Afterwards every process steps the same jitted program on its slice of the globa
 alone prints, shows the progress bar and writes metrics and result files (`is_primary`), while all
 of them take part in Orbax saves. --distributed:
 
-  auto (default)  flags given -> those; none -> JAX's own cluster detection (Cloud TPU VM, SLURM, Open
-                  MPI, Kubernetes); nothing found -> one process, no call
-  on              always call it (no flags: JAX detects the cluster or says why not)
+  auto (default)  flags given -> those; none -> JAX's own cluster detection (a Cloud TPU VM slice, SLURM,
+                  Open MPI) and, if it finds several processes, jax.distributed.initialize() with no
+                  arguments; otherwise one process, no call
+  on              always call it (no flags: JAX detects the cluster, Kubernetes included, or says why not)
   off             never (one process)
 
 A coordinator that never answers would make JAX abort the process with a C++ stack trace after its
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -54,10 +56,10 @@ class Setup(NamedTuple):
 
 
 def resolve(mode: str = "auto", coordinator_address: str | None = None, num_processes: int | None = None,
-            process_id: int | None = None, timeout: int = 300, cluster_detected: bool | None = None
+            process_id: int | None = None, timeout: int = 300, cluster_processes: int | None = None
             ) -> Setup | None:
     """The flags -> a Setup to initialize with, or None for a single process; DistributedError if they
-    contradict each other. `cluster_detected` (tests) replaces looking at the environment."""
+    contradict each other. `cluster_processes` (tests) replaces looking at the environment."""
     if timeout <= 0:
         raise DistributedError(f"--initialization_timeout={timeout} must be a positive number of seconds")
     explicit = {"--coordinator_address": coordinator_address, "--num_processes": num_processes,
@@ -84,7 +86,7 @@ def resolve(mode: str = "auto", coordinator_address: str | None = None, num_proc
         return Setup(coordinator_address, num_processes, process_id, timeout)
     if num_processes == 1 and mode == "auto":
         return None  # one process named explicitly: nothing to join
-    if mode == "on" or (cluster_detected if cluster_detected is not None else _cluster_detected()):
+    if mode == "on" or (cluster_processes if cluster_processes is not None else _cluster_processes()) > 1:
         return Setup(None, None, None, timeout)
     return None
 
@@ -96,13 +98,25 @@ def _check_address(address: str) -> None:
                                "(process 0's host and a free port)")
 
 
-def _cluster_detected() -> bool:
-    """Would jax.distributed.initialize() with no arguments find a cluster (TPU VM, SLURM, ...)?"""
-    try:  # JAX's own detection; it lives in a private module, so its absence means "no cluster"
+# Left to --distributed=on: a Kubernetes pod is not necessarily one of several (and detecting it calls
+# the cluster's API); mpi4py is opt-in in JAX too.
+_NOT_AUTO = ("K8sCluster",)
+
+
+def _cluster_processes() -> int:
+    """How many processes jax.distributed.initialize() without arguments would join: those of a Cloud TPU
+    VM slice (GCE or GKE), a SLURM job or an Open MPI run; 0 outside any. JAX's own detection, which
+    lives in a private module: its absence, or a detector that fails, means no cluster."""
+    try:
         from jax._src.clusters import ClusterEnv
-        return any(env.is_env_present() for env in ClusterEnv._cluster_types if not env.opt_in_only_method)
-    except Exception:  # noqa: BLE001 - a detector that fails has detected nothing
-        return False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for env in ClusterEnv._cluster_types:
+                if not env.opt_in_only_method and env.__name__ not in _NOT_AUTO and env.is_env_present():
+                    return int(env.get_process_count())
+    except Exception:  # noqa: BLE001
+        return 0
+    return 0
 
 
 def initialize() -> None:

@@ -1,23 +1,15 @@
-"""Deterministic, resumable pretraining batches: every batch is a pure function of (seed, step).
-
-Per phase (sequence length) and data epoch, the objective makes a shuffled set of fixed-length
-instances from the tokenized documents with an RNG seeded by (seed, phase, epoch); step k of the
-phase reads examples k*B .. k*B+B-1 of that endless sequence of epochs. The objective then builds
-the batch (e.g. dynamic masking) with an RNG seeded by (seed, step). Resuming at step s therefore
-needs only s, which the checkpoint stores, and gives the same batches as an uninterrupted run.
-"""
+"""Where pretraining text comes from and how batches reach the loop: `load_documents` (config.data -> tokenized
+train and held-out documents, or a prepared corpus read by random access) and `prefetch` (a host thread that
+builds batches ahead of the device). The batches themselves are pretrain/data/streaming.py's."""
 from __future__ import annotations
 
-import functools
 import queue
 import threading
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator
 
 import ml_collections
 import numpy as np
 
-from objectives.interface import Objective, PhasedObjective
-from pretrain.core import distributed
 from pretrain.data import prepared, sources, tokenizers
 
 
@@ -89,84 +81,6 @@ def _raw_text_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers
     parts = list(sources.split_tail(text, fraction)) if fraction else [text]
     tokenized = [[np.asarray(ids, np.int32)] for ids in tokenizer.encode_batch(parts)]
     return tokenized[0:1], tokenized[1:]
-
-
-class Phase(NamedTuple):
-    start_step: int
-    seq_length: int
-    objective: Objective
-
-
-class PretrainingData:
-    """Batches for step s: `batch(s)` -> dict of numpy arrays with a leading batch dimension.
-
-    `batch_size` is the global batch; `batch(s)` returns this process's rows of it (all of them in a
-    single-process run; `distributed.process_rows`, with `micro_batches` = the gradient accumulation
-    steps). process_index / process_count default to JAX's.
-    """
-
-    def __init__(self, documents: list[list[np.ndarray]], objective: Objective, *, batch_size: int, seed: int,
-                 max_seq_length: int, long_seq_length: int = 0, long_seq_start_step: int = 0,
-                 micro_batches: int = 1, process_index: int | None = None, process_count: int | None = None):
-        self.documents = documents
-        self.batch_size = batch_size
-        self.seed = seed
-        self.rows = distributed.process_rows(batch_size, micro_batches=micro_batches, process_index=process_index,
-                                             process_count=process_count)
-        # Phases: (first step, sequence length, objective). BERT trains at 128 and switches to 512
-        # late, masking more positions there (its PhasedObjective.for_long_phase).
-        self.phases = [Phase(0, max_seq_length, objective)]
-        if long_seq_length:
-            long_objective = objective.for_long_phase() if isinstance(objective, PhasedObjective) else objective
-            self.phases.append(Phase(long_seq_start_step, long_seq_length, long_objective))
-
-    def phase(self, step: int) -> int:
-        return max(i for i, p in enumerate(self.phases) if step >= p.start_step)
-
-    @functools.lru_cache(maxsize=3)
-    def _created(self, phase: int, epoch: int) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng([self.seed, phase, epoch])
-        p = self.phases[phase]
-        return p.objective.create_instances(self.documents, rng, p.seq_length)
-
-    @functools.lru_cache(maxsize=None)
-    def epoch_size(self, phase: int) -> int:
-        """Kept apart from `_created`'s small cache: it is read every step and must never recompute."""
-        return len(self._created(phase, 0)["input_ids"])
-
-    @functools.lru_cache(maxsize=2)
-    def _epoch(self, phase: int, epoch: int) -> dict[str, np.ndarray]:
-        instances = self._created(phase, epoch)
-        # Every epoch has the size of epoch 0 (instance counts vary by ~1% with the random pair
-        # lengths) so that the position of step s is arithmetic, not a replay of all epochs.
-        index = np.arange(self.epoch_size(phase)) % len(instances["input_ids"])
-        return {k: v[index] for k, v in instances.items()}
-
-    def position(self, step: int) -> dict:
-        """Where step `step` reads from; stored in checkpoints for inspection and checks."""
-        phase = self.phase(step)
-        first = (step - self.phases[phase].start_step) * self.batch_size
-        epoch, index = divmod(first, self.epoch_size(phase))
-        return {"step": step, "phase": phase, "seq_length": self.phases[phase].seq_length,
-                "epoch": epoch, "index_in_epoch": index, "seed": self.seed}
-
-    def instances(self, step: int) -> dict[str, np.ndarray]:
-        phase = self.phase(step)
-        size = self.epoch_size(phase)
-        examples = (step - self.phases[phase].start_step) * self.batch_size + np.arange(self.batch_size)
-        epochs, index = np.divmod(examples, size)
-        parts = [{k: v[index[epochs == e]] for k, v in self._epoch(phase, int(e)).items()}
-                 for e in np.unique(epochs)]
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-    def batch(self, step: int) -> dict[str, np.ndarray]:
-        """This process's rows of the global batch of `step`. Every process builds the whole batch (the
-        masking RNG runs over all of it) and keeps its slice, so the global batch is the same whatever
-        the number of processes."""
-        phase = self.phase(step)
-        rng = np.random.default_rng([self.seed, step, 1 << 20])
-        full = self.phases[phase].objective.make_batch(self.instances(step), rng)
-        return {k: v[self.rows] for k, v in full.items()}
 
 
 def prefetch(make_batch, steps: range, size: int = 2) -> Iterator[tuple[int, Any]]:

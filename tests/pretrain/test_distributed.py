@@ -19,9 +19,10 @@ ADDRESS = "10.0.0.2:8476"
 
 @pytest.mark.parametrize("kwargs, expected", [
     ({}, None),                                                                    # no flags, no cluster
-    ({"cluster_detected": True}, Setup(None, None, None, 300)),                  # a TPU VM, SLURM, ...
+    ({"cluster_processes": 4}, Setup(None, None, None, 300)),                    # a TPU VM slice, SLURM, ...
+    ({"cluster_processes": 1}, None),                                             # a one-host TPU VM
     ({"mode": "on"}, Setup(None, None, None, 300)),                              # JAX detects (or says why not)
-    ({"mode": "off", "cluster_detected": True}, None),
+    ({"mode": "off", "cluster_processes": 4}, None),
     ({"coordinator_address": ADDRESS, "num_processes": 4, "process_id": 3, "timeout": 10},
      Setup(ADDRESS, 4, 3, 10)),
     ({"num_processes": 1}, None),                                                 # one process: nothing to join
@@ -29,7 +30,7 @@ ADDRESS = "10.0.0.2:8476"
     ({"mode": "off", "num_processes": 1}, None),
 ])
 def test_flags_resolve(kwargs, expected):
-    assert resolve(**{"cluster_detected": False, **kwargs}) == expected
+    assert resolve(**{"cluster_processes": 0, **kwargs}) == expected
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -48,7 +49,7 @@ def test_flags_resolve(kwargs, expected):
 ])
 def test_inconsistent_flags_are_one_line_errors(kwargs, message):
     with pytest.raises(DistributedError) as e:
-        resolve(**{"cluster_detected": False, **kwargs})
+        resolve(**{"cluster_processes": 0, **kwargs})
     assert message in str(e.value) and "\n" not in str(e.value)
 
 

@@ -20,6 +20,9 @@ from tests.conftest import REPO, SHARED_DATA, tiny_overrides
 pytestmark = pytest.mark.slow  # every test here starts the real command in subprocesses
 
 DEVICES = 8
+# The batch is a function of (seed, step, data.streams); the default, one stream per process, would give
+# one process and two different (equally valid) batches. Two streams: the same batches for both.
+STREAMS = {"data.streams": 2}
 SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
 
 
@@ -84,7 +87,8 @@ def assert_only_process_0_speaks(procs):
 
 
 def test_bert_two_processes_match_one_and_resume_together(tmp_path, corpus_and_tokenizer):
-    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=20, checkpoint_every=10, log_every=1)
+    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=20, checkpoint_every=10, log_every=1,
+                           **STREAMS)
     one, two = tmp_path / "one", tmp_path / "two"
     config = "configs/bert.py:size=tiny"
     _, procs = finish(start(config, one, flags, 1), start(config, two, flags, 2))
@@ -94,7 +98,7 @@ def test_bert_two_processes_match_one_and_resume_together(tmp_path, corpus_and_t
     assert os.path.isfile(two / "config.json") and not list(two.glob("*.tmp*"))
 
     # Both processes restore checkpoint 20 and train on; the single process does the same.
-    more = tiny_overrides(*corpus_and_tokenizer, num_train_steps=25, checkpoint_every=10, log_every=1)
+    more = tiny_overrides(*corpus_and_tokenizer, num_train_steps=25, checkpoint_every=10, log_every=1, **STREAMS)
     _, procs = finish(start(config, one, more, 1), start(config, two, more, 2))
     assert f"Resumed from {two}/checkpoints/20" in procs[0].stdout and procs[1].stdout == ""
     assert_same_losses(one, two, list(range(1, 26)))
@@ -105,14 +109,16 @@ def t5_overrides(corpus: str, spm_model: str) -> list[str]:
     values = {"data.path": corpus, "tokenizer.path": spm_model, "model.vocab_size": 1152, "model.d_model": 32,
               "model.num_heads": 2, "model.head_dim": 16, "model.d_ff": 64, "model.num_encoder_layers": 1,
               "model.num_decoder_layers": 1, "data.max_seq_length": 32, "batch_size": 8, "num_train_steps": 4,
-              "log_every": 1, "checkpoint_every": 4, "eval_every": 0, "data.eval_documents": 4, "eval_batches": 1}
+              "log_every": 1, "checkpoint_every": 4, "eval_every": 0, "data.eval_documents": 4, "eval_batches": 1,
+              **STREAMS}
     return [f"--config.{k}={v}" for k, v in values.items()]
 
 
 def gpt_overrides() -> list[str]:
     values = {"data.path": SHAKESPEARE, "tokenizer.path": SHAKESPEARE, "model.num_layers": 1, "model.d_model": 32,
               "model.num_heads": 2, "model.d_ff": 64, "data.max_seq_length": 32, "batch_size": 8,
-              "num_train_steps": 4, "log_every": 1, "checkpoint_every": 4, "eval_every": 0, "eval_batches": 1}
+              "num_train_steps": 4, "log_every": 1, "checkpoint_every": 4, "eval_every": 0, "eval_batches": 1,
+              **STREAMS}
     return [f"--config.{k}={v}" for k, v in values.items()]
 
 
@@ -174,7 +180,7 @@ def test_a_coordinator_that_never_answers_is_one_line_after_the_timeout(tmp_path
 
 
 @pytest.mark.parametrize("batch_size, expected", [
-    (7, "config.batch_size=7 is not divisible by the 2 processes"),
+    (7, "config.batch_size=7 is not divisible by"),  # the data pipeline's streams, one per process
     (6, ("a batch of 3 rows per process per micro-batch does not split over the 4 batch shards of this "
          "process's devices")),
 ])

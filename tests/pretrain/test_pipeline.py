@@ -1,4 +1,4 @@
-"""Deterministic, resumable batches: (seed, step) -> batch, epochs, the 128 -> 512 phase switch."""
+"""load_documents (raw text) and prefetch; the fake tokenizer, objective and documents test_streaming uses."""
 import types
 
 import ml_collections
@@ -28,53 +28,6 @@ def documents(n=40, seed=0):
     rng = np.random.default_rng(seed)
     return [[rng.integers(5, VOCAB, rng.integers(3, 15)).astype(np.int32) for _ in range(rng.integers(2, 8))]
             for _ in range(n)]
-
-
-def make(**kw):
-    args = dict(batch_size=8, seed=3, max_seq_length=32)
-    args.update(kw)
-    return pipeline.PretrainingData(documents(), objective(), **args)
-
-
-def test_batches_are_a_function_of_seed_and_step():
-    a, b = make(), make()
-    for step in (0, 5, 17, 4):  # any order: a resumed run starts in the middle
-        x, y = a.batch(step), b.batch(step)
-        assert x.keys() == y.keys()
-        for k in x:
-            np.testing.assert_array_equal(x[k], y[k])
-    assert not np.array_equal(a.batch(1)["input_ids"], a.batch(2)["input_ids"])
-    assert not np.array_equal(make(seed=4).batch(0)["input_ids"], a.batch(0)["input_ids"])
-
-
-def test_epochs_cover_every_instance_once_then_reshuffle():
-    data = make()
-    size = data.epoch_size(0)
-    steps = -(-size // data.batch_size) + 1
-    rows = np.concatenate([data.instances(s)["input_ids"] for s in range(steps)])
-    first = {r.tobytes() for r in rows[:size]}
-    assert len(first) == len({r.tobytes() for r in data._epoch(0, 0)["input_ids"]})
-    assert data.position(steps)["epoch"] >= 1
-    # the second epoch is a new draw of pairs and order, not a replay
-    assert not np.array_equal(data._epoch(0, 1)["input_ids"], data._epoch(0, 0)["input_ids"])
-
-
-def test_masking_is_dynamic_across_epochs():
-    """The same instance seen in two epochs gets a different mask (RoBERTa's dynamic masking)."""
-    data = make(batch_size=4)
-    batch = data.batch(0)
-    assert batch["masked_lm_positions"].shape == (4, 5)
-    positions = [data.batch(s)["masked_lm_positions"] for s in range(4)]
-    assert len({p.tobytes() for p in positions}) == 4
-
-
-def test_long_sequence_phase():
-    data = make(long_seq_length=64, long_seq_start_step=10)
-    short, long = data.batch(9), data.batch(10)
-    assert short["input_ids"].shape == (8, 32) and short["masked_lm_positions"].shape == (8, 5)
-    assert long["input_ids"].shape == (8, 64) and long["masked_lm_positions"].shape == (8, 20)
-    assert data.position(10) == {"step": 10, "phase": 1, "seq_length": 64, "epoch": 0, "index_in_epoch": 0,
-                                 "seed": 3}
 
 
 def test_prefetch_keeps_order_and_raises_producer_errors():
