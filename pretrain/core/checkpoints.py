@@ -11,10 +11,12 @@ deletes or moves anything; the first save of the resumed run sets the skipped fo
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import shutil
 import sys
+import types
 import warnings
 from typing import Any
 
@@ -104,7 +106,7 @@ class Checkpointer:
             return None, "unreadable metadata of item state"
         self._check_shapes(abstract_state, stored, step)
         try:
-            with _quiet_absl(logging.FATAL):
+            with _quiet_absl(logging.FATAL), _quiet_unraisable():
                 return self.manager.restore(step, args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore())), None
         except Exception as e:  # noqa: BLE001
@@ -249,6 +251,19 @@ def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
     restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
         item={"params": abstract}, restore_args={"params": as_numpy}, partial_restore=True))
     return jax.device_get(restored["params"]), step
+
+
+@contextlib.contextmanager
+def _quiet_unraisable():
+    """A truncated file makes each of Orbax's other read coroutines fail unobserved, and Python would
+    print every one (with TensorStore's whole spec) after our one-line warning; drop those."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda u: None if isinstance(u.object, types.CoroutineType) else previous(u)
+    try:
+        yield
+    finally:
+        gc.collect()  # the failed coroutines are reported when collected: here, not later
+        sys.unraisablehook = previous
 
 
 @contextlib.contextmanager

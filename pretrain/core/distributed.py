@@ -24,10 +24,9 @@ import warnings
 from typing import NamedTuple
 
 import jax
-import numpy as np
 from absl import flags
 
-from pretrain.core.errors import ConfigError, UserError
+from pretrain.core.errors import UserError
 
 _DISTRIBUTED = flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
                                  "Join other processes with jax.distributed.initialize: auto (when the flags "
@@ -176,24 +175,3 @@ def is_primary() -> bool:
     """Process 0 writes metrics, results and predictions and prints; True for a single process."""
     return jax.process_index() == 0
 
-
-def process_rows(global_rows: int, *, micro_batches: int = 1, process_index: int | None = None,
-                 process_count: int | None = None, what: str = "config.batch_size") -> slice | np.ndarray:
-    """This process's rows of a global batch: [p B / P, (p + 1) B / P) for process p of P.
-
-    With micro_batches=A (gradient accumulation), its p-th share of each of the A micro-batches instead,
-    so that every micro-batch holds the same rows whatever the number of processes.
-    """
-    p = jax.process_index() if process_index is None else process_index
-    count = jax.process_count() if process_count is None else process_count
-    if global_rows % count:
-        raise ConfigError(f"{what}={global_rows} is not divisible by the {count} processes: each feeds "
-                          f"an equal slice of the global batch; use a multiple of {count}")
-    if global_rows % (count * micro_batches):
-        raise ConfigError(f"{what}={global_rows} does not split into {micro_batches} micro-batches with an "
-                          f"equal share for each of the {count} processes; use a multiple of {count * micro_batches}")
-    size = global_rows // (count * micro_batches)
-    if micro_batches == 1:
-        return slice(p * size, (p + 1) * size)
-    starts = np.arange(micro_batches) * (global_rows // micro_batches) + p * size
-    return (starts[:, None] + np.arange(size)).reshape(-1)

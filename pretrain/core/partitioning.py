@@ -71,8 +71,8 @@ def shard_batch(batch: dict[str, np.ndarray], mesh: Mesh, batch_dim: int = 0, *,
                 global_batch: bool = False) -> dict[str, jax.Array]:
     """Host numpy batch -> global jax.Arrays split along `batch_dim` (1 under grad accumulation).
 
-    By default `batch` holds this process's rows (`distributed.process_rows`: process p of P feeds the
-    p-th block of the global batch), assembled with jax.make_array_from_process_local_data. With
+    By default `batch` holds this process's rows (process p of P feeds the p-th block of the global
+    batch, as the streaming pipeline builds it), assembled with jax.make_array_from_process_local_data. With
     `global_batch=True` every process passes the whole batch (fine-tuning and scoring compute it
     everywhere) and each device takes its own rows of it. One process: a device_put either way.
     """

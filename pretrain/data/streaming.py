@@ -151,7 +151,10 @@ class StreamingData:
     def document_order(self, phase: int) -> grain.MapDataset:
         """The endless document order of a phase: every epoch a new permutation (Grain's index shuffle, O(1)
         memory whatever the corpus size)."""
-        return grain.MapDataset.source(self.documents).shuffle(seed=_mix(self.seed, phase)).repeat()
+        # Not .repeat() without a count: its length, sys.maxsize, overflows slicing once windows of one document
+        # make the window count that large too. 2^40 documents in all is endless enough.
+        epochs = max(1, 2 ** 40 // len(self.documents))
+        return grain.MapDataset.source(self.documents).shuffle(seed=_mix(self.seed, phase)).repeat(epochs)
 
     def _windows(self, phase: int) -> grain.MapDataset:
         """Element w = the rows of window w (`window_documents` consecutive documents of the order)."""

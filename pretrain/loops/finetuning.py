@@ -102,8 +102,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                           f"has {config.model.vocab_size}; use the tokenizer the checkpoint was trained with")
     family = registry.for_config(config, task, tokenizer)
     family.check()
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2))
+    if distributed.is_primary():
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2))
 
     # ----- Data -----
     train_data, _, _ = load_split(config, family, "train", config.batch_size, subset=config.data.max_train_examples)

@@ -45,8 +45,9 @@ def _check_config(config: ml_collections.ConfigDict, tokenizer: tokenizers.Token
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     """Trains (or resumes) until config.num_train_steps; returns the last logged metrics."""
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2))
+    if distributed.is_primary():
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2))
 
     # ----- Data -----
     tokenizer = tokenizers.from_config(config.tokenizer)

@@ -1,5 +1,5 @@
-"""pretrain/core/distributed.py in-process: the flag rules, the coordinator watchdog, each process's rows
-of the global batch, and who writes (the real two-process runs are in test_multihost.py)."""
+"""pretrain/core/distributed.py in-process: the flag rules, the coordinator watchdog and who writes
+(the real two-process runs are in test_multihost.py)."""
 from __future__ import annotations
 
 import threading
@@ -10,9 +10,7 @@ import pytest
 
 from pretrain.core import distributed
 from pretrain.core.distributed import DistributedError, Setup, resolve
-from pretrain.core.errors import ConfigError
 from pretrain.core.metric_writers import MetricWriter
-from tests.pretrain.test_pipeline import make
 
 ADDRESS = "10.0.0.2:8476"
 
@@ -73,45 +71,6 @@ def test_a_coordinator_that_answers_stops_the_watchdog(monkeypatch):
     distributed._initialize_with_watchdog(Setup("127.0.0.1:1", 2, 0, 1))
     time.sleep(1.5)
     assert exited == []
-
-
-def test_process_rows_split_the_global_batch_in_order():
-    assert [distributed.process_rows(8, process_index=p, process_count=4) for p in range(4)] == [
-        slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 8)]
-    assert distributed.process_rows(8) == slice(0, 8)  # this (single) process
-    with pytest.raises(ConfigError, match="config.batch_size=6 is not divisible by the 4 processes"):
-        distributed.process_rows(6, process_index=0, process_count=4)
-
-
-def test_each_process_gets_its_rows_of_the_same_global_batch():
-    """The global batch is a pure function of (seed, step): the processes' rows, stacked, are the one
-    process's batch, dynamic masking included."""
-    whole = make()
-    parts = [make(process_index=p, process_count=4) for p in range(4)]
-    for step in (0, 3, 11):
-        expected = whole.batch(step)
-        got = [part.batch(step) for part in parts]
-        assert all(len(g["input_ids"]) == 2 for g in got)
-        for key in expected:
-            np.testing.assert_array_equal(np.concatenate([g[key] for g in got]), expected[key], err_msg=key)
-        assert parts[1].position(step) == whole.position(step)  # one data position for every process
-
-
-def test_with_micro_batches_each_process_gets_its_share_of_every_micro_batch():
-    """Under gradient accumulation the micro-batches hold the same rows whatever the number of processes."""
-    rows = [distributed.process_rows(8, micro_batches=2, process_index=p, process_count=2) for p in range(2)]
-    assert [r.tolist() for r in rows] == [[0, 1, 4, 5], [2, 3, 6, 7]]
-    whole = make().batch(5)["input_ids"].reshape(2, 4, -1)              # [micro-batch, row, ...]
-    parts = [make(micro_batches=2, process_index=p, process_count=2).batch(5)["input_ids"].reshape(2, 2, -1)
-             for p in range(2)]
-    np.testing.assert_array_equal(np.concatenate(parts, axis=1), whole)  # as shard_batch assembles them
-    with pytest.raises(ConfigError, match="does not split into 4 micro-batches .* use a multiple of 16"):
-        distributed.process_rows(8, micro_batches=4, process_index=0, process_count=4)
-
-
-def test_a_batch_that_does_not_split_over_the_processes_is_a_config_error():
-    with pytest.raises(ConfigError, match="config.batch_size=8 is not divisible by the 3 processes"):
-        make(process_index=0, process_count=3)
 
 
 def test_only_process_0_writes_metrics(tmp_path, monkeypatch):

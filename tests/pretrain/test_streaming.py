@@ -112,3 +112,13 @@ def test_worker_processes_do_not_change_the_batches():
         for (_, x, windows), (_, y, expected) in zip(take(make(workers=workers), 5), reference):
             assert_same(x, y)
             assert windows == expected
+
+
+def test_a_one_document_corpus_streams():
+    """raw_text (nanoGPT's corpora) is one document: windows of one document, endless all the same."""
+    mlm_only = objective()
+    mlm_only.next_sentence = False
+    data = StreamingData(documents(1), mlm_only, batch_size=8, seed=3, max_seq_length=32, streams=2)
+    assert data.window_documents == 1
+    out = take(data, 3)
+    assert out[2][1]["input_ids"].shape == (8, 32)
