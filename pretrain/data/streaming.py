@@ -31,6 +31,10 @@ from pretrain.core.errors import ConfigError
 
 Arrays = dict[str, np.ndarray]
 POSITION_FORMAT = 2  # position dicts of pipeline.PretrainingData (format 1) had no streams
+# Windows built ahead of the consumer, per stream (in each worker when workers > 0). Grain's default (16 threads,
+# 500 elements) would hold hundreds of windows in memory: a window of a one-document corpus is the whole
+# corpus, and one window already feeds many steps.
+READ_AHEAD = grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)
 
 
 class Phase(NamedTuple):
@@ -56,7 +60,7 @@ class _Stream:
 
     def __init__(self, windows: grain.MapDataset, workers: int, window: int, row: int):
         self.window, self.row = window, row
-        dataset = windows[window:].to_iter_dataset()
+        dataset = windows[window:].to_iter_dataset(READ_AHEAD)
         if workers > 0:
             dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
         self._iterator = iter(dataset)
