@@ -134,7 +134,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     pending: tuple[int, Any] | None = None        # metrics are fetched one step late
     window: dict[str, float] = {}
     window_steps, window_start = 0, time.perf_counter()
-    skipped_total = 0                             # non-finite updates skipped since this process started
+    skipped_total = (data_position or {}).get("skipped_updates_total", 0)  # over the whole run, resumes included
     last_logged: dict[str, float] = {}
 
     def consume(step: int, device_metrics) -> None:
@@ -184,7 +184,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 stop = done < last_step and watcher.should_stop(done)  # SIGTERM, SIGINT, JAX's notice
                 if stop or ckpt.should_save(done, last_step):
                     flush()
-                    ckpt.save(done, state, train_data.position(done, _gather_windows(windows)), force=stop)
+                    position = train_data.position(done, _gather_windows(windows))
+                    ckpt.save(done, state, {**position, "skipped_updates_total": skipped_total}, force=stop)
                 if stop:
                     ckpt.wait()  # complete on disk before the exit status says so
                     preempted = done

@@ -157,3 +157,11 @@ def test_skipping_keeps_the_weights_and_counts_the_skipped_updates(tmp_path, cor
     last, _ = checkpoints.restore_params(str(workdir / "checkpoints"), 8)
     kept, _ = checkpoints.restore_params(str(workdir / "checkpoints"), first - 1)
     assert_same(last, kept)
+
+    # a resume keeps counting: the total covers the whole run, not just this process
+    config.num_train_steps = 10
+    pretraining.train_and_evaluate(config, str(workdir))
+    records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    resumed = [r for r in records if "skipped_updates" in r and r["step"] > 8]
+    assert [r["step"] for r in resumed] == [9, 10] and all(r["skipped_updates"] == 1 for r in resumed)
+    assert resumed[-1]["skipped_updates_total"] == len(skipped) + 2
