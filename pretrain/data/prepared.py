@@ -47,7 +47,8 @@ def decode_record(record: bytes) -> list[np.ndarray]:
     """encode_record's inverse: -> one int32 array per sentence (views of one writable copy)."""
     values = np.frombuffer(record, "<i4").astype(np.int32)  # [1 + n + tokens]
     n = int(values[0])
-    return np.split(values[1 + n:], np.cumsum(values[1:n])) if n else []
+    ends = (np.cumsum(values[1:1 + n]) + 1 + n).tolist()  # slicing: np.split costs 4x as much per sentence
+    return [values[start:end] for start, end in zip([1 + n, *ends[:-1]], ends)]
 
 
 def tokenizer_info(tokenizer: tokenizers.Tokenizer) -> dict:

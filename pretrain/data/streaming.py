@@ -44,15 +44,23 @@ class Phase(NamedTuple):
 
 
 class _WindowRows:
-    """window index, [W] documents -> that window's rows (instances made into a batch), [n, ...] each."""
+    """window index, [W] document indices -> that window's rows (instances made into a batch), [n, ...] each."""
 
-    def __init__(self, objective: Objective, seq_length: int, seed: int, phase: int):
-        self.objective, self.seq_length, self.seed, self.phase = objective, seq_length, seed, phase
+    def __init__(self, documents: Sequence, objective: Objective, seq_length: int, seed: int, phase: int):
+        self.documents, self.objective, self.seq_length, self.seed, self.phase = (
+            documents, objective, seq_length, seed, phase)
 
-    def __call__(self, window: int, documents: list) -> Arrays:
+    def __call__(self, window: int, indices: list[int]) -> Arrays:
         rng = np.random.default_rng([self.seed, self.phase, window])
-        instances = self.objective.create_instances(list(documents), rng, self.seq_length)
+        instances = self.objective.create_instances(_read(self.documents, indices), rng, self.seq_length)
         return self.objective.make_batch(instances, rng)
+
+
+def _read(documents: Sequence, indices: list[int]) -> list:
+    """The documents at `indices`, in one batched read where the source has one (a PreparedCorpus reads each
+    shard once, in parallel threads, rather than record by record)."""
+    read_many = getattr(documents, "__getitems__", None)
+    return read_many(indices) if read_many else [documents[i] for i in indices]
 
 
 class _Stream:
@@ -157,18 +165,19 @@ class StreamingData:
         raise AssertionError("unreachable")
 
     def document_order(self, phase: int) -> grain.MapDataset:
-        """The endless document order of a phase: every epoch a new permutation (Grain's index shuffle, O(1)
-        memory whatever the corpus size)."""
+        """The endless order of document indices of a phase: every epoch a new permutation (Grain's index
+        shuffle, O(1) memory whatever the corpus size)."""
         # Not .repeat() without a count: its length, sys.maxsize, overflows slicing once windows of one document
         # make the window count that large too. 2^40 documents in all is endless enough.
         epochs = max(1, 2 ** 40 // len(self.documents))
-        return grain.MapDataset.source(self.documents).shuffle(seed=_mix(self.seed, phase)).repeat(epochs)
+        return grain.MapDataset.range(len(self.documents)).shuffle(seed=_mix(self.seed, phase)).repeat(epochs)
 
     def _windows(self, phase: int) -> grain.MapDataset:
-        """Element w = the rows of window w (`window_documents` consecutive documents of the order)."""
+        """Element w = the rows of window w (`window_documents` consecutive documents of the order), its
+        documents read together when the window is built."""
         p = self.phases[phase]
         windows = self.document_order(phase).batch(self.window_documents, batch_fn=list)
-        return windows.map_with_index(_WindowRows(p.objective, p.seq_length, self.seed, phase))
+        return windows.map_with_index(_WindowRows(self.documents, p.objective, p.seq_length, self.seed, phase))
 
     def _open(self, phase: int, windows: list[list[int]]) -> None:
         self.close()

@@ -94,6 +94,10 @@ def test_record_layout():
     record = prepared.encode_record(sentences)
     assert np.frombuffer(record, "<i4").tolist() == [2, 3, 1, 5, 6, 7, 8]
     assert [s.tolist() for s in prepared.decode_record(record)] == [[5, 6, 7], [8]]
+    for document in ([], [np.array([], np.int32)], [np.array([1], np.int32), np.array([], np.int32), np.arange(4)]):
+        decoded = prepared.decode_record(prepared.encode_record(document))
+        assert [s.tolist() for s in decoded] == [s.tolist() for s in document]
+        assert all(s.dtype == np.int32 for s in decoded)
 
 
 def test_output_does_not_depend_on_workers(tmp_path, corpus, spm, monkeypatch):

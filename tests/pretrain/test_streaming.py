@@ -69,7 +69,7 @@ def test_every_epoch_uses_every_document_once_in_a_new_order():
     data = make(docs, window_documents=100)
     assert data.window_documents == 12
     order = data.document_order(0)
-    orders = [[int(order[e * 12 + i][0][0]) - 5 for i in range(12)] for e in range(3)]
+    orders = [[docs[order[e * 12 + i]][0][0] - 5 for i in range(12)] for e in range(3)]
     for order in orders:
         assert sorted(order) == list(range(12))
     assert orders[0] != orders[1] != orders[2]
