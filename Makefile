@@ -75,13 +75,13 @@ demo-gpt-glue: $(STAMP)
 
 # Every test, the slow end-to-end ones included (what CI runs).
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" --durations=25 $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m slow --durations=25 $(PYTEST_ARGS)
 
 # Throughput and loss side by side with Hugging Face transformers on PyTorch (CPU).
 bench: $(STAMP)
