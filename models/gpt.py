@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from models import layers
+from models.errors import ModelInputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +50,7 @@ class GPTConfig:
 
     def __post_init__(self):
         if self.d_model % self.num_heads:
-            raise ValueError(f"GPTConfig.d_model={self.d_model} must be a multiple of num_heads={self.num_heads}")
+            raise ModelInputError(f"GPTConfig.d_model={self.d_model} must be a multiple of num_heads={self.num_heads}")
 
     @property
     def kwargs(self) -> dict:

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from models import layers
+from models.errors import ModelInputError
 
 FEED_FORWARDS = {"relu": (nn.relu, False), "gated-gelu": (layers.tanh_gelu, True)}  # name -> (activation, gated)
 
@@ -48,7 +49,7 @@ class T5Config:
 
     def __post_init__(self):
         if self.feed_forward not in FEED_FORWARDS:
-            raise ValueError(f"T5Config.feed_forward={self.feed_forward!r} is not one of {list(FEED_FORWARDS)}")
+            raise ModelInputError(f"T5Config.feed_forward={self.feed_forward!r} is not one of {list(FEED_FORWARDS)}")
 
     @property
     def kwargs(self) -> dict:

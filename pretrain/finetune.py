@@ -7,7 +7,8 @@ PATH: a pretrain.train workdir (Orbax) or a Hugging Face BERT directory. The wor
 results.json (task, metrics of the best epoch, best epoch, wall time), predictions/ (dev with
 labels, test in the GLUE submission format), checkpoints/ (the best epoch only), metrics.jsonl,
 tensorboard/ and config.json (with the architecture and tokenizer taken from the init).
-Multi-host: the flags of pretrain/core/distributed.py, as for pretrain.train.
+Multi-host: the flags of pretrain/core/distributed.py, as for pretrain.train. --print_config prints the
+resolved config (the init's architecture and tokenizer included) and exits.
 """
 from __future__ import annotations
 
@@ -15,22 +16,25 @@ import json
 import sys
 
 from absl import flags
-from ml_collections import config_flags
 
 from pretrain.core import cli, distributed, errors
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/glue.py:task=mrpc.",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results, predictions and the best checkpoint.")
-flags.mark_flags_as_required(["config", "workdir"])
+_CONFIG, _WORKDIR, _PRINT_CONFIG = cli.define_config_flags(
+    "configs/glue.py:task=mrpc", "Directory for results, predictions and the best checkpoint.")
+flags.mark_flags_as_required(["config"])
 
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
     from pretrain.loops import finetuning
+    if _PRINT_CONFIG.value:  # with the architecture and tokenizer of --config.init, as config.json gets them
+        with errors.one_line_errors():
+            print(finetuning.resolve_config(_CONFIG.value)[0].to_json_best_effort(indent=2))
+        return
+    workdir = cli.require_workdir(_WORKDIR)
     with errors.one_line_errors():
         distributed.initialize()  # before any JAX computation
-        results = finetuning.finetune(_CONFIG.value, _WORKDIR.value)
+        results = finetuning.finetune(_CONFIG.value, workdir)
     print(json.dumps({k: results[k] for k in ("task", "best_epoch", "metrics", "wall_time_sec")}, indent=1))
 
 

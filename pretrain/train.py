@@ -6,29 +6,31 @@
 The workdir receives checkpoints/ (Orbax), tensorboard/, metrics.jsonl and config.json. Running
 the same command again resumes from the latest checkpoint. Multi-host: the same command on every host
 with --coordinator_address=HOST:PORT --num_processes=N --process_id=I (none on a Cloud TPU VM; see
-pretrain/core/distributed.py).
+pretrain/core/distributed.py). --print_config prints the resolved config and exits.
 """
 from __future__ import annotations
 
 import sys
 
 from absl import flags
-from ml_collections import config_flags
 
 from pretrain.core import cli, distributed, errors
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/bert.py:size=tiny.",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs and metrics.")
-flags.mark_flags_as_required(["config", "workdir"])
+_CONFIG, _WORKDIR, _PRINT_CONFIG = cli.define_config_flags(
+    "configs/bert.py:size=tiny", "Directory for checkpoints, logs and metrics (an existing one resumes).")
+flags.mark_flags_as_required(["config"])
 
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
+    if _PRINT_CONFIG.value:
+        print(_CONFIG.value.to_json_best_effort(indent=2))
+        return
+    workdir = cli.require_workdir(_WORKDIR)
     from pretrain.loops import pretraining
     with errors.one_line_errors():
         distributed.initialize()  # before any JAX computation
-        metrics = pretraining.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+        metrics = pretraining.train_and_evaluate(_CONFIG.value, workdir)
     if metrics:
         print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
 

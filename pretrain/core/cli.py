@@ -24,16 +24,52 @@ def begin(argv: list[str]) -> None:
     logging.set_verbosity(logging.WARNING)
 
 
+HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull")
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for a command stopped by Ctrl-C
+
+
+def print_help(argv: list[str]) -> None:
+    """The entry point's docstring, its flags, and for the commands with a config: how to see every key."""
+    main = sys.modules["__main__"]
+    print((main.__doc__ or "").strip() + "\n")
+    for module in flags.FLAGS.flags_by_module_dict():  # this command's flags (absl's own left out)
+        if not module.startswith("absl."):
+            print(flags.FLAGS.module_help(module))
+    if "config" in flags.FLAGS:
+        print("\nConfig keys: every key of the --config file can be set with --config.KEY=VALUE (e.g."
+              " --config.batch_size=64). --print_config prints the resolved config, every key with its value, and"
+              " exits:\n  python -m " + _module_name(main) + " --config=FILE[:ARGS] --print_config")
+        given = [arg for arg in argv if arg not in HELP_FLAGS]
+        if any(arg.startswith("--config=") for arg in given):  # --config=X --help: its keys, with values
+            print("\nKeys of this config (--config.KEY=VALUE):")
+            parse_flags(given)
+            print(flags.FLAGS.config)
+
+
+def _module_name(main) -> str:
+    spec = getattr(main, "__spec__", None)
+    return spec.name if spec is not None else os.path.basename(sys.argv[0])
+
+
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing with one-line errors for a bad config file, argument or override key."""
+    """absl flag parsing with one-line errors for a bad config file, argument or override key; --help exits 0."""
+    if any(arg in HELP_FLAGS for arg in argv[1:]):
+        print_help(argv)
+        sys.exit(0)
     try:
-        return flags.FLAGS(argv)
-    except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
+        rest = flags.FLAGS(argv)
+        if "config" in flags.FLAGS:
+            flags.FLAGS["config"].value.keys()  # a file that failed to load raises on first use: here, in one line
+        return rest
+    except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError) as e:
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
         # config_flags embeds the config file's traceback; its last line is the actual error.
         lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
         message = lines[-1] if lines else type(e).__name__
+        message = message.removeprefix("ValueError: ")
+        if isinstance(e, OSError):  # config_flags's "Failed loading config file" + every path it tried
+            message = f"--config: {message} (give a config file such as configs/bert.py:size=tiny)"
         if isinstance(e, AttributeError) or "has no attribute" in message or "Could not find" in message:
             name = message.strip("\"'")
             flag = next((a.split("=")[0] for a in argv if a.startswith("--config.")
@@ -44,10 +80,36 @@ def parse_flags(argv: list[str]) -> list[str]:
         sys.exit(2)
 
 
+def define_config_flags(example: str, workdir_help: str):
+    """--config, --workdir and --print_config of the commands that take a config file (train, finetune).
+    -> (config, workdir, print_config) FlagHolders. --workdir is checked by `require_workdir` instead of
+    absl, so that --print_config needs none."""
+    from ml_collections import config_flags
+    return (config_flags.DEFINE_config_file("config", None, f"Config file, e.g. {example}.", lock_config=True),
+            flags.DEFINE_string("workdir", None, workdir_help),
+            flags.DEFINE_bool("print_config", False, "Print the resolved config (every key and value, as "
+                              "WORKDIR/config.json will hold it) and exit; nothing is written."))
+
+
+def require_workdir(workdir) -> str:
+    """The --workdir value, or one line and exit status 2 when it is missing."""
+    if not workdir.value:
+        print("error: --workdir is required (a new directory, or a run's workdir to resume it)", file=sys.stderr)
+        sys.exit(2)
+    return workdir.value
+
+
 def run(main) -> int:
-    """absl's app.run with one-line errors for flags and config; returns the exit status."""
+    """absl's app.run with one-line errors for flags and config; returns the exit status. Ctrl-C where the
+    loop does not catch it (start-up, compilation, a second Ctrl-C) is one line and status 130."""
     try:
         app.run(main, flags_parser=parse_flags)
+    except KeyboardInterrupt:
+        if os.environ.get("LMPRETRAIN_TRACEBACK"):
+            raise
+        print("interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             return e.code or 0

@@ -45,8 +45,8 @@ USER_ERRORS = (UserError, ModelInputError, ObjectiveError)
 
 @contextlib.contextmanager
 def one_line_errors():
-    """Turns USER_ERRORS into `error: <message>` and exit status 2, and Preempted into its one line
-    and exit status EXIT_PREEMPTED (75).
+    """Turns USER_ERRORS and OSErrors into `error: <message>` and exit status 2, and Preempted into its one
+    line and exit status EXIT_PREEMPTED (75).
 
     Set LMPRETRAIN_TRACEBACK=1 to see a user error's traceback instead.
     """
@@ -60,3 +60,16 @@ def one_line_errors():
             raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except OSError as e:  # a full disk, a permission, a file gone: the machine's state, not a bug
+        if os.environ.get("LMPRETRAIN_TRACEBACK"):
+            raise
+        print(f"error: {describe_os_error(e)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def describe_os_error(e: OSError) -> str:
+    """'No space left on device: /path (errno 28)', without the traceback."""
+    where = ": ".join(str(f) for f in (e.filename, e.filename2) if f)
+    lines = [line.strip() for line in (e.strerror or str(e)).splitlines() if line.strip()]
+    what = lines[-1] if lines else type(e).__name__
+    return f"{what}{': ' + where if where else ''} ({type(e).__name__}; check the path, its permissions and free disk)"

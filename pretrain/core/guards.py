@@ -5,13 +5,17 @@ such update turns every weight into NaN, and every later checkpoint with it, so 
 `check_finite` on each step's metrics before they log them and before every checkpoint save: the
 run stops with one line while the latest checkpoint is still a good one. With
 `config.skip_nonfinite_updates` the step has already left the weights untouched and the loop only
-counts it.
+counts it. `check_params_finite` runs before every save: no checkpoint ever holds a NaN or an
+infinity, so checkpoint rotation can never delete the last finite one.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
 from typing import Any
+
+import jax
+import jax.numpy as jnp
 
 from pretrain.core.errors import UserError
 
@@ -44,3 +48,24 @@ def check_finite(step: int, metrics: Mapping[str, Any], skip: bool) -> bool:
         return True
     grad_norm = float(metrics["grad_norm"]) if "grad_norm" in metrics else None
     raise NonFiniteError(step, float(metrics.get("loss", float("nan"))), grad_norm)
+
+
+class NonFiniteParamsError(UserError):
+    """Parameters that are not finite at a save (one-line message): the checkpoint is not written."""
+
+    def __init__(self, step: int):
+        self.step = step
+        super().__init__(f"the parameters after step {step} are not finite, so they were not saved (the latest "
+                         "checkpoint is still a good one): lower the learning rate (--config.optimizer.learning_rate)")
+
+
+@jax.jit
+def _all_finite(tree: Any) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
+
+
+def check_params_finite(step: int, params: Any) -> None:
+    """Before every save: a finite loss and gradient do not make finite parameters when the update itself
+    overflows (a learning rate of 1e9), and such a checkpoint must never become the latest."""
+    if not bool(_all_finite(params)):
+        raise NonFiniteParamsError(step)

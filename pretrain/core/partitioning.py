@@ -39,15 +39,15 @@ def create_mesh(mesh_shape: Sequence[int], devices: Sequence[jax.Device] | None 
     devices = list(jax.devices() if devices is None else devices)
     shape = list(mesh_shape)
     if len(shape) != len(MESH_AXES):
-        raise ValueError(f"config.mesh_shape={tuple(mesh_shape)} must have {len(MESH_AXES)} entries "
+        raise ConfigError(f"config.mesh_shape={tuple(mesh_shape)} must have {len(MESH_AXES)} entries "
                          f"for the axes {MESH_AXES}, e.g. (-1, 1, 1)")
     if shape.count(-1) > 1:
-        raise ValueError(f"config.mesh_shape={tuple(mesh_shape)}: at most one entry may be -1")
+        raise ConfigError(f"config.mesh_shape={tuple(mesh_shape)}: at most one entry may be -1")
     known = int(np.prod([s for s in shape if s != -1]))
     if -1 in shape:
         shape[shape.index(-1)] = len(devices) // known
     if int(np.prod(shape)) != len(devices):
-        raise ValueError(f"config.mesh_shape={tuple(mesh_shape)} needs {int(np.prod(shape))} devices "
+        raise ConfigError(f"config.mesh_shape={tuple(mesh_shape)} needs {int(np.prod(shape))} devices "
                          f"but {len(devices)} are visible; use -1 for the data axis to fill it")
     return Mesh(np.asarray(devices).reshape(shape), MESH_AXES)
 

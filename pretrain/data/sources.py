@@ -51,7 +51,18 @@ def _expand_paths(paths: str | Sequence[str], flag: str = "--config.data.path") 
             files.append(pattern)
         else:
             raise CorpusError(f"corpus file not found: {pattern} (check {flag})")
+    for path in files:
+        _check_text(path, flag)
     return files
+
+
+def _check_text(path: str, flag: str) -> None:
+    """A binary file (a checkpoint, an archive, a model) given as corpus: NUL bytes never occur in text."""
+    with open(path, "rb") as f:
+        head = f.read(8192)
+    if b"\0" in head:
+        raise CorpusError(f"corpus file {path} is binary, not text (it has NUL bytes); give UTF-8 text files in {flag}"
+                          " (a directory of scripts/prepare_corpus.py goes with --config.data.source=prepared)")
 
 
 def _split_documents(lines) -> Iterator[Document]:
@@ -84,13 +95,13 @@ def _file_documents(files: list[str]) -> Iterator[Document]:
             yield from _split_documents(f)
 
 
-def read_text_corpus(paths: str | Sequence[str]) -> list[Document]:
+def read_text_corpus(paths: str | Sequence[str], flag: str = "--config.data.path") -> list[Document]:
     """Reads text files: one sentence per line, documents separated by blank lines.
 
     `paths` is a path, a glob, a comma-separated string of them, or a list. A file's end also
-    ends its last document, so documents never span files.
+    ends its last document, so documents never span files. `flag`: how the user gave `paths` (for errors).
     """
-    files = _expand_paths(paths)
+    files = _expand_paths(paths, flag)
     documents = list(_file_documents(files))
     if not documents:
         shown = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} more files)"
@@ -101,16 +112,16 @@ def read_text_corpus(paths: str | Sequence[str]) -> list[Document]:
     return documents
 
 
-def read_raw_text(paths: str | Sequence[str]) -> str:
+def read_raw_text(paths: str | Sequence[str], flag: str = "--config.data.path") -> str:
     """The files' text verbatim (newlines and blank lines kept), concatenated in the given order."""
-    files = _expand_paths(paths)
+    files = _expand_paths(paths, flag)
     parts = []
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as f:
             parts.append(f.read())
     text = "".join(parts)
     if not text:
-        raise CorpusError(f"corpus {', '.join(files)} is empty; check --config.data.path")
+        raise CorpusError(f"corpus {', '.join(files)} is empty; check {flag}")
     return text
 
 def split_tail(text: str, fraction: float) -> tuple[str, str]:

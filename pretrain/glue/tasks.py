@@ -18,8 +18,20 @@ import numpy as np
 
 from pretrain.core.errors import UserError
 
-_HOW_TO_GET = ("set --config.data.glue_dir to a folder in the official GLUE layout (download_glue_data.py)"
-               " or use --config.data.source=tfds")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataOptions:
+    """How the entry point that reads GLUE names its data options (error messages suggest these)."""
+    glue_dir: str = "--config.data.glue_dir"
+    tfds: str | None = "--config.data.source=tfds"
+
+    def how_to_get(self) -> str:
+        return (f"set {self.glue_dir} to a folder in the official GLUE layout (download_glue_data.py)"
+                + (f" or use {self.tfds}" if self.tfds else ""))
+
+
+CONFIG_OPTIONS = DataOptions()  # pretrain.finetune
 _TFDS_BATCH = 1024  # examples per random-access read
 
 
@@ -134,7 +146,7 @@ def _check_split(task: GlueTask, split: str) -> None:
 # Official TSV files.
 
 
-def _task_file(task: GlueTask, split: str, data_dir: str) -> str:
+def _task_file(task: GlueTask, split: str, data_dir: str, options: DataOptions = CONFIG_OPTIONS) -> str:
     """<data_dir>/<CoLA>/<split>.tsv, or <data_dir>/<split>.tsv when data_dir is the task folder itself."""
     data_dir = os.path.expanduser(data_dir)
     official = os.path.join(data_dir, task.directory, f"{split}.tsv")
@@ -143,7 +155,7 @@ def _task_file(task: GlueTask, split: str, data_dir: str) -> str:
     flat = os.path.join(data_dir, f"{split}.tsv")
     if not os.path.isdir(os.path.join(data_dir, task.directory)) and os.path.isfile(flat):
         return flat
-    raise GlueDataError(f"GLUE file not found: {official} ({_HOW_TO_GET})")
+    raise GlueDataError(f"GLUE file not found: {official} ({options.how_to_get()})")
 
 
 def _parse_label(task: GlueTask, value: str, where: str) -> int | float:
@@ -161,7 +173,7 @@ def _parse_label(task: GlueTask, value: str, where: str) -> int | float:
     raise GlueDataError(f"{where}: label {value!r} is not one of {', '.join(valid)} (fix or delete the row)")
 
 
-def _rows(path: str, skip_malformed: bool, width: int | None = None):
+def _rows(path: str, skip_malformed: bool, width: int | None = None, options: DataOptions = CONFIG_OPTIONS):
     """Yields (line number, {column: field}), or (line number, [fields]) for a file without a header
     whose rows have `width` fields.
 
@@ -171,7 +183,7 @@ def _rows(path: str, skip_malformed: bool, width: int | None = None):
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         columns = None if width else next(reader, None)
         if not width and not columns:
-            raise GlueDataError(f"{path} is empty: expected a header line ({_HOW_TO_GET})")
+            raise GlueDataError(f"{path} is empty: expected a header line ({options.how_to_get()})")
         width = width or len(columns)
         for fields in reader:
             if not fields:  # a blank line, e.g. at the end of a file
@@ -181,7 +193,7 @@ def _rows(path: str, skip_malformed: bool, width: int | None = None):
                     continue
                 raise GlueDataError(
                     f"{path}:{reader.line_num}: expected {width} tab-separated fields, found {len(fields)}"
-                    " (fix or delete the line, or pass skip_malformed=True to drop such lines)")
+                    " (fix or delete the line)")
             yield reader.line_num, (dict(zip(columns, fields)) if columns else fields)
 
 
@@ -192,7 +204,8 @@ def _require(path: str, row: dict[str, str], names: Sequence[str | None]) -> Non
                             f" {', '.join(row)}; is this the official GLUE file for this task?)")
 
 
-def read_glue_dir(task: GlueTask, split: str, data_dir: str, *, skip_malformed: bool = False) -> list[Example]:
+def read_glue_dir(task: GlueTask, split: str, data_dir: str, *, skip_malformed: bool = False,
+                  options: DataOptions = CONFIG_OPTIONS) -> list[Example]:
     """Reads one split of the official GLUE download; test rows get label -1.
 
     Columns are found by header name, except in CoLA train/dev, which have no header
@@ -201,17 +214,17 @@ def read_glue_dir(task: GlueTask, split: str, data_dir: str, *, skip_malformed: 
     original QQP download has a few).
     """
     _check_split(task, split)
-    path = _task_file(task, split, data_dir)
+    path = _task_file(task, split, data_dir, options)
     cols = _COLUMNS[task.name]
     is_test = split in task.test_splits
     examples = []
     if task.name == "cola" and not is_test:
-        for n, (line, fields) in enumerate(_rows(path, skip_malformed, width=4)):
+        for n, (line, fields) in enumerate(_rows(path, skip_malformed, width=4, options=options)):
             examples.append(Example(fields[3], None, _parse_label(task, fields[1], f"{path}:{line}"), n))
         return examples
 
     label_column = None if is_test else cols.label
-    for n, (line, row) in enumerate(_rows(path, skip_malformed)):
+    for n, (line, row) in enumerate(_rows(path, skip_malformed, options=options)):
         if n == 0:
             _require(path, row, [cols.text_a, cols.text_b, label_column, cols.index if is_test else None])
         if is_test:
@@ -271,19 +284,20 @@ def read_glue_tfds(task: GlueTask, split: str, data_dir: str | None = None) -> l
 
 
 def load_split(task: GlueTask, split: str, *, source: str, data_dir: str = "",
-               skip_malformed: bool = False) -> list[Example]:
-    """One entry point for the trainer: source 'dir' (official TSVs under data_dir) or 'tfds'."""
+               skip_malformed: bool = False, options: DataOptions = CONFIG_OPTIONS) -> list[Example]:
+    """One entry point for the trainer: source 'dir' (official TSVs under data_dir) or 'tfds'. `options`: how
+    the calling command names its GLUE options, for the errors."""
     if source == "dir":
         if not data_dir:
-            raise GlueDataError(f"no GLUE folder given for task {task.name!r} ({_HOW_TO_GET})")
-        examples = read_glue_dir(task, split, data_dir, skip_malformed=skip_malformed)
+            raise GlueDataError(f"no GLUE folder given for task {task.name!r} ({options.how_to_get()})")
+        examples = read_glue_dir(task, split, data_dir, skip_malformed=skip_malformed, options=options)
     elif source == "tfds":
         examples = read_glue_tfds(task, split, data_dir or None)
     else:
-        raise GlueDataError(f"unknown GLUE source {source!r} (set --config.data.source to 'dir' or 'tfds')")
+        raise GlueDataError(f"unknown GLUE source {source!r} (use 'dir' or 'tfds')")
     if not examples:
         raise GlueDataError(f"GLUE task {task.name!r} split {split!r} ({source} source) has no examples;"
-                            f" check the files ({_HOW_TO_GET})")
+                            f" check the files ({options.how_to_get()})")
     return examples
 
 

@@ -191,8 +191,10 @@ def run(init: str, task_name: str, *, k: int, seed: int, glue_dir: str, glue_sou
         raise UserError(f"--split={split!r}: few-shot evaluation needs labels, i.e. one of "
                         f"{', '.join(task.dev_splits)} (test splits have none)")
     lm = load_language_model(init, tokenizer_path=tokenizer_path)
-    train = glue.load_split(task, "train", source=glue_source, data_dir=glue_dir)
-    examples = subset(glue.load_split(task, split, source=glue_source, data_dir=glue_dir), max_examples)
+    options = glue.DataOptions(glue_dir="--glue_dir", tfds="--glue_source=tfds")  # pretrain.fewshot's flags
+    train = glue.load_split(task, "train", source=glue_source, data_dir=glue_dir, options=options)
+    examples = glue.load_split(task, split, source=glue_source, data_dir=glue_dir, options=options)
+    examples = subset(examples, max_examples)
     result = evaluate_fewshot(task, examples, train, lm.tokenizer, lm_scorer(lm, normalize=normalize,
                               batch_size=batch_size), k=k, seed=seed, max_length=lm.config.n_positions,
                               balanced=balanced, label_words=label_words, split=split)

@@ -111,11 +111,12 @@ class PerplexityResult:
 def evaluation_tokens(path: str, tokenizer, *, raw_text: bool, eval_fraction: float) -> tuple[np.ndarray, int]:
     """The file's held-out end -> (token ids [N], its number of characters)."""
     if not 0 < eval_fraction <= 1:
-        raise UserError(f"eval_fraction={eval_fraction} must be in (0, 1] (nanoGPT's val split: 0.1; 1 = all)")
+        raise UserError(f"--eval_fraction={eval_fraction} must be in (0, 1] (nanoGPT's val split: 0.1; 1 = all)")
     if raw_text:
-        _, text = sources.split_tail(sources.read_raw_text(path), eval_fraction)  # as data.source=raw_text
+        # as data.source=raw_text
+        _, text = sources.split_tail(sources.read_raw_text(path, flag="--data"), eval_fraction)
         return np.asarray(tokenizer.encode(text), np.int32), len(text)
-    documents = sources.read_text_corpus(path)
+    documents = sources.read_text_corpus(path, flag="--data")
     documents = documents[-max(1, round(len(documents) * eval_fraction)):]
     characters = sum(len(line) for document in documents for line in document)
     tokenized = [np.concatenate(document) for document in sources.tokenize_documents(documents, tokenizer)]

@@ -29,7 +29,8 @@ import numpy as np
 from tqdm import tqdm
 
 from pretrain.core import (checkpoints, distributed, freezing, guards, optimizers, partitioning, preemption,
-                           pretrained, train_state)
+                           pretrained, train_state, validation)
+from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError, UserError
 from pretrain.core.metric_writers import MetricWriter
 from pretrain.data import tokenizers
@@ -88,7 +89,8 @@ def make_optimizer(config, params, steps_per_epoch: int, num_layers: int):
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Fine-tunes and evaluates; returns the contents of DIR/results.json."""
     started = time.perf_counter()
-    os.makedirs(workdir, exist_ok=True)
+    validation.check_ranges(config)  # before reading the init checkpoint; all of it once the init is merged
+    workdir = workdirs.prepare(workdir)
     results_path = os.path.join(workdir, "results.json")
     if os.path.exists(results_path):
         print(f"Nothing to do: {results_path} exists (use a new --workdir to train again)")
@@ -96,15 +98,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
             return json.load(f)
     task = glue.get_task(config.task)
     config, init = resolve_config(config)
+    validation.validate(config)
     tokenizer = tokenizers.from_config(config.tokenizer)
     if tokenizer.vocab_size > config.model.vocab_size:
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary "
                           f"has {config.model.vocab_size}; use the tokenizer the checkpoint was trained with")
     family = registry.for_config(config, task, tokenizer)
     family.check()
-    if distributed.is_primary():
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2))
 
     # ----- Data -----
     train_data, _, _ = load_split(config, family, "train", config.batch_size, subset=config.data.max_train_examples)
@@ -140,7 +140,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     loop = {"epoch": 0, "index": 0, "step": 0, "best": None, "epochs": [], "losses": [], "fetched": [],
             "skipped": 0, "order": order}
     if resume.latest_step() is not None:
-        state, loop = restore_position(resume, ckpt, state, shardings, order)
+        state, loop = restore_position(resume, ckpt, state, shardings, order, workdir, config)
+    if distributed.is_primary():
+        workdirs.save_config(workdir, config)  # validated, and fits the state it resumes
     ckpt.discard_after(loop["step"])  # best-epoch saves of a killed run past the resume point: redone below
     writer = MetricWriter(workdir, resume_step=loop["step"])
     dropout_rng = jax.random.key(config.seed + 1)
@@ -194,6 +196,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}")
                         fetched = []
                     if save:  # a copy: Orbax may write the JSON after these lists have grown
+                        guards.check_params_finite(step, state.params)
                         position = copy.deepcopy({"epoch": epoch, "index": index + 1, "step": step, "best": best,
                                                   "epochs": epochs, "losses": losses, "fetched": fetched,
                                                   "skipped": skipped_total, "order": order})
@@ -214,6 +217,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 print(f"epoch {epoch + 1}: " + "; ".join(f"{s} " + ", ".join(f"{k}={v:.4f}" for k, v in m.items())
                                                          for s, m in dev.items()))
                 if best is None or score > best[1]:
+                    guards.check_params_finite(step, state.params)
                     best = [epoch + 1, score, dev]
                     # Parameters only; the whole state for resuming lives in DIR/resume.
                     ckpt.save(step, {"params": state.params}, {"epoch": epoch + 1, task.main_metric: score},
@@ -245,18 +249,16 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                "learning_rate": config.optimizer.learning_rate, "freezing": config.freezing.strategy,
                "init": init.source if init else "random", "train_examples": len(train_data)}
     if distributed.is_primary():  # one writer: processes racing on a shared disk would lose the rename
-        tmp = results_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(results, f, indent=2)
-        os.replace(tmp, results_path)  # results.json marks a finished run: never half-written
+        workdirs.write_json_atomic(results_path, results)  # results.json marks a finished run: never half-written
         shutil.rmtree(resume.directory, ignore_errors=True)  # a finished run is never resumed
     return results
 
 
 def restore_position(resume: checkpoints.Checkpointer, ckpt: checkpoints.Checkpointer, state, shardings,
-                     order: dict) -> tuple[train_state.TrainState, dict]:
+                     order: dict, workdir: str, config) -> tuple[train_state.TrainState, dict]:
     """The whole train state and the loop's position from DIR/resume (one line if another run wrote it)."""
     try:
+        workdirs.check_resume(workdir, config)
         restored, position, step = resume.restore(checkpoints.abstract_with_shardings(state, shardings))
         if position.get("order") != order:
             raise ConfigError(f"resume checkpoint {resume.directory}/{step} was written by a run with another data "

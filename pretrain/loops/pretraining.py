@@ -19,41 +19,39 @@ from tqdm import tqdm
 
 import models
 import objectives
-from pretrain.core import checkpoints, distributed, guards, optimizers, partitioning, preemption, train_state
+from pretrain.core import (checkpoints, distributed, guards, optimizers, partitioning, preemption, train_state,
+                           validation)
+from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError
 from pretrain.core.metric_writers import MetricWriter
-from pretrain.data import pipeline, streaming, tokenizers
+from pretrain.data import pipeline, statistics, streaming, tokenizers
 from pretrain.loops.steps import eval_step, micro_batches, train_step
 
 
-def _check_config(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer) -> None:
-    if config.batch_size % config.grad_accum_steps:
-        raise ConfigError(f"config.batch_size={config.batch_size} is not divisible by "
-                          f"config.grad_accum_steps={config.grad_accum_steps}")
+def _check_tokenizer(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer) -> None:
     if tokenizer.vocab_size > config.model.vocab_size:
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but config.model.vocab_size="
                           f"{config.model.vocab_size}; set --config.model.vocab_size={tokenizer.vocab_size}")
-    longest = max(config.data.max_seq_length, config.data.get("long_seq_length", 0))
-    if "max_position_embeddings" in config.model and longest > config.model.max_position_embeddings:
-        raise ConfigError(f"sequence length {longest} exceeds config.model.max_position_embeddings="
-                          f"{config.model.max_position_embeddings}")
 
 
 # ---------------------------------------------------------------------------------------------
 # The loop.
 # ---------------------------------------------------------------------------------------------
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-    """Trains (or resumes) until config.num_train_steps; returns the last logged metrics."""
-    os.makedirs(workdir, exist_ok=True)
-    if distributed.is_primary():
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2))
+    """Trains (or resumes) until config.num_train_steps; returns the last logged metrics.
+
+    Nothing in `workdir` is written before the config, the data and (on resume) the checkpoint passed their
+    checks: a rejected command leaves the workdir as it was.
+    """
+    validation.validate(config)
+    workdir = workdirs.prepare(workdir)
 
     # ----- Data -----
     tokenizer = tokenizers.from_config(config.tokenizer)
-    _check_config(config, tokenizer)
+    _check_tokenizer(config, tokenizer)
     objective = objectives.build_objective(config.objective, tokenizer)
     train_docs, eval_docs = pipeline.load_documents(config.data, tokenizer)
+    statistics.report(statistics.of_corpus(train_docs, tokenizer), config)
     data_kw = dict(objective=objective, max_seq_length=config.data.max_seq_length,
                    long_seq_length=config.data.get("long_seq_length", 0),
                    long_seq_start_step=config.data.get("long_seq_start_step", 0))
@@ -71,6 +69,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
                                     keep=config.keep_checkpoints)
     resume = ckpt.latest_step() is not None
+    if resume:
+        try:
+            workdirs.check_resume(workdir, config)  # before reading the checkpoint: name what differs
+        except ConfigError:
+            ckpt.close()
+            raise
     state, state_shardings, abstract_state = train_state.init_sharded(model, example, init_rng, tx, mesh,
                                                                       materialize=not resume)
     start_step, data_position = 0, None
@@ -123,6 +127,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
               f"config.num_train_steps={last_step} (raise it to train further)")
         ckpt.close()
         return {}
+    if distributed.is_primary():
+        workdirs.save_config(workdir, config)  # validated, and fits the checkpoint it resumes
     writer = MetricWriter(workdir, resume_step=start_step)
     accum = config.grad_accum_steps
     batches = ((s, micro_batches(rows, accum), windows)  # windows: this process's stream positions after s
@@ -184,6 +190,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 stop = done < last_step and watcher.should_stop(done)  # SIGTERM, SIGINT, JAX's notice
                 if stop or ckpt.should_save(done, last_step):
                     flush()
+                    guards.check_params_finite(done, state.params)
                     position = train_data.position(done, _gather_windows(windows))
                     ckpt.save(done, state, {**position, "skipped_updates_total": skipped_total}, force=stop)
                 if stop:

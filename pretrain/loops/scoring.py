@@ -15,6 +15,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from pretrain.core import checkpoints, distributed, partitioning
+from pretrain.core import workdir as workdirs
 from pretrain.core.errors import UserError
 from pretrain.data import finetune_data, tokenizers
 from pretrain.families import registry
@@ -22,12 +23,13 @@ from pretrain.glue import metrics as glue_metrics
 from pretrain.glue import tasks as glue
 
 
-def load_split(config, family, split: str, batch_size: int, subset: int = 0
-              ) -> tuple[finetune_data.FineTuningData, np.ndarray, np.ndarray]:
+def load_split(config, family, split: str, batch_size: int, subset: int = 0,
+               options: glue.DataOptions = glue.CONFIG_OPTIONS
+               ) -> tuple[finetune_data.FineTuningData, np.ndarray, np.ndarray]:
     """-> (batched features, labels [N], example ids [N]) of one split."""
     task = family.task
     data_dir = config.data.glue_dir if config.data.source == "dir" else config.data.tfds_data_dir
-    examples = glue.load_split(task, split, source=config.data.source, data_dir=data_dir)
+    examples = glue.load_split(task, split, source=config.data.source, data_dir=data_dir, options=options)
     examples = [examples[i] for i in finetune_data.subset_indices(len(examples), subset)]
     labels = task.label_array(examples)
     return family.encode(examples, batch_size), labels, np.array([e.idx for e in examples], np.int64)
@@ -57,19 +59,24 @@ def write_predictions(path: str, task: glue.GlueTask, ids: np.ndarray, predictio
             f.write(f"{i}\t{name(p)}\t{name(y)}\n")
 
 
-def score_splits(config, family, jit_predict, params, mesh, splits, workdir: str) -> dict:
-    """Dev splits: predictions file + official metrics. Test splits: the GLUE submission file."""
+def score_splits(config, family, jit_predict, params, mesh, splits, workdir: str, *, required: bool = False,
+                 options: glue.DataOptions = glue.CONFIG_OPTIONS) -> dict:
+    """Dev splits: predictions file + official metrics. Test splits: the GLUE submission file.
+
+    Every split is loaded before anything is written. A test split without its file is skipped with a line,
+    unless `required` (pretrain.evaluate asked for it): then it is an error and nothing is written."""
     task, results, primary = family.task, {}, distributed.is_primary()
-    if primary:
-        os.makedirs(os.path.join(workdir, "predictions"), exist_ok=True)
+    loaded = []
     for split in splits:
         try:
-            data, labels, ids = load_split(config, family, split, config.eval_batch_size)
+            loaded.append((split, load_split(config, family, split, config.eval_batch_size, options=options)))
         except glue.GlueDataError as e:
-            if split in task.test_splits:
-                print(f"Skipped test predictions for {split}: {e}")
-                continue
-            raise
+            if split not in task.test_splits or required:
+                raise
+            print(f"Skipped test predictions for {split}: {e}")
+    if primary:
+        os.makedirs(os.path.join(workdir, "predictions"), exist_ok=True)
+    for split, (data, labels, ids) in loaded:
         predictions = predict(jit_predict, family, params, data, mesh)
         if split in task.test_splits:
             if not primary:
@@ -96,11 +103,7 @@ def dev_score(task: glue.GlueTask, results: dict) -> float:
 def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = None) -> dict:
     """pretrain.evaluate: restore a fine-tuning workdir's best checkpoint, score `splits` (dev metrics,
     test submission files) and write WORKDIR/eval_results.json; returns what it writes."""
-    config_path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(config_path):
-        raise UserError(f"{config_path} not found: --workdir must be a directory written by pretrain.finetune")
-    with open(config_path) as f:
-        config = ml_collections.ConfigDict(json.load(f))
+    config = _finetuning_config(workdir)
     if glue_dir:
         config.data.glue_dir = glue_dir
     task = glue.get_task(config.task)
@@ -118,9 +121,26 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     params = jax.device_put(params, partitioning.replicated(mesh))  # on every device of every process
     jit_predict = jax.jit(family.predict_fn(family.build_model()))
     with mesh:
-        results = score_splits(config, family, jit_predict, params, mesh, wanted, workdir)
+        results = score_splits(config, family, jit_predict, params, mesh, wanted, workdir, required=True,
+                               options=glue.DataOptions(glue_dir="--glue_dir", tfds=None))
     out = {"task": task.name, "checkpoint_step": step, "metrics": results}
     if distributed.is_primary():
-        with open(os.path.join(workdir, "eval_results.json"), "w") as f:
-            json.dump(out, f, indent=2)
+        workdirs.write_json_atomic(os.path.join(workdir, "eval_results.json"), out)
     return out
+
+
+def _finetuning_config(workdir: str) -> ml_collections.ConfigDict:
+    """WORKDIR/config.json of a pretrain.finetune run (one line for anything else)."""
+    config_path = os.path.join(workdir, "config.json")
+    what = "--workdir must be a directory written by pretrain.finetune"
+    if not os.path.isfile(config_path):
+        raise UserError(f"{config_path} not found: {what}")
+    try:
+        with open(config_path) as f:
+            stored = json.load(f)
+    except ValueError as e:
+        raise UserError(f"{config_path} is not valid JSON ({e}): {what}") from None
+    if not isinstance(stored, dict) or "task" not in stored:
+        raise UserError(f"{workdir} is not a fine-tuning workdir (its config.json names no GLUE task): {what}; "
+                        f"a pretraining workdir is fine-tuned first with pretrain.finetune --config.init={workdir}")
+    return ml_collections.ConfigDict(stored)

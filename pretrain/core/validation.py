@@ -1,0 +1,201 @@
+"""Every config value checked up front, before anything is loaded, compiled or written.
+
+`validate(config)` runs for pretrain.train and pretrain.finetune right after the flags are parsed. It
+checks each key a config has against the range table below (sizes positive, probabilities in their
+interval, names among the known ones), then the relations of the model family (heads dividing the
+width, the sequence within the positions) and the mesh against the visible devices. Each failure is
+one ConfigError naming the key, the value and what is allowed, e.g.
+
+  config.objective.mask_prob=1.5 is invalid: it must be a probability in (0, 1) (--config.objective.mask_prob=...)
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import ml_collections
+
+from pretrain.core.errors import ConfigError
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _int(low: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low,
+            "a positive integer" if low == 1 else f"an integer >= {low}")
+
+
+def _float(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = False, what: str = ""):
+    def ok(v) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return False
+        return (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    return ok, what or (f"a finite number {'>' if low_open else '>='} {low:g}" if high == math.inf
+                        else f"a number in {interval}")
+
+
+POSITIVE, NON_NEGATIVE = _int(1), _int(0)
+POSITIVE_FLOAT, NON_NEGATIVE_FLOAT = _float(0, low_open=True), _float(0)
+PROBABILITY = _float(0, 1, low_open=True, high_open=True, what="a probability in (0, 1)")
+SHARE = _float(0, 1, what="a number in [0, 1]")
+DROPOUT = _float(0, 1, high_open=True, what="a dropout rate in [0, 1)")
+
+
+def _choice(*names: str):
+    return (lambda v: v in names), "one of " + ", ".join(map(repr, names))
+
+
+def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
+    """Names the code defines, imported on demand (the registries live in their rooms)."""
+    if kind == "model":
+        import models
+        return _choice(*models.FAMILIES)
+    if kind == "objective":
+        import objectives
+        return _choice(*objectives.NAMES)
+    if kind == "optimizer":
+        from pretrain.core import optimizers
+        return _choice(*optimizers.OPTIMIZERS)
+    if kind == "schedule":
+        from pretrain.core import optimizers
+        return _choice(*optimizers.SCHEDULES)
+    if kind == "tokenizer":
+        from pretrain.data import tokenizers
+        return _choice(*tokenizers.KINDS)
+    if kind == "freezing":
+        from pretrain.core import freezing
+        return _choice(*freezing.STRATEGIES)
+    raise KeyError(kind)
+
+
+# key -> (check, what is allowed); a key the config does not have is not checked.
+RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
+    # the loop
+    "batch_size": POSITIVE, "grad_accum_steps": POSITIVE, "num_train_steps": POSITIVE, "num_epochs": POSITIVE,
+    "log_every": POSITIVE, "keep_checkpoints": POSITIVE, "eval_batches": POSITIVE, "eval_batch_size": POSITIVE,
+    "checkpoint_every": NON_NEGATIVE, "eval_every": NON_NEGATIVE, "prefetch": NON_NEGATIVE, "seed": NON_NEGATIVE,
+    "warmup_fraction": SHARE, "z_loss": NON_NEGATIVE_FLOAT,
+    # optimizer
+    "optimizer.name": "optimizer", "optimizer.schedule": "schedule",
+    "optimizer.learning_rate": POSITIVE_FLOAT, "optimizer.end_learning_rate": NON_NEGATIVE_FLOAT,
+    "optimizer.warmup_steps": _int(-1), "optimizer.b1": _float(0, 1, high_open=True),
+    "optimizer.b2": _float(0, 1, high_open=True), "optimizer.eps": POSITIVE_FLOAT,
+    "optimizer.weight_decay": NON_NEGATIVE_FLOAT, "optimizer.grad_clip_norm": NON_NEGATIVE_FLOAT,
+    "optimizer.clipping_threshold": NON_NEGATIVE_FLOAT, "optimizer.decay_rate": _float(0, 1, low_open=True),
+    # model (every family's field names)
+    "model.name": "model", "model.dtype": _choice(*DTYPES), "model.param_dtype": _choice(*DTYPES),
+    **{f"model.{k}": POSITIVE for k in (
+        "vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
+        "type_vocab_size", "d_model", "d_ff", "head_dim", "num_encoder_layers", "num_decoder_layers", "n_positions",
+        "relative_attention_num_buckets", "relative_attention_max_distance", "max_span_tokens")},
+    **{f"model.{k}": DROPOUT for k in ("dropout_rate", "attention_dropout_rate", "classifier_dropout")},
+    "model.layer_norm_eps": POSITIVE_FLOAT, "model.initializer_range": POSITIVE_FLOAT,
+    "model.initializer_factor": POSITIVE_FLOAT,
+    # objective
+    "objective.name": "objective", "objective.mask_prob": PROBABILITY, "objective.noise_density": PROBABILITY,
+    "objective.replace_with_mask": SHARE, "objective.replace_with_random": SHARE, "objective.short_seq_prob": SHARE,
+    "objective.geometric_p": _float(0, 1, low_open=True, what="a probability in (0, 1]"),
+    "objective.mean_noise_span_length": _float(1, what="a number >= 1"),
+    "objective.max_predictions_per_seq": POSITIVE, "objective.long_max_predictions_per_seq": POSITIVE,
+    "objective.max_span_length": POSITIVE, "objective.targets_length": NON_NEGATIVE,
+    "objective.z_loss": NON_NEGATIVE_FLOAT,
+    # data and tokenizer
+    "data.max_seq_length": POSITIVE, "data.window_documents": POSITIVE, "data.pad_to_multiple_of": POSITIVE,
+    "data.streams": NON_NEGATIVE, "data.workers": NON_NEGATIVE, "data.eval_documents": NON_NEGATIVE,
+    "data.max_documents": NON_NEGATIVE, "data.long_seq_length": NON_NEGATIVE,
+    "data.long_seq_start_step": NON_NEGATIVE, "data.max_train_examples": NON_NEGATIVE,
+    "data.eval_fraction": _float(0, 1, high_open=True, what="a number in [0, 1)"),
+    "data.source": _choice("text", "raw_text", "tfds", "prepared", "dir"),
+    "tokenizer.kind": "tokenizer", "tokenizer.extra_ids": NON_NEGATIVE,
+    # fine-tuning
+    "freezing.strategy": "freezing", "freezing.num_frozen_layers": NON_NEGATIVE,
+    "freezing.unfreeze_every_epochs": POSITIVE,
+}
+
+
+def _flatten(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _fail(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"config.{key}={value!r} is invalid: it must be {allowed} (--config.{key}=...)")
+
+
+def check_ranges(config: ml_collections.ConfigDict) -> None:
+    """Every key of `config` that RANGES knows, against its range."""
+    for key, value in _flatten(config).items():
+        rule = RANGES.get(key)
+        if rule is None:
+            continue
+        ok, allowed = _known(rule) if isinstance(rule, str) else rule
+        if not ok(value):
+            raise _fail(key, value, allowed)
+
+
+# ----- The relations within one model family (config.model.name). -----
+def _bert(config) -> None:
+    m = config.model
+    if m.hidden_size % m.num_heads:
+        raise ConfigError(f"config.model.hidden_size={m.hidden_size} is not a multiple of config.model.num_heads="
+                          f"{m.num_heads}; change one of them")
+    _fits("max_position_embeddings", config)
+
+
+def _gpt(config) -> None:
+    m = config.model
+    if m.d_model % m.num_heads:
+        raise ConfigError(f"config.model.d_model={m.d_model} is not a multiple of config.model.num_heads="
+                          f"{m.num_heads}; change one of them")
+    _fits("n_positions", config)
+
+
+def _t5(config) -> None:
+    from models.t5 import FEED_FORWARDS
+    if config.model.feed_forward not in FEED_FORWARDS:
+        raise _fail("model.feed_forward", config.model.feed_forward, "one of " + ", ".join(map(repr, FEED_FORWARDS)))
+
+
+FAMILY_CHECKS = {"bert": _bert, "gpt": _gpt, "t5": _t5}
+
+
+def _fits(positions_key: str, config) -> None:
+    """The longest sequence the data makes fits the model's position table."""
+    positions = config.model.get(positions_key)
+    longest = max(config.data.get("max_seq_length", 0), config.data.get("long_seq_length", 0))
+    if positions is not None and longest > positions:
+        key = "data.long_seq_length" if longest == config.data.get("long_seq_length", 0) else "data.max_seq_length"
+        raise ConfigError(f"config.{key}={longest} exceeds config.model.{positions_key}={positions}: lower it, "
+                          f"or raise --config.model.{positions_key}")
+
+
+def check_relations(config: ml_collections.ConfigDict) -> None:
+    """Keys that must agree with each other."""
+    if "grad_accum_steps" in config and config.batch_size % config.grad_accum_steps:
+        raise ConfigError(f"config.batch_size={config.batch_size} is not divisible by config.grad_accum_steps="
+                          f"{config.grad_accum_steps}; make it a multiple")
+    objective = config.get("objective")
+    if objective is not None and objective.get("replace_with_mask", 0) + objective.get("replace_with_random", 0) > 1:
+        raise ConfigError(f"config.objective.replace_with_mask={objective.replace_with_mask} + replace_with_random="
+                          f"{objective.replace_with_random} exceeds 1 (BERT: 0.8 + 0.1, the rest kept)")
+    FAMILY_CHECKS[config.model.name](config)
+
+
+def check_mesh(config: ml_collections.ConfigDict) -> None:
+    """config.mesh_shape against the devices this process sees (after jax.distributed is initialized)."""
+    from pretrain.core import partitioning
+    partitioning.create_mesh(config.mesh_shape)  # ConfigError naming the shape and the device count
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """All of the above, in order; the first problem found is raised."""
+    check_ranges(config)
+    check_relations(config)
+    check_mesh(config)

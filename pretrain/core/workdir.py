@@ -1,0 +1,124 @@
+"""The workdir's own files: checked before anything is written, written atomically, compared on resume.
+
+A command writes WORKDIR/config.json only after the config and the workdir passed every check, and
+through a temporary file + rename, so a command that is rejected (a bad flag, a config that does not fit
+the checkpoints) leaves every file of the workdir as it was, and a kill never leaves a half-written one.
+
+Resuming compares the new config with the stored one, key by key:
+  * fixed keys (architecture, objective, tokenizer, data, batch size, seed, optimizer kind): a change is
+    a one-line error listing them, since the checkpoints and the data position would not fit;
+  * schedule keys (learning rate and the other optimizer numbers, num_train_steps, num_epochs): allowed,
+    with a warning listing them;
+  * logistics (logging, checkpoint and evaluation intervals, mesh, prefetch, workers, micro-batches):
+    allowed silently; the run's batches and results do not depend on them.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+import ml_collections
+
+from pretrain.core.errors import ConfigError, UserError
+
+CONFIG_FILE = "config.json"
+
+SCHEDULE_KEYS = ("num_train_steps", "num_epochs", "warmup_fraction", "optimizer.*", "skip_nonfinite_updates")
+LOGISTICS_KEYS = ("log_every", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches", "prefetch",
+                  "mesh_shape", "grad_accum_steps", "data.workers", "eval_batch_size", "write_test_predictions")
+FIXED_EXCEPTIONS = ("optimizer.name",)  # the optimizer state's structure depends on it
+
+
+def prepare(workdir: str, flag: str = "--workdir") -> str:
+    """Creates `workdir` if needed; a one-line UserError when it is a file or cannot be written. -> abspath."""
+    path = os.path.abspath(workdir)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{flag}={workdir} is a file, not a directory; give a directory (new or a run's workdir)")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{flag}={workdir} cannot be created ({e.strerror}); give a writable directory") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{flag}={workdir} is not writable; give a writable directory")
+    return path
+
+
+def write_atomic(path: str, text: str) -> None:
+    """`text` into `path` through a temporary file in the same folder + rename: never half-written."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_json_atomic(path: str, value: Any) -> None:
+    write_atomic(path, json.dumps(value, indent=2, allow_nan=False) + "\n")
+
+
+def save_config(workdir: str, config: ml_collections.ConfigDict) -> None:
+    write_atomic(os.path.join(workdir, CONFIG_FILE), config.to_json_best_effort(indent=2) + "\n")
+
+
+def stored_config(workdir: str) -> dict | None:
+    """WORKDIR/config.json as a dict, or None when there is none (or it is unreadable: a new run rewrites it)."""
+    try:
+        with open(os.path.join(workdir, CONFIG_FILE)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: list(tree) if isinstance(tree, tuple) else tree}
+
+
+def _kind(key: str) -> str:
+    """'fixed', 'schedule' or 'logistics' (see the module docstring)."""
+    if key in FIXED_EXCEPTIONS:
+        return "fixed"
+    if any(fnmatch.fnmatchcase(key, pattern) for pattern in SCHEDULE_KEYS):
+        return "schedule"
+    if key in LOGISTICS_KEYS:
+        return "logistics"
+    return "fixed"
+
+
+def check_resume(workdir: str, config: ml_collections.ConfigDict) -> list[str]:
+    """Compares `config` with WORKDIR/config.json of the run being resumed.
+
+    Raises ConfigError listing the fixed keys that differ; prints a warning listing the schedule keys
+    that differ and returns them. Nothing stored (a workdir of an older version): no check.
+    """
+    stored = stored_config(workdir)
+    if stored is None:
+        return []
+    old = _flatten(stored)
+    new = _flatten(json.loads(config.to_json_best_effort()))
+    # Keys on one side only are a version's new or retired fields, not a change of this run.
+    differ = {k: (old[k], new[k]) for k in sorted(set(old) & set(new)) if old[k] != new[k]}
+    listed = {kind: "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in differ.items() if _kind(k) == kind)
+              for kind in ("fixed", "schedule")}
+    if listed["fixed"]:
+        raise ConfigError(f"{workdir} holds a run with another model or data ({listed['fixed']}); resume with "
+                          "the config in its config.json or use a new --workdir")
+    if listed["schedule"]:
+        print(f"warning: resuming {workdir} with a changed schedule ({listed['schedule']})", file=sys.stderr,
+              flush=True)
+    return [k for k in differ if _kind(k) == "schedule"]
