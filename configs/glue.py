@@ -80,6 +80,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         tfds_data_dir="",
         max_seq_length=128,
         max_train_examples=0,      # > 0: a fixed random subset of the train split (same for every seed)
+        skip_malformed=False,      # drop TSV rows with the wrong number of fields (the original QQP has a few)
         pad_to_multiple_of=8))     # batches pad to the longest row rounded up to this (few jit shapes)
     if arg.model == "t5":
         _text_to_text(c, arg.size)

@@ -20,7 +20,9 @@ from absl import app, flags, logging
 def begin(argv: list[str]) -> None:
     """First line of every main(): no positional arguments, and Orbax's per-save INFO logs off."""
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+        print(f"error: unexpected arguments {argv[1:]}: every option is a --flag=value (--help lists them)",
+              file=sys.stderr)
+        sys.exit(2)
     logging.set_verbosity(logging.WARNING)
 
 

@@ -25,6 +25,7 @@ class DataOptions:
     """How the entry point that reads GLUE names its data options (error messages suggest these)."""
     glue_dir: str = "--config.data.glue_dir"
     tfds: str | None = "--config.data.source=tfds"
+    skip_malformed: str | None = "--config.data.skip_malformed=true"
 
     def how_to_get(self) -> str:
         return (f"set {self.glue_dir} to a folder in the official GLUE layout (download_glue_data.py)"
@@ -193,7 +194,8 @@ def _rows(path: str, skip_malformed: bool, width: int | None = None, options: Da
                     continue
                 raise GlueDataError(
                     f"{path}:{reader.line_num}: expected {width} tab-separated fields, found {len(fields)}"
-                    " (fix or delete the line)")
+                    " (fix or delete the line" + (f", or drop such lines with {options.skip_malformed})"
+                                                   if options.skip_malformed else ")"))
             yield reader.line_num, (dict(zip(columns, fields)) if columns else fields)
 
 

@@ -191,7 +191,8 @@ def run(init: str, task_name: str, *, k: int, seed: int, glue_dir: str, glue_sou
         raise UserError(f"--split={split!r}: few-shot evaluation needs labels, i.e. one of "
                         f"{', '.join(task.dev_splits)} (test splits have none)")
     lm = load_language_model(init, tokenizer_path=tokenizer_path)
-    options = glue.DataOptions(glue_dir="--glue_dir", tfds="--glue_source=tfds")  # pretrain.fewshot's flags
+    # pretrain.fewshot's flags, for the errors
+    options = glue.DataOptions(glue_dir="--glue_dir", tfds="--glue_source=tfds", skip_malformed=None)
     train = glue.load_split(task, "train", source=glue_source, data_dir=glue_dir, options=options)
     examples = glue.load_split(task, split, source=glue_source, data_dir=glue_dir, options=options)
     examples = subset(examples, max_examples)

@@ -43,7 +43,10 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
                         "(a configs/gpt2.py workdir or a Hugging Face GPT-2 directory)")
     config = models.model_config({**init.model, "name": "gpt"}, dropout_rate=0.0, attention_dropout_rate=0.0,
                                  dtype=dtype)
-    tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)
+    try:
+        tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)
+    except tokenizers.TokenizerError as e:  # the tokenizer names training's option; these tools have their own
+        raise tokenizers.TokenizerError(str(e).replace("--config.tokenizer.path", "--tokenizer_path")) from None
     params = jax.tree.map(jnp.asarray, init.params)
     return LanguageModel(GPT(config), params, tokenizer, init.source)
 

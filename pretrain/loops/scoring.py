@@ -29,7 +29,8 @@ def load_split(config, family, split: str, batch_size: int, subset: int = 0,
     """-> (batched features, labels [N], example ids [N]) of one split."""
     task = family.task
     data_dir = config.data.glue_dir if config.data.source == "dir" else config.data.tfds_data_dir
-    examples = glue.load_split(task, split, source=config.data.source, data_dir=data_dir, options=options)
+    examples = glue.load_split(task, split, source=config.data.source, data_dir=data_dir, options=options,
+                               skip_malformed=config.data.get("skip_malformed", False))
     examples = [examples[i] for i in finetune_data.subset_indices(len(examples), subset)]
     labels = task.label_array(examples)
     return family.encode(examples, batch_size), labels, np.array([e.idx for e in examples], np.int64)
@@ -122,7 +123,7 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     jit_predict = jax.jit(family.predict_fn(family.build_model()))
     with mesh:
         results = score_splits(config, family, jit_predict, params, mesh, wanted, workdir, required=True,
-                               options=glue.DataOptions(glue_dir="--glue_dir", tfds=None))
+                               options=glue.DataOptions(glue_dir="--glue_dir", tfds=None, skip_malformed=None))
     out = {"task": task.name, "checkpoint_step": step, "metrics": results}
     if distributed.is_primary():
         workdirs.write_json_atomic(os.path.join(workdir, "eval_results.json"), out)

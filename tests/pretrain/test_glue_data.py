@@ -10,6 +10,7 @@ import pytest
 
 from pretrain.glue.tasks import (
     TASKS,
+    DataOptions,
     Example,
     GlueDataError,
     get_task,
@@ -253,7 +254,10 @@ def test_qqp_malformed_rows_raise_unless_skipped(tmp_path):
                                               _tsv(7, 8, 9, "Q3?", "Q4?", 1)])
     with pytest.raises(GlueDataError) as e:
         read_glue_dir(get_task("qqp"), "train", str(tmp_path))
-    _one_line_error(e, f"{path}:3:", "expected 6", "found 4", "skip_malformed")
+    _one_line_error(e, f"{path}:3:", "expected 6", "found 4", "--config.data.skip_malformed=true")
+    with pytest.raises(GlueDataError) as e:  # a command without that option does not suggest it
+        read_glue_dir(get_task("qqp"), "train", str(tmp_path), options=DataOptions("--glue_dir", None, None))
+    assert "skip_malformed" not in str(e.value) and "fix or delete the line" in str(e.value)
     examples = load_split(get_task("qqp"), "train", source="dir", data_dir=str(tmp_path), skip_malformed=True)
     assert [(e.text_a, e.label) for e in examples] == [("Q1?", 0), ("Q3?", 1)]
 

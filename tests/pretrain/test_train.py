@@ -191,7 +191,7 @@ def test_checkpoint_of_another_shape_is_a_clear_error(tmp_path, corpus_and_token
     run_train(workdir, flags)
     proc = run_train(workdir, flags + ["--config.model.hidden_size=64", "--config.num_train_steps=2"], check=False)
     msg = one_line_error(proc)
-    assert "checkpoint" in msg and "config" in msg
+    assert "another model" in msg and "model.hidden_size: 32 -> 64" in msg and "config.json" in msg
     assert sorted(os.listdir(workdir / "checkpoints")) == ["1"]  # nothing new became the latest
 
 
