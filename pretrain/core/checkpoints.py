@@ -105,6 +105,7 @@ class Checkpointer:
         if stored is None:
             return None, "unreadable metadata of item state"
         self._check_shapes(abstract_state, stored, step)
+        _drop_late_read_callbacks()  # a damaged file fails one read; the others' callbacks come back later
         try:
             with _quiet_absl(logging.FATAL), _quiet_unraisable():
                 return self.manager.restore(step, args=ocp.args.Composite(
@@ -264,6 +265,22 @@ def _quiet_unraisable():
     finally:
         gc.collect()  # the failed coroutines are reported when collected: here, not later
         sys.unraisablehook = previous
+
+
+def _drop_late_read_callbacks() -> None:
+    """When a restore fails on a damaged file, TensorStore's other reads still finish, some later, and each
+    one's callback finds Orbax's event loop closed: Python would print dozens of "RuntimeError: Event loop
+    is closed" tracebacks around the one-line warning. Drop exactly those; every other unraisable is shown."""
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_late_read_callbacks", False):
+        return
+
+    def hook(unraisable) -> None:
+        if not (unraisable.object is None and isinstance(unraisable.exc_value, RuntimeError)
+                and str(unraisable.exc_value) == "Event loop is closed"):
+            previous(unraisable)
+    hook.drops_late_read_callbacks = True
+    sys.unraisablehook = hook
 
 
 @contextlib.contextmanager

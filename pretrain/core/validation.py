@@ -61,9 +61,6 @@ def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
     if kind == "schedule":
         from pretrain.core import optimizers
         return _choice(*optimizers.SCHEDULES)
-    if kind == "tokenizer":
-        from pretrain.data import tokenizers
-        return _choice(*tokenizers.KINDS)
     if kind == "freezing":
         from pretrain.core import freezing
         return _choice(*freezing.STRATEGIES)
@@ -108,7 +105,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "data.long_seq_start_step": NON_NEGATIVE, "data.max_train_examples": NON_NEGATIVE,
     "data.eval_fraction": _float(0, 1, high_open=True, what="a number in [0, 1)"),
     "data.source": _choice("text", "raw_text", "tfds", "prepared", "dir"),
-    "tokenizer.kind": "tokenizer", "tokenizer.extra_ids": NON_NEGATIVE,
+    "tokenizer.extra_ids": NON_NEGATIVE,  # tokenizer.kind: pretrain/data/tokenizers names the kinds it loads
     # fine-tuning
     "freezing.strategy": "freezing", "freezing.num_frozen_layers": NON_NEGATIVE,
     "freezing.unfreeze_every_epochs": POSITIVE,
