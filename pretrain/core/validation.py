@@ -138,29 +138,26 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
 
 
 # ----- The relations within one model family (config.model.name). -----
-def _bert(config) -> None:
-    m = config.model
-    if m.hidden_size % m.num_heads:
-        raise ConfigError(f"config.model.hidden_size={m.hidden_size} is not a multiple of config.model.num_heads="
-                          f"{m.num_heads}; change one of them")
-    _fits("max_position_embeddings", config)
+def _heads_divide(width_key: str):
+    def check(config) -> None:
+        width, heads = config.model[width_key], config.model.num_heads
+        if width % heads:
+            raise ConfigError(f"config.model.{width_key}={width} is not a multiple of config.model.num_heads={heads};"
+                              " change one of them")
+    return check
 
 
-def _gpt(config) -> None:
-    m = config.model
-    if m.d_model % m.num_heads:
-        raise ConfigError(f"config.model.d_model={m.d_model} is not a multiple of config.model.num_heads="
-                          f"{m.num_heads}; change one of them")
-    _fits("n_positions", config)
-
-
-def _t5(config) -> None:
+def _t5_feed_forward(config) -> None:
     from models.t5 import FEED_FORWARDS
     if config.model.feed_forward not in FEED_FORWARDS:
         raise _fail("model.feed_forward", config.model.feed_forward, "one of " + ", ".join(map(repr, FEED_FORWARDS)))
 
 
-FAMILY_CHECKS = {"bert": _bert, "gpt": _gpt, "t5": _t5}
+FAMILY_CHECKS = {  # name -> the checks of that family's config.model
+    "bert": (_heads_divide("hidden_size"), lambda config: _fits("max_position_embeddings", config)),
+    "gpt": (_heads_divide("d_model"), lambda config: _fits("n_positions", config)),
+    "t5": (_t5_feed_forward,),
+}
 
 
 def _fits(positions_key: str, config) -> None:
@@ -182,7 +179,8 @@ def check_relations(config: ml_collections.ConfigDict) -> None:
     if objective is not None and objective.get("replace_with_mask", 0) + objective.get("replace_with_random", 0) > 1:
         raise ConfigError(f"config.objective.replace_with_mask={objective.replace_with_mask} + replace_with_random="
                           f"{objective.replace_with_random} exceeds 1 (BERT: 0.8 + 0.1, the rest kept)")
-    FAMILY_CHECKS[config.model.name](config)
+    for check in FAMILY_CHECKS[config.model.name]:
+        check(config)
 
 
 def check_mesh(config: ml_collections.ConfigDict) -> None:
