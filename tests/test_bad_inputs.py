@@ -102,7 +102,7 @@ CASES = {
     "finetune/no workdir": (["pretrain.finetune", f"--config={MRPC}"], 2, r"--workdir is required"),
     # ----- pretrain.evaluate -----
     "evaluate/a pretraining workdir": (["pretrain.evaluate", "--workdir={bert}"], 2,
-                                       r"is not a fine-tuning workdir.*pretrain\.finetune --config\.init="),
+                                       r"is not a fine-tuning workdir.*give it to pretrain\.finetune as its init"),
     "evaluate/test split without its file": (["pretrain.evaluate", "--workdir={ft}", "--splits=test",
                                               "--glue_dir={glue_copy}"], 2,
                                              r"GLUE file not found: .*MRPC/test\.tsv \(set --glue_dir"),
@@ -115,7 +115,10 @@ CASES = {
                                 r"holds a bert model; this needs a decoder-only GPT"),
     "generate/init missing": (["pretrain.generate", "--init=/no/such/run", "--prompt=a"], 2, r"/no/such/run"),
     "generate/top_p 0": (["pretrain.generate", "--init={gpt}", "--prompt=a", "--top_p=0"], 2, r"top_p"),
-    "generate/no prompt": (["pretrain.generate", "--init={gpt}"], 2, r"--prompt"),
+    "generate/max_new_tokens negative": (["pretrain.generate", "--init={gpt}", "--prompt=a", "--max_new_tokens=-1"],
+                                         2, r"max_new_tokens=-1 must be >= 1"),
+    "generate/num_samples 0": (["pretrain.generate", "--init={gpt}", "--prompt=a", "--num_samples=0"], 2,
+                               r"num_samples=0 must be >= 1"),
     "generate/tokenizer missing": (["pretrain.generate", "--init={gpt}", "--prompt=a", "--tokenizer_path=/no/t.txt"],
                                    2, r"/no/t\.txt.*--tokenizer_path"),
     # ----- pretrain.perplexity -----

@@ -61,8 +61,10 @@ def _check_text(path: str, flag: str) -> None:
     with open(path, "rb") as f:
         head = f.read(8192)
     if b"\0" in head:
+        in_config = flag.startswith("--config.")
+        prepared = " (a prepared corpus goes with --config.data.source=prepared)" if in_config else ""
         raise CorpusError(f"corpus file {path} is binary, not text (it has NUL bytes); give UTF-8 text files in {flag}"
-                          " (a directory of scripts/prepare_corpus.py goes with --config.data.source=prepared)")
+                          + prepared)
 
 
 def _split_documents(lines) -> Iterator[Document]:

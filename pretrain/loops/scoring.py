@@ -143,5 +143,5 @@ def _finetuning_config(workdir: str) -> ml_collections.ConfigDict:
         raise UserError(f"{config_path} is not valid JSON ({e}): {what}") from None
     if not isinstance(stored, dict) or "task" not in stored:
         raise UserError(f"{workdir} is not a fine-tuning workdir (its config.json names no GLUE task): {what}; "
-                        f"a pretraining workdir is fine-tuned first with pretrain.finetune --config.init={workdir}")
+                        "to fine-tune a pretraining workdir, give it to pretrain.finetune as its init")
     return ml_collections.ConfigDict(stored)
