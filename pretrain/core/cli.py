@@ -110,8 +110,11 @@ def run(main) -> int:
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
         print("interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # At once, without the interpreter's teardown: XLA's compiler threads or Orbax's writers may be mid-work,
+        # and tearing Python down under them crashes (SIGSEGV). A save cut short never becomes a checkpoint.
+        os._exit(EXIT_INTERRUPTED)
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             return e.code or 0

@@ -138,3 +138,44 @@ def test_resume_comparison_sorts_the_keys(tmp_path):
         with pytest.raises(workdir.ConfigError, match=key.replace(".", r"\.")):
             workdir.check_resume(str(tmp_path), changed)
     assert (tmp_path / "config.json").read_bytes() == stored  # comparing never writes
+
+
+@pytest.mark.slow
+def test_a_finetuning_rerun_over_a_best_checkpoint_without_results_restarts_cleanly(finished, tmp_path):
+    """Killed after its best-epoch save but before results.json (and with no resume checkpoint): the same
+    command trains again from the start and replaces that checkpoint instead of colliding with it."""
+    from tests.conftest import SHARED_DATA, run_module
+    ft = str(tmp_path / "ft")
+    args = ["--config=configs/glue.py:task=mrpc", f"--workdir={ft}", f"--config.init={finished}",
+            "--config.data.max_train_examples=32", "--config.num_epochs=1", "--config.data.max_seq_length=32",
+            f"--config.data.glue_dir={os.path.join(SHARED_DATA, 'glue')}", "--config.write_test_predictions=false"]
+    run_module("pretrain.finetune", args)
+    first = json.load(open(os.path.join(ft, "results.json")))
+    os.remove(os.path.join(ft, "results.json"))
+    assert os.listdir(os.path.join(ft, "checkpoints")) == [str(first["epochs"][0]["step"])]
+    proc = run_module("pretrain.finetune", args, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.load(open(os.path.join(ft, "results.json")))
+    assert again["metrics"] == first["metrics"] and again["best_epoch"] == first["best_epoch"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_before_the_loop_is_one_line_and_exit_130(tmp_path, corpus_and_tokenizer):
+    """Ctrl-C while the model is built and compiled (the preemption handler is not installed yet)."""
+    import signal
+    import subprocess
+    import sys
+    from tests.conftest import REPO
+    command = [sys.executable, "-m", "pretrain.train", "--config=configs/bert.py:size=tiny",
+               f"--workdir={tmp_path / 'run'}", *tiny_overrides(*corpus_and_tokenizer)]
+    proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu"}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
+    for line in proc.stdout:
+        if line.startswith("Corpus:"):  # printed before the model is built
+            proc.send_signal(signal.SIGINT)
+            break
+    _, err = proc.communicate(timeout=300)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 130, err[-2000:]
+    assert lines == ["interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint"], err
