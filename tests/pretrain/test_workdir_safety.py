@@ -168,7 +168,8 @@ def test_ctrl_c_before_the_loop_is_one_line_and_exit_130(tmp_path, corpus_and_to
     from tests.conftest import REPO
     command = [sys.executable, "-m", "pretrain.train", "--config=configs/bert.py:size=tiny",
                f"--workdir={tmp_path / 'run'}", *tiny_overrides(*corpus_and_tokenizer)]
-    proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu"}, text=True,
+    proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"},
+                            text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as in a terminal
     for line in proc.stdout:
