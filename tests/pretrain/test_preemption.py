@@ -23,8 +23,17 @@ from tests.conftest import REPO, SHARED_DATA, run_module, run_train, tiny_overri
 # ---------------------------------------------------------------------------------------------
 # The watcher.
 # ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def terminal_sigint():
+    """Ctrl-C as in a terminal. A job started in the background (`make test &`, some CI runners)
+    inherits SIGINT ignored, and the watcher rightly leaves an ignored signal alone."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_asks_for_a_stop_and_the_handlers_come_back(sig):
+def test_a_signal_asks_for_a_stop_and_the_handlers_come_back(sig, terminal_sigint):
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     with preemption.Watcher(multiprocess=False) as watcher:
         assert signal.getsignal(sig) is not before[sig]
@@ -36,7 +45,7 @@ def test_a_signal_asks_for_a_stop_and_the_handlers_come_back(sig):
     assert {s: signal.getsignal(s) for s in before} == before
 
 
-def test_a_second_ctrl_c_interrupts_at_once():
+def test_a_second_ctrl_c_interrupts_at_once(terminal_sigint):
     with pytest.raises(KeyboardInterrupt):
         with preemption.Watcher(multiprocess=False) as watcher:
             os.kill(os.getpid(), signal.SIGINT)
