@@ -33,6 +33,7 @@ class BertConfig:
     max_span_tokens: int = 32            # SBO relative positions embedded; longer spans share the last
     dtype: str = "float32"               # compute dtype (activations): float32 | bfloat16
     param_dtype: str = "float32"         # storage dtype of the weights
+    attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
 
     @property
     def kwargs(self) -> dict:
@@ -71,7 +72,7 @@ class BertLayer(nn.Module):
         init = layers.truncated_normal(c.initializer_range)
         dropout = nn.Dropout(c.dropout_rate)
         h = layers.MultiHeadAttention(c.num_heads, c.hidden_size // c.num_heads,
-                                      dropout_rate=c.attention_dropout_rate, kernel_init=init,
+                                      dropout_rate=c.attention_dropout_rate, kernel_init=init, attention=c.attention,
                                       name="attention", **c.kwargs)(x, mask=mask, deterministic=deterministic)
         x = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)(
             x + dropout(h, deterministic=deterministic))

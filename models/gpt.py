@@ -46,6 +46,7 @@ class GPTConfig:
     initializer_range: float = 0.02
     dtype: str = "float32"                # compute dtype (activations): float32 | bfloat16
     param_dtype: str = "float32"          # storage dtype of the weights
+    attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
     use_bias: bool = True                 # False: no biases in Linear layers and LayerNorms (nanoGPT's bias=False)
 
     def __post_init__(self):
@@ -79,7 +80,7 @@ class GPTBlock(nn.Module):
         h = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", use_bias=c.use_bias, **c.kwargs)(x)
         h = layers.MultiHeadAttention(c.num_heads, c.head_dim, dropout_rate=c.attention_dropout_rate,
                                       kernel_init=c.init(), out_kernel_init=c.init(residual_output=True),
-                                      use_bias=c.use_bias, name="attention", **c.kwargs)(
+                                      use_bias=c.use_bias, attention=c.attention, name="attention", **c.kwargs)(
             h, mask=mask, deterministic=deterministic, decode=decode)
         x = x + dropout(h, deterministic=deterministic)
         h = layers.LayerNorm(c.layer_norm_eps, name="mlp_norm", use_bias=c.use_bias, **c.kwargs)(x)

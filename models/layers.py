@@ -6,12 +6,15 @@ Shapes use B = batch, L = query length, S = key length, D = embed, H = heads, K 
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from models import attention
 
 Dtype = Any
 Initializer = Callable[..., jax.Array]
@@ -196,12 +199,14 @@ class MultiHeadAttention(nn.Module):
     TensorFlow): use_bias=False, scale_query=False (the scaling is folded into the query
     initialiser) and a relative position `bias`. decode=True is incremental self-attention against
     a key/value cache in the 'cache' collection (the Flax examples / t5x pattern): see __call__.
+    `attention` picks the implementation of softmax(q.k) . v (models/attention.py).
     """
     num_heads: int
     head_dim: int
     dropout_rate: float = 0.0
     use_bias: bool = True
     scale_query: bool = True
+    attention: str = "auto"
     kernel_init: Initializer = truncated_normal(0.02)   # all projections, unless given below
     query_kernel_init: Initializer | None = None
     out_kernel_init: Initializer | None = None
@@ -235,16 +240,11 @@ class MultiHeadAttention(nn.Module):
         if decode and self_attention:
             k, v, mask = self._cached_keys_values(k, v, mask)
 
-        if self.scale_query:
-            q = q / jnp.sqrt(self.head_dim).astype(self.dtype)
-        logits = jnp.einsum("blhk,bshk->bhls", q, k).astype(jnp.float32)  # softmax in float32
-        if bias is not None:
-            logits = logits + bias.astype(jnp.float32)
-        if mask is not None:
-            logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-        weights = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
-        weights = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
-        out = jnp.einsum("bhls,bshk->blhk", weights, v)                  # [B, L, H, K]
+        dropout = None
+        if self.dropout_rate > 0 and not deterministic:
+            dropout = functools.partial(nn.Dropout(self.dropout_rate), deterministic=False)
+        out = attention.dot_product_attention(q, k, v, mask, bias, scale=self.head_dim ** -0.5 if self.scale_query
+                                              else 1.0, implementation=self.attention, dropout=dropout)  # [B, L, H, K]
         return dense("out", ("heads", "kv", "embed"), x.shape[-1], self.out_kernel_init, axis=(-2, -1))(out)
 
     def _cached_keys_values(self, k: jax.Array, v: jax.Array, mask: jax.Array | None):

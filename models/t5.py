@@ -46,6 +46,7 @@ class T5Config:
     initializer_factor: float = 1.0
     dtype: str = "float32"                # compute dtype (activations): float32 | bfloat16
     param_dtype: str = "float32"          # storage dtype of the weights
+    attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
 
     def __post_init__(self):
         if self.feed_forward not in FEED_FORWARDS:
@@ -80,7 +81,8 @@ class T5Block(nn.Module):
             return layers.MultiHeadAttention(
                 c.num_heads, c.head_dim, dropout_rate=c.dropout_rate, use_bias=False, scale_query=False,
                 kernel_init=c.normal(c.d_model), query_kernel_init=c.normal(c.d_model * c.head_dim),
-                out_kernel_init=c.normal(c.num_heads * c.head_dim), name=name, **c.kwargs)
+                out_kernel_init=c.normal(c.num_heads * c.head_dim), attention=c.attention, name=name,
+                **c.kwargs)
 
         h = attention("self_attention")(norm("self_attention_norm")(x), mask=self_mask, bias=self_bias,
                                         deterministic=deterministic, decode=decode)

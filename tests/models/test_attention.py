@@ -1,0 +1,124 @@
+"""Every attention implementation that runs on this machine against the reference einsum, with the masks
+the families use (padding, causal, packed segments, prefix LM) and T5's relative-position bias, per dtype;
+then whole models built with each implementation."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import attention, gpt, layers
+from models.bert import BertConfig, BertForPreTraining
+from models.gpt import GPT, GPTConfig
+from models.t5 import T5, T5Config
+
+# Largest |fused - reference| allowed, relative to the output's scale (values are O(1) here).
+TOLERANCE = {"float32": 2e-6, "bfloat16": 2e-2}
+RUNNABLE = ["xla"] + (["cudnn"] if jax.default_backend() == "gpu" else [])
+B, L, H, K = 3, 24, 4, 16
+
+
+def masks() -> dict[str, jax.Array | None]:
+    rng = np.random.default_rng(0)
+    lengths = np.array([L, 17, 5])
+    valid = jnp.asarray(np.arange(L)[None] < lengths[:, None])
+    segments = np.zeros((B, L), np.int32)
+    for row, cuts in enumerate(([0, 10, 24], [0, 3, 15, 20], [0, 24])):
+        for number, (start, end) in enumerate(zip(cuts, cuts[1:]), 1):
+            segments[row, start:end] = number
+    segments[1, 20:] = 0  # padding after the packed examples
+    return {
+        "none": None,
+        "padding": layers.padding_mask(valid, valid),
+        "causal": layers.causal_mask(L),
+        "packed causal": gpt.attention_mask(L, segment_ids=jnp.asarray(segments)),
+        "packed bidirectional": layers.segment_mask(jnp.asarray(segments), jnp.asarray(segments)),
+        "prefix LM": gpt.attention_mask(L, prefix_lengths=jnp.asarray(rng.integers(1, L, B))),
+    }
+
+
+def inputs(dtype):
+    q, k, v = (jax.random.normal(key, (B, L, H, K), dtype) for key in jax.random.split(jax.random.key(1), 3))
+    return q, k, v
+
+
+@pytest.mark.parametrize("implementation", RUNNABLE)
+@pytest.mark.parametrize("dtype", list(TOLERANCE))
+@pytest.mark.parametrize("mask_name", list(masks()))
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_each_implementation_matches_the_reference(implementation, dtype, mask_name, with_bias):
+    if implementation == "cudnn" and dtype == "float32":
+        pytest.skip("cuDNN attention takes half-precision inputs only")  # only reachable on a GPU
+    q, k, v = inputs(dtype)
+    mask = masks()[mask_name]
+    bias = None
+    if with_bias:  # T5's shared relative-position bias, [1, H, L, L]
+        positions = jnp.arange(L)[None]
+        bias = layers.RelativePositionBias(H).apply(
+            layers.RelativePositionBias(H).init(jax.random.key(2), positions, positions), positions, positions)
+    reference = attention.dot_product_attention(q, k, v, mask, bias, scale=K ** -0.5, implementation="einsum")
+    fused = attention.dot_product_attention(q, k, v, mask, bias, scale=K ** -0.5, implementation=implementation)
+    assert fused.shape == reference.shape == (B, L, H, K) and fused.dtype == q.dtype
+    # rows whose every key is masked (padding queries) are meaningless in both; compare the rest
+    attends = np.ones((B, L), bool) if mask is None else np.asarray(jnp.broadcast_to(mask, (B, 1, L, L)).any(-1))[:, 0]
+    difference = np.abs(np.asarray(fused, np.float32) - np.asarray(reference, np.float32))[attends]
+    assert difference.max() <= TOLERANCE[dtype], (implementation, dtype, mask_name, difference.max())
+    assert np.isfinite(np.asarray(fused, np.float32)).all()
+
+
+def test_the_tolerances_can_fail():
+    """A masked-out key that leaked in would exceed the float32 tolerance by orders of magnitude."""
+    q, k, v = inputs("float32")
+    mask = masks()["causal"]
+    reference = attention.dot_product_attention(q, k, v, mask, None, scale=K ** -0.5, implementation="einsum")
+    unmasked = attention.dot_product_attention(q, k, v, None, None, scale=K ** -0.5, implementation="xla")
+    assert np.abs(np.asarray(unmasked - reference)).max() > 100 * TOLERANCE["float32"]
+
+
+def test_auto_picks_per_platform_and_dropout():
+    assert attention.choose("auto", jnp.float32, 64, dropout_active=False) == "xla"  # cuDNN: half precision only
+    assert attention.choose("auto", jnp.bfloat16, 64, dropout_active=False) == (
+        "cudnn" if jax.default_backend() == "gpu" else "xla")
+    assert attention.choose("auto", jnp.bfloat16, 64, dropout_active=True) == "einsum"
+    assert attention.choose("einsum", jnp.bfloat16, 64, dropout_active=False) == "einsum"
+    with pytest.raises(ValueError, match="attention_dropout_rate=0"):
+        attention.choose("xla", jnp.float32, 64, dropout_active=True)
+    with pytest.raises(ValueError, match="not one of auto, einsum, xla, cudnn"):
+        attention.choose("flash", jnp.float32, 64, dropout_active=False)
+
+
+def _bert(attention_name):
+    config = BertConfig(vocab_size=101, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
+                        max_position_embeddings=32, attention=attention_name)
+    ids = jax.random.randint(jax.random.key(3), (2, 16), 1, 101)
+    mask = (jnp.arange(16)[None] < jnp.array([[16], [9]])).astype(jnp.int32)
+    args = (ids, jnp.zeros_like(ids), mask, jnp.array([[1, 2], [3, 4]]))
+    return BertForPreTraining(config), args
+
+
+def _gpt(attention_name):
+    config = GPTConfig(vocab_size=101, n_positions=32, d_model=32, num_layers=2, num_heads=4, d_ff=64,
+                       attention=attention_name)
+    ids = jax.random.randint(jax.random.key(3), (2, 16), 1, 101)
+    segments = jnp.array([[1] * 9 + [2] * 7, [1] * 12 + [0] * 4])
+    return GPT(config), (ids, segments)
+
+
+def _t5(attention_name):
+    config = T5Config(vocab_size=101, d_model=32, num_heads=4, head_dim=8, d_ff=64, num_encoder_layers=2,
+                      num_decoder_layers=2, attention=attention_name)
+    ids = jax.random.randint(jax.random.key(3), (2, 16), 1, 101).at[1, 10:].set(0)
+    return T5(config), (ids, jax.random.randint(jax.random.key(4), (2, 8), 1, 101))
+
+
+@pytest.mark.parametrize("build", [_bert, _gpt, _t5], ids=["bert", "gpt", "t5"])
+def test_whole_models_agree_across_implementations(build):
+    reference_model, args = build("einsum")
+    params = reference_model.init(jax.random.key(0), *args)
+    reference = reference_model.apply(params, *args)
+    for name in RUNNABLE:
+        model, _ = build(name)
+        outputs = model.apply(params, *args)  # the same parameter tree: the implementation holds no weights
+        for key in reference:
+            np.testing.assert_allclose(outputs[key], reference[key], atol=2e-5, rtol=2e-5, err_msg=f"{name} {key}")
