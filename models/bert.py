@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import heads, layers
+from models import heads, layers, stack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +34,8 @@ class BertConfig:
     dtype: str = "float32"               # compute dtype (activations): float32 | bfloat16
     param_dtype: str = "float32"         # storage dtype of the weights
     attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
+    scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
+    remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
 
     @property
     def kwargs(self) -> dict:
@@ -88,7 +90,8 @@ class BertModel(nn.Module):
 
     def setup(self):
         self.embeddings = BertEmbeddings(self.config)
-        self.layers = [BertLayer(self.config, name=f"layer_{i}") for i in range(self.config.num_layers)]
+        self.encoder = stack.build(BertLayer, self.config.num_layers, scan=self.config.scan_layers,
+                                   remat=self.config.remat, static_argnums=(2,), config=self.config)
         self.pooler = layers.Dense(self.config.hidden_size, ("embed", "embed_out"),
                                    kernel_init=layers.truncated_normal(self.config.initializer_range),
                                    **self.config.kwargs)
@@ -98,8 +101,7 @@ class BertModel(nn.Module):
         valid = input_mask.astype(bool)
         mask = layers.padding_mask(valid, valid)
         x = self.embeddings(input_ids, segment_ids, deterministic)
-        for layer in self.layers:
-            x = layer(x, mask, deterministic)
+        x = self.encoder(x, mask, deterministic)
         pooled = jnp.tanh(self.pooler(x[:, 0]))  # the [CLS] position
         return x, pooled
 

@@ -28,7 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import layers
+from models import layers, stack
 from models.errors import ModelInputError
 
 
@@ -47,6 +47,8 @@ class GPTConfig:
     dtype: str = "float32"                # compute dtype (activations): float32 | bfloat16
     param_dtype: str = "float32"          # storage dtype of the weights
     attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
+    scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
+    remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
     use_bias: bool = True                 # False: no biases in Linear layers and LayerNorms (nanoGPT's bias=False)
 
     def __post_init__(self):
@@ -98,7 +100,8 @@ class GPT(nn.Module):
         c = self.config
         self.token_embedding = layers.Embed(c.vocab_size, c.d_model, "vocab", c.init(), **c.kwargs)
         self.position_embedding = layers.Embed(c.n_positions, c.d_model, "positions", c.init(), **c.kwargs)
-        self.blocks = [GPTBlock(c, name=f"layer_{i}") for i in range(c.num_layers)]
+        self.blocks = stack.build(GPTBlock, c.num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(2, 3),
+                                  config=c)
         self.final_norm = layers.LayerNorm(c.layer_norm_eps, use_bias=c.use_bias, **c.kwargs)
         self.dropout = nn.Dropout(c.dropout_rate)
         self.decode_position = DecodePosition()
@@ -138,8 +141,7 @@ class GPT(nn.Module):
             mask = attention_mask(input_ids.shape[1], segment_ids, prefix_lengths, bidirectional_mask)
         x = self.token_embedding(input_ids) + self.position_embedding(positions)
         x = self.dropout(x, deterministic=deterministic)
-        for block in self.blocks:
-            x = block(x, mask, deterministic=deterministic, decode=decode)
+        x = self.blocks(x, mask, deterministic, decode)
         return self.final_norm(x)
 
 

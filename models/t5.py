@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import layers
+from models import layers, stack
 from models.errors import ModelInputError
 
 FEED_FORWARDS = {"relu": (nn.relu, False), "gated-gelu": (layers.tanh_gelu, True)}  # name -> (activation, gated)
@@ -47,6 +47,8 @@ class T5Config:
     dtype: str = "float32"                # compute dtype (activations): float32 | bfloat16
     param_dtype: str = "float32"          # storage dtype of the weights
     attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
+    scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
+    remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
 
     def __post_init__(self):
         if self.feed_forward not in FEED_FORWARDS:
@@ -121,9 +123,9 @@ class T5Stack(nn.Module):
         dropout = nn.Dropout(c.dropout_rate)
         x = dropout(x, deterministic=deterministic)
         num_layers = c.num_decoder_layers if self.is_decoder else c.num_encoder_layers
-        for i in range(num_layers):
-            x = T5Block(c, cross_attention=self.is_decoder, name=f"layer_{i}")(
-                x, self_mask, self_bias, encoded, cross_mask, deterministic=deterministic, decode=decode)
+        blocks = stack.build(T5Block, num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(5, 6), config=c,
+                             cross_attention=self.is_decoder)
+        x = blocks(x, self_mask, self_bias, encoded, cross_mask, deterministic, decode)
         x = layers.RMSNorm(c.layer_norm_eps, name="final_norm", **c.kwargs)(x)
         return dropout(x, deterministic=deterministic)
 

@@ -1,0 +1,139 @@
+"""A stack of identical Transformer layers, looped or scanned, with optional rematerialization.
+
+`model.scan_layers=False` (the default) applies `layer_0 .. layer_{n-1}`, one module each, as Hugging
+Face's checkpoints name them. `scan_layers=True` applies one layer under `nn.scan`: its weights are
+stacked into `layers` with a leading [n] axis (logical axis "layers"), so XLA compiles one layer instead
+of n (the compile time of a deep model stops growing with its depth) and the loop runs on the device.
+`stack_layers` / `unstack_layers` turn one layout into the other; checkpoints of either load in both.
+
+`model.remat` trades compute for memory in the backward pass (jax.checkpoint), with MaxText's names:
+"none" keeps every activation; "minimal" keeps the matmul outputs that have no batch dimension in
+their dot (the projections' results) and recomputes the rest (norms, softmax, GELU, dropout masks);
+"full" keeps only each layer's input and recomputes the whole layer.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+REMAT_POLICIES: dict[str, Callable | None] = {
+    "none": None,
+    "minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
+SCANNED = "layers"           # the scanned stack's name in the parameter tree
+LOOPED = re.compile(r"layer_(\d+)$")
+
+
+def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_argnums: tuple[int, ...],
+          **layer_kwargs) -> Callable[..., Any]:
+    """-> apply(x, *args) -> x through `count` layers `layer(**layer_kwargs)`; call `build` in the
+    parent's setup (or compact method), and `apply` in its call. `static_argnums` are the positions (x = 0)
+    of the layer's Python-valued arguments (deterministic, decode), on which remat specialises; every
+    argument (masks, biases, encoder states) is the same for every layer.
+    """
+    if remat not in REMAT_POLICIES:
+        raise ValueError(f"remat={remat!r} is not one of {', '.join(REMAT_POLICIES)}")
+    if remat != "none":
+        # +1: nn.remat counts the module itself as argument 0
+        layer = nn.remat(layer, policy=REMAT_POLICIES[remat], prevent_cse=not scan,
+                         static_argnums=tuple(i + 1 for i in static_argnums))
+    if not scan:
+        modules = [layer(**layer_kwargs, name=f"layer_{i}") for i in range(count)]
+
+        def looped(x, *args):
+            for module in modules:
+                x = module(x, *args)
+            return x
+        return looped
+
+    module = layer(**layer_kwargs, name=SCANNED)
+
+    def body(module, carry, *args):  # (carry, broadcast arguments) -> (carry, no per-layer output)
+        return module(carry, *args), None
+
+    def scanned(x, *args):
+        scan = nn.scan(body, variable_axes={"params": 0, "cache": 1},  # the cache keeps its leading batch axis
+                       split_rngs={"params": True, "dropout": True}, in_axes=(nn.broadcast,) * len(args),
+                       length=count, metadata_params={nn.PARTITION_NAME: SCANNED})
+        return scan(module, x, *args)[0]
+    return scanned
+
+
+def stack_layers(tree: Any) -> Any:
+    """Any pytree (params, optimizer state, a whole train state) with `layer_0 .. layer_{n-1}` siblings ->
+    the same with `layers` holding their leaves stacked on a new leading axis (the scanned layout)."""
+    def convert(node: dict) -> dict:
+        looped = sorted((int(m.group(1)), k) for k in node if (m := LOOPED.match(k)))
+        if not looped:
+            return node
+        if [i for i, _ in looped] != list(range(len(looped))):
+            raise ValueError(f"layers {[k for _, k in looped]} are not numbered 0..{len(looped) - 1}")
+        rest = {k: v for k, v in node.items() if not LOOPED.match(k)}
+        stacked = jax.tree.map(_stack, *[node[k] for _, k in looped], is_leaf=_is_box)
+        return {**rest, SCANNED: stacked}
+    return _map_dicts(tree, convert)
+
+
+def unstack_layers(tree: Any) -> Any:
+    """The inverse of `stack_layers`: `layers` [n, ...] -> `layer_0 .. layer_{n-1}`."""
+    def convert(node: dict) -> dict:
+        if SCANNED not in node:
+            return node
+        stacked = node[SCANNED]
+        count = len(nn.unbox(jax.tree.leaves(stacked, is_leaf=_is_box)[0]))
+        rest = {k: v for k, v in node.items() if k != SCANNED}
+        return {**rest, **{f"layer_{i}": jax.tree.map(lambda leaf: _take(leaf, i), stacked, is_leaf=_is_box)
+                           for i in range(count)}}
+    return _map_dicts(tree, convert)
+
+
+def _is_box(x) -> bool:
+    return isinstance(x, nn.Partitioned)
+
+
+def _stack(*leaves):
+    """Per-layer leaves -> one [n, ...] leaf; a logical-axes box gains the "layers" axis."""
+    if _is_box(leaves[0]):
+        return leaves[0].replace(value=np.stack([np.asarray(leaf.value) for leaf in leaves]),
+                                 names=(SCANNED, *leaves[0].names))
+    return np.stack([np.asarray(leaf) for leaf in leaves])
+
+
+def _take(leaf, i: int):
+    if _is_box(leaf):
+        return leaf.replace(value=np.asarray(leaf.value)[i], names=leaf.names[1:])
+    return np.asarray(leaf)[i]
+
+
+def is_scanned(tree: Any) -> bool:
+    found = []
+    _map_dicts(tree, lambda node: found.append(SCANNED in node) or node)
+    return any(found)
+
+
+def to_layout(tree: Any, scan: bool) -> Any:
+    """Parameters (or any state tree) in either layout -> the layout `scan` asks for."""
+    if scan == is_scanned(tree):
+        return tree
+    return stack_layers(tree) if scan else unstack_layers(tree)
+
+
+def _map_dicts(tree: Any, convert: Callable[[dict], dict]) -> Any:
+    """Rebuild `tree`, applying `convert` to every dict bottom-up (through tuples, named tuples such as
+    optax's states, lists and flax struct dataclasses such as TrainState)."""
+    if isinstance(tree, dict) or hasattr(tree, "items") and hasattr(tree, "keys"):
+        return convert({k: _map_dicts(v, convert) for k, v in tree.items()})
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        return type(tree)(*(_map_dicts(v, convert) for v in tree))
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_map_dicts(v, convert) for v in tree)
+    if hasattr(tree, "__dataclass_fields__") and hasattr(tree, "replace"):
+        return tree.replace(**{name: _map_dicts(getattr(tree, name), convert)
+                               for name, field in tree.__dataclass_fields__.items()
+                               if field.metadata.get("pytree_node", True)})
+    return tree

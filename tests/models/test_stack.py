@@ -1,0 +1,109 @@
+"""Scanned and rematerialized layer stacks (models/stack.py) compute what the looped stack computes, for
+BERT, GPT and T5: outputs, gradients and incremental decoding, with the weights of one layout converted to
+the other."""
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import decoding, gpt, stack, t5
+from models.bert import BertConfig, BertForPreTraining
+from models.gpt import GPT, GPTConfig
+from models.t5 import T5, T5Config
+
+IDS = jax.random.randint(jax.random.key(3), (2, 16), 1, 101)
+FAMILIES = {
+    "bert": (BertForPreTraining, BertConfig(vocab_size=101, hidden_size=32, num_layers=3, num_heads=4,
+                                            intermediate_size=64, max_position_embeddings=32),
+             (IDS, jnp.zeros_like(IDS), (jnp.arange(16)[None] < jnp.array([[16], [9]])).astype(jnp.int32),
+              jnp.array([[1, 2], [3, 4]]))),
+    "gpt": (GPT, GPTConfig(vocab_size=101, n_positions=32, d_model=32, num_layers=3, num_heads=4, d_ff=64),
+            (IDS, jnp.array([[1] * 9 + [2] * 7, [1] * 12 + [0] * 4]))),
+    "t5": (T5, T5Config(vocab_size=101, d_model=32, num_heads=4, head_dim=8, d_ff=64, num_encoder_layers=3,
+                        num_decoder_layers=2, feed_forward="gated-gelu", tie_word_embeddings=False),
+           (IDS.at[1, 10:].set(0), IDS[:, :8])),
+}
+
+
+def build(family: str, **changes):
+    module, config, args = FAMILIES[family]
+    return module(dataclasses.replace(config, **changes)), args
+
+
+def tree_max_difference(a, b) -> float:
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    return max(float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in zip(jax.tree.leaves(a),
+                                                                                jax.tree.leaves(b)))
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_layouts_convert_both_ways_and_match_what_init_builds(family):
+    looped, args = build(family)
+    scanned, _ = build(family, scan_layers=True)
+    params = looped.init(jax.random.key(0), *args)
+    scanned_init = scanned.init(jax.random.key(0), *args)
+    converted = stack.to_layout(params, scan=True)
+    # the same tree, logical axes included ("layers" first), as a scanned model initialises
+    assert jax.tree.structure(converted) == jax.tree.structure(scanned_init)
+    assert jax.tree.map(lambda x: x.shape, nn.unbox(converted)) == jax.tree.map(lambda x: x.shape,
+                                                                                 nn.unbox(scanned_init))
+    assert nn.get_partition_spec(converted) == nn.get_partition_spec(scanned_init)
+    assert stack.is_scanned(converted) and not stack.is_scanned(params)
+    assert tree_max_difference(nn.unbox(stack.to_layout(converted, scan=False)), nn.unbox(params)) == 0
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("remat", ["none", "minimal", "full"])
+def test_scanned_and_rematerialized_stacks_give_the_same_outputs_and_gradients(family, remat):
+    looped, args = build(family)
+    params = nn.unbox(looped.init(jax.random.key(0), *args))
+    scanned, _ = build(family, scan_layers=True, remat=remat)
+
+    def loss(p, model):  # deterministic: scan draws other dropout masks than the loop (one rng split per layer)
+        outputs = model.apply(p, *args)
+        return sum(jnp.sum(jnp.sin(v)) for v in outputs.values()), outputs
+
+    (_, expected), expected_grads = jax.value_and_grad(loss, has_aux=True)(params, looped)
+    (_, outputs), grads = jax.value_and_grad(loss, has_aux=True)(stack.to_layout(params, scan=True), scanned)
+    assert tree_max_difference(outputs, expected) < 1e-5
+    assert tree_max_difference(stack.to_layout(grads, scan=False), expected_grads) < 1e-4
+    rematerialized, _ = build(family, remat=remat)  # remat without scan
+    assert tree_max_difference(jax.grad(lambda p: loss(p, rematerialized)[0])(params), expected_grads) < 1e-4
+
+
+def test_dropout_trains_under_scan():
+    """With dropout on, every layer draws its own mask (the rngs are split per layer)."""
+    scanned, args = build("gpt", scan_layers=True, dropout_rate=0.5, attention_dropout_rate=0.0)
+    params = scanned.init(jax.random.key(0), *args)
+    first, second = (scanned.apply(params, *args, deterministic=False, rngs={"dropout": jax.random.key(s)})
+                     for s in (1, 2))
+    assert tree_max_difference(first, second) > 0.1
+
+
+@pytest.mark.parametrize("family", ["gpt", "t5"])
+def test_incremental_decoding_under_scan_equals_the_looped_stack(family):
+    looped, args = build(family)
+    scanned, _ = build(family, scan_layers=True)
+    params = nn.unbox(looped.init(jax.random.key(0), *args))["params"]
+    if family == "t5":
+        outputs = [t5.generate(model, p, args[0], max_length=6, eos_id=1, beam_size=beams)
+                   for model, p in ((looped, params), (scanned, stack.to_layout(params, scan=True)))
+                   for beams in (1, 2)]
+        np.testing.assert_array_equal(outputs[0], outputs[2])
+        np.testing.assert_array_equal(outputs[1], outputs[3])
+        return
+    results = []
+    for model, p in ((looped, params), (scanned, stack.to_layout(params, scan=True))):
+        cache = gpt.init_cache(model, p, 2, 8)
+        results.append(decoding.greedy_search(gpt.make_tokens_to_logits(model, p), cache, IDS[:, 0], 8, eos_id=-1))
+    np.testing.assert_array_equal(*results)
+
+
+def test_a_scanned_stack_needs_numbered_layers():
+    with pytest.raises(ValueError, match="not numbered"):
+        stack.stack_layers({"layer_0": {"w": np.zeros(2)}, "layer_2": {"w": np.zeros(2)}})
