@@ -61,7 +61,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         name="bert", vocab_size=30522, hidden_size=hidden, num_layers=layers, num_heads=heads,
         intermediate_size=ffn, max_position_embeddings=512, type_vocab_size=2,
         dropout_rate=0.1, attention_dropout_rate=0.1, layer_norm_eps=1e-12,
-        initializer_range=0.02, next_sentence=arg.nsp, dtype="float32", param_dtype="float32"))
+        initializer_range=0.02, next_sentence=arg.nsp, dtype="float32", param_dtype="float32",
+        **common.compute_fields()))
 
     c.objective = ml_collections.ConfigDict(dict(
         name="bert_pretraining",

@@ -32,6 +32,15 @@ def input_pipeline_fields() -> dict:
         workers=0)             # Grain worker processes per host building instances (0 = in the loop's thread)
 
 
+def compute_fields() -> dict:
+    """config.model fields of every family that change how the model is computed, never what: the attention
+    kernel (models/attention.py), a scanned layer stack and rematerialization (models/stack.py)."""
+    return dict(
+        attention="auto",    # auto | einsum | xla | cudnn
+        scan_layers=False,   # True: one compiled layer scanned over weights stacked [layers, ...]
+        remat="none")        # none | minimal | full: activations recomputed in the backward pass
+
+
 def trainer_config() -> ml_collections.ConfigDict:
     """Fields every pretraining config has: loop, logging, checkpoints, mesh, optimizer."""
     c = ml_collections.ConfigDict()

@@ -70,7 +70,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         name="bert", vocab_size=30522, hidden_size=768, num_layers=12, num_heads=12,
         intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2,
         dropout_rate=0.1, attention_dropout_rate=0.1, layer_norm_eps=1e-12, initializer_range=0.02,
-        classifier_dropout=0.1, dtype="float32", param_dtype="float32"))
+        classifier_dropout=0.1, dtype="float32", param_dtype="float32",
+        **common.compute_fields()))
     # Empty path: the init's tokenizer (a HF directory's vocab.txt, a workdir's tokenizer).
     c.tokenizer = ml_collections.ConfigDict(dict(kind="wordpiece", path="", lowercase=True))
 

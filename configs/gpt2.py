@@ -105,7 +105,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model = ml_collections.ConfigDict(dict(
         name="gpt", vocab_size=vocab, n_positions=n_positions, d_model=d_model, num_layers=layers,
         num_heads=heads, d_ff=4 * d_model, dropout_rate=0.0, attention_dropout_rate=0.0,
-        layer_norm_eps=1e-5, initializer_range=0.02, use_bias=True, dtype="float32", param_dtype="float32"))
+        layer_norm_eps=1e-5, initializer_range=0.02, use_bias=True, dtype="float32", param_dtype="float32",
+        **common.compute_fields()))
 
     c.optimizer.update(dict(
         name="adamw", learning_rate=6e-4, end_learning_rate=6e-5, schedule="warmup_cosine_decay",

@@ -95,7 +95,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         relative_attention_num_buckets=32, relative_attention_max_distance=128,
         dropout_rate=0.0 if v1_1 else 0.1, layer_norm_eps=1e-6,
         feed_forward="gated-gelu" if v1_1 else "relu", tie_word_embeddings=not v1_1,
-        initializer_factor=1.0, dtype="float32", param_dtype="float32"))
+        initializer_factor=1.0, dtype="float32", param_dtype="float32",
+        **common.compute_fields()))
 
     # Adafactor (Shazeer & Stern 2018) as T5/t5x: factored second moments, decay 1 - t^-0.8, update
     # clipping at RMS 1, steps relative to the weights' RMS, no momentum. pretrain/core/optimizers.py's rsqrt

@@ -31,6 +31,7 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
     ("positions", None),
     ("token_types", None),
     ("classes", None),
+    ("layers", None),     # the stacked axis of a scanned layer stack (models/stack.py)
 )
 
 

@@ -20,7 +20,8 @@ from pretrain.core.errors import UserError
 class Pretrained:
     family: str                    # config.model.name of the checkpoint: 'bert' | 't5' | 'gpt'
     model: dict[str, Any]          # the family's config fields (architecture only)
-    params: dict                   # BERT: the `bert` subtree (embeddings, layer_i, pooler); T5, GPT: all
+    params: dict                   # BERT: the `bert` subtree (embeddings, layer_i, pooler); T5, GPT: all;
+                                   # looped or scanned layers as stored (models.stack.to_layout converts)
     tokenizer: dict[str, Any]      # kind, path, lowercase (, extra_ids)
     source: str                    # 'orbax:<dir>/<step>' or 'huggingface:<dir>'
 
@@ -28,7 +29,8 @@ class Pretrained:
 ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
 # Training-time fields the fine-tuning config sets itself rather than inheriting.
-NOT_ARCHITECTURE = ("name", "dropout_rate", "attention_dropout_rate", "dtype", "param_dtype")
+NOT_ARCHITECTURE = ("name", "dropout_rate", "attention_dropout_rate", "dtype", "param_dtype", "attention",
+                    "scan_layers", "remat")
 FAMILIES = ("bert", "t5", "gpt")
 
 

@@ -52,6 +52,12 @@ def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
     if kind == "model":
         import models
         return _choice(*models.FAMILIES)
+    if kind == "attention":
+        from models import attention
+        return _choice(*attention.IMPLEMENTATIONS)
+    if kind == "remat":
+        from models import stack
+        return _choice(*stack.REMAT_POLICIES)
     if kind == "objective":
         import objectives
         return _choice(*objectives.NAMES)
@@ -89,7 +95,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
         "relative_attention_num_buckets", "relative_attention_max_distance", "max_span_tokens")},
     **{f"model.{k}": DROPOUT for k in ("dropout_rate", "attention_dropout_rate", "classifier_dropout")},
     "model.layer_norm_eps": POSITIVE_FLOAT, "model.initializer_range": POSITIVE_FLOAT,
-    "model.initializer_factor": POSITIVE_FLOAT,
+    "model.initializer_factor": POSITIVE_FLOAT, "model.attention": "attention", "model.remat": "remat",
+    "model.scan_layers": _choice(True, False),
     # objective
     "objective.name": "objective", "objective.mask_prob": PROBABILITY, "objective.noise_density": PROBABILITY,
     "objective.replace_with_mask": SHARE, "objective.replace_with_random": SHARE, "objective.short_seq_prob": SHARE,
@@ -181,6 +188,25 @@ def check_relations(config: ml_collections.ConfigDict) -> None:
                           f"{objective.replace_with_random} exceeds 1 (BERT: 0.8 + 0.1, the rest kept)")
     for check in FAMILY_CHECKS[config.model.name]:
         check(config)
+    _fused_attention_without_dropout(config)
+    _layerwise_freezing_needs_looped_layers(config)
+
+
+def _fused_attention_without_dropout(config) -> None:
+    """The fused kernels keep no attention matrix to drop out (models/attention.py)."""
+    model = config.model
+    if model.get("attention") in ("xla", "cudnn") and model.get("attention_dropout_rate", 0) > 0:
+        raise ConfigError(f"config.model.attention={model.attention!r} cannot drop attention probabilities out but "
+                          f"config.model.attention_dropout_rate={model.attention_dropout_rate}: set it to 0, or "
+                          "--config.model.attention=auto (the reference einsum while dropout is on)")
+
+
+def _layerwise_freezing_needs_looped_layers(config) -> None:
+    freezing = config.get("freezing")
+    if freezing is not None and freezing.strategy in ("lowest", "gradual") and config.model.get("scan_layers"):
+        raise ConfigError(f"config.freezing.strategy={freezing.strategy!r} freezes layer by layer, which a scanned "
+                          "stack (config.model.scan_layers=True) holds as one weight: set --config.model.scan_layers"
+                          "=False")
 
 
 def check_mesh(config: ml_collections.ConfigDict) -> None:

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from objectives.interface import StepObjective
+from models import stack
 from pretrain.core.errors import UserError
 from pretrain.core.pretrained import Pretrained
 from pretrain.data import finetune_data
@@ -62,6 +63,7 @@ def merge_pretrained(params: dict, pretrained_params: dict, source: str, prefix:
     (a new task head) keep their random init and are listed as fresh.
     """
     fresh = []
+    pretrained_params = stack.to_layout(pretrained_params, scan=stack.is_scanned(params))  # either layout loads
 
     def take(path, current):
         node = pretrained_params

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
+from models import stack
 from models.gpt import GPT, GPTConfig
 from pretrain.core import pretrained
 from pretrain.core.errors import UserError
@@ -47,7 +48,7 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
         tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)
     except tokenizers.TokenizerError as e:  # the tokenizer names training's option; these tools have their own
         raise tokenizers.TokenizerError(str(e).replace("--config.tokenizer.path", "--tokenizer_path")) from None
-    params = jax.tree.map(jnp.asarray, init.params)
+    params = jax.tree.map(jnp.asarray, stack.to_layout(init.params, scan=config.scan_layers))
     return LanguageModel(GPT(config), params, tokenizer, init.source)
 
 

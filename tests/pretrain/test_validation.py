@@ -43,6 +43,8 @@ def changed(config, **flat):
     ("optimizer.learning_rate", float("inf"), "a finite number > 0"),
     ("optimizer.b2", 1.0, "a number in [0, 1)"),
     ("data.window_documents", 0, "a positive integer"),
+    ("model.attention", "flash", "one of 'auto', 'einsum', 'xla', 'cudnn'"),
+    ("model.remat", "all", "one of 'none', 'minimal', 'full'"),
 ])
 def test_a_value_out_of_range_names_key_value_and_range(key, value, allowed):
     config = changed(bert.get_config("size=tiny"), **{key: value})
@@ -60,6 +62,8 @@ def test_a_value_out_of_range_names_key_value_and_range(key, value, allowed):
     (gpt2.get_config("size=small"), {"model.num_heads": 7}, "d_model=768 is not a multiple"),
     (gpt2.get_config("size=small"), {"data.max_seq_length": 2048}, "exceeds config.model.n_positions=1024"),
     (t5.get_config("size=small"), {"model.feed_forward": "swiglu"}, "config.model.feed_forward='swiglu'"),
+    (bert.get_config("size=tiny"), {"model.attention": "xla"}, "attention_dropout_rate=0.1: set it to 0"),
+    (glue.get_config("task=mrpc,freeze=gradual"), {"model.scan_layers": True}, "freezes layer by layer"),
 ])
 def test_relations_within_a_family(config, flat, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(".", r"\.")):
