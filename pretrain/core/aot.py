@@ -245,8 +245,6 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
         result.init_compile_seconds = time.perf_counter() - start
         start = time.perf_counter()
         traced = step.trace(abstract_state, batch, rng)
-        jaxpr = traced.jaxpr
-        result.hardware_flops = matmul_flops(jaxpr)
         try:
             compiled = traced.lower().compile()
         except Exception as e:  # noqa: BLE001
@@ -254,7 +252,9 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
                 raise
             result.error, result.total_bytes = _out_of_memory(e)
             compiled = None
-        result.step_compile_seconds = time.perf_counter() - start
+        result.step_compile_seconds = time.perf_counter() - start  # trace + lower + compile
+    jaxpr = traced.jaxpr
+    result.hardware_flops = matmul_flops(jaxpr)
 
     if compiled is not None:
         memory = compiled.memory_analysis()
