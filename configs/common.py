@@ -54,6 +54,8 @@ def trainer_config() -> ml_collections.ConfigDict:
     c.eval_every = 0                 # steps between held-out evaluations (0 = only at the end)
     c.eval_batches = 4
     c.mesh_shape = (-1, 1, 1)        # (data, fsdp, tensor); -1 = all remaining devices
+    c.mesh_mode = "jit"              # jit: XLA partitions the step (GSPMD) | shard_map: explicit per-device
+                                     # data parallelism, psum of the gradients (needs fsdp = tensor = 1)
     c.prefetch = 2                   # batches built ahead on a host thread
     c.skip_nonfinite_updates = False  # True: drop an update whose loss or gradient is NaN/inf and count it
                                       # (logged as skipped_updates); False: stop the run there with one line

@@ -16,14 +16,18 @@ import sys
 
 from absl import app, flags, logging
 
+from pretrain.core import compilation_cache
+
 
 def begin(argv: list[str]) -> None:
-    """First line of every main(): no positional arguments, and Orbax's per-save INFO logs off."""
+    """First line of every main(): no positional arguments, Orbax's per-save INFO logs off, and JAX's
+    persistent compilation cache on (pretrain/core/compilation_cache.py)."""
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}: every option is a --flag=value (--help lists them)",
               file=sys.stderr)
         sys.exit(2)
     logging.set_verbosity(logging.WARNING)
+    compilation_cache.enable()
 
 
 HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull")

@@ -79,7 +79,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "batch_size": POSITIVE, "grad_accum_steps": POSITIVE, "num_train_steps": POSITIVE, "num_epochs": POSITIVE,
     "log_every": POSITIVE, "keep_checkpoints": POSITIVE, "eval_batches": POSITIVE, "eval_batch_size": POSITIVE,
     "checkpoint_every": NON_NEGATIVE, "eval_every": NON_NEGATIVE, "prefetch": NON_NEGATIVE, "seed": NON_NEGATIVE,
-    "warmup_fraction": SHARE, "z_loss": NON_NEGATIVE_FLOAT,
+    "warmup_fraction": SHARE, "z_loss": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
     # optimizer
     "optimizer.name": "optimizer", "optimizer.schedule": "schedule",
     "optimizer.learning_rate": POSITIVE_FLOAT, "optimizer.end_learning_rate": NON_NEGATIVE_FLOAT,
@@ -212,7 +212,10 @@ def _layerwise_freezing_needs_looped_layers(config) -> None:
 def check_mesh(config: ml_collections.ConfigDict) -> None:
     """config.mesh_shape against the devices this process sees (after jax.distributed is initialized)."""
     from pretrain.core import partitioning
-    partitioning.create_mesh(config.mesh_shape)  # ConfigError naming the shape and the device count
+    mesh = partitioning.create_mesh(config.mesh_shape)  # ConfigError naming the shape and the device count
+    if config.get("mesh_mode") == "shard_map" and (mesh.shape["fsdp"], mesh.shape["tensor"]) != (1, 1):
+        raise ConfigError(f"config.mesh_mode='shard_map' replicates the state on every device, but config.mesh_shape="
+                          f"{tuple(config.mesh_shape)} shards it: use --config.mesh_shape=-1,1,1 or mesh_mode=jit")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:

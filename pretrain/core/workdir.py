@@ -29,8 +29,8 @@ CONFIG_FILE = "config.json"
 
 SCHEDULE_KEYS = ("num_train_steps", "num_epochs", "warmup_fraction", "optimizer.*", "skip_nonfinite_updates")
 LOGISTICS_KEYS = ("log_every", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches", "prefetch",
-                  "mesh_shape", "grad_accum_steps", "data.workers", "eval_batch_size", "write_test_predictions",
-                  "model.attention", "model.remat")  # how the same function is computed
+                  "mesh_shape", "mesh_mode", "grad_accum_steps", "data.workers", "eval_batch_size",
+                  "write_test_predictions", "model.attention", "model.remat")  # how the same function is computed
 FIXED_EXCEPTIONS = ("optimizer.name",)  # the optimizer state's structure depends on it
 
 

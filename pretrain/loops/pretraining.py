@@ -25,7 +25,7 @@ from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError
 from pretrain.core.metric_writers import MetricWriter
 from pretrain.data import pipeline, statistics, streaming, tokenizers
-from pretrain.loops.steps import eval_step, micro_batches, train_step
+from pretrain.loops.steps import eval_step, micro_batches, shard_map_train_step, train_step
 
 
 def _check_tokenizer(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer) -> None:
@@ -97,7 +97,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     # ----- Jitted steps -----
     schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
     replicated = partitioning.replicated(mesh)
-    jit_train = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule,
+    step_fn = (functools.partial(shard_map_train_step, mesh=mesh) if config.get("mesh_mode") == "shard_map"
+               else train_step)
+    jit_train = jax.jit(functools.partial(step_fn, objective=objective, schedule=schedule,
                                           skip_nonfinite=config.skip_nonfinite_updates),
                         in_shardings=(state_shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
                         out_shardings=(state_shardings, replicated), donate_argnums=(0,))
