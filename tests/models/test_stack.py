@@ -57,8 +57,7 @@ def test_layouts_convert_both_ways_and_match_what_init_builds(family):
     assert tree_max_difference(nn.unbox(stack.to_layout(converted, scan=False)), nn.unbox(params)) == 0
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
-@pytest.mark.parametrize("remat", ["none", "minimal", "full"])
+@pytest.mark.parametrize("family, remat", [("bert", "full"), ("t5", "full"), ("gpt", "minimal"), ("gpt", "none")])
 def test_scanned_and_rematerialized_stacks_give_the_same_outputs_and_gradients(family, remat):
     looped, args = build(family)
     params = nn.unbox(looped.init(jax.random.key(0), *args))
