@@ -82,7 +82,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         max_seq_length=128,
         max_train_examples=0,      # > 0: a fixed random subset of the train split (same for every seed)
         skip_malformed=False,      # drop TSV rows with the wrong number of fields (the original QQP has a few)
-        pad_to_multiple_of=8))     # batches pad to the longest row rounded up to this (few jit shapes)
+        pad_to_multiple_of=8,      # batches pad to the longest row rounded up to this,
+        length_buckets=4))         # then to the next of 4 halvings of max_seq_length (128: 16 32 64 128),
+                                   # so that at most 4 shapes compile (0: any multiple of pad_to_multiple_of)
     if arg.model == "t5":
         _text_to_text(c, arg.size)
     if arg.model == "gpt":

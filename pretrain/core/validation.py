@@ -107,6 +107,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "objective.z_loss": NON_NEGATIVE_FLOAT,
     # data and tokenizer
     "data.max_seq_length": POSITIVE, "data.window_documents": POSITIVE, "data.pad_to_multiple_of": POSITIVE,
+    "data.length_buckets": NON_NEGATIVE,
     "data.streams": NON_NEGATIVE, "data.workers": NON_NEGATIVE, "data.eval_documents": NON_NEGATIVE,
     "data.max_documents": NON_NEGATIVE, "data.long_seq_length": NON_NEGATIVE,
     "data.long_seq_start_step": NON_NEGATIVE, "data.max_train_examples": NON_NEGATIVE,

@@ -3,7 +3,9 @@
 Features are `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]` with segment ids 0/1, truncated as BERT's
 `_truncate_seq_pair` does (drop the last token of the longer text until the pair fits). Batches
 are padded to the longest sequence in the batch rounded up to a multiple of `pad_to_multiple_of`,
-so a CPU does not spend time on 128-token padding while jit compiles only a handful of shapes.
+so a CPU does not spend time on 128-token padding, and then up to the next of `length_buckets`
+(`data.length_buckets` halvings of max_seq_length: 16, 32, 64, 128 for 4), so that jit compiles at most
+that many shapes (a varied task otherwise spends its first epoch compiling up to 16 of them).
 The batch dimension is always `batch_size`: the last batch is filled with rows of weight 0.
 """
 from __future__ import annotations
@@ -43,6 +45,15 @@ def encode_texts(tokenizer: Tokenizer, texts_a: Sequence[str], texts_b: Sequence
     return features
 
 
+def padding(data_config) -> dict:
+    """config.data -> FineTuningData's padding fields: the multiple, and `length_buckets` halvings of
+    max_seq_length (rounded up to the multiple) as the allowed padded lengths (0 buckets: any multiple)."""
+    multiple, longest = data_config.pad_to_multiple_of, data_config.max_seq_length
+    count = data_config.get("length_buckets", 0)
+    buckets = {-(-(longest >> k) // multiple) * multiple for k in range(count)}
+    return dict(pad_to_multiple_of=multiple, length_buckets=tuple(sorted(b for b in buckets if b > 0)))
+
+
 def subset_indices(num_examples: int, size: int, seed: int = 0) -> np.ndarray:
     """A fixed subset (the same for every training seed): sorted indices of `size` examples."""
     if size <= 0 or size >= num_examples:
@@ -58,6 +69,7 @@ class FineTuningData:
     batch_size: int
     pad_id: int
     pad_to_multiple_of: int = 8
+    length_buckets: tuple[int, ...] = ()   # the padded lengths allowed (empty: every multiple)
 
     def __len__(self) -> int:
         return len(self.features)
@@ -91,7 +103,8 @@ class FineTuningData:
     def padded_length(self, indices: np.ndarray) -> int:
         """The longest first feature of the batch, rounded up to pad_to_multiple_of (few jit shapes)."""
         longest = max(len(self.features[i][0]) for i in indices)
-        return -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        length = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        return min((b for b in self.length_buckets if b >= length), default=length)
 
     def batch(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         b, length = self.batch_size, self.padded_length(indices)

@@ -42,7 +42,7 @@ class BertFamily:
                                               c.data.max_seq_length)
         labels = task.label_array(examples)
         return finetune_data.FineTuningData(features, {"label": labels}, batch_size, self.tokenizer.pad_id,
-                                            c.data.pad_to_multiple_of)
+                                            **finetune_data.padding(c.data))
 
     def build_model(self) -> BertForFineTuning:
         return BertForFineTuning(models.model_config(self.config.model), self.kind,

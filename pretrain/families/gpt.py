@@ -84,7 +84,7 @@ class GPTFamily(BertFamily):
     def encode(self, examples: list[glue.Example], batch_size: int) -> finetune_data.FineTuningData:
         labels = self.task.label_array(examples)
         return finetune_data.FineTuningData(self.features(examples), {"label": labels}, batch_size,
-                                            self.tokenizer.pad_id, self.config.data.pad_to_multiple_of)
+                                            self.tokenizer.pad_id, **finetune_data.padding(self.config.data))
 
     def build_model(self) -> GPTForSequenceClassification:
         return GPTForSequenceClassification(models.model_config(self.config.model), self.task.num_labels,

@@ -73,7 +73,7 @@ class T5Family:
                     for ids, target in zip(inputs, targets)]
         labels = self.task.label_array(examples)
         return finetune_data.Seq2SeqData(features, {"label": labels}, batch_size, self.tokenizer.pad_id,
-                                         self.config.data.pad_to_multiple_of, targets_length=self.targets_length)
+                                         **finetune_data.padding(self.config.data), targets_length=self.targets_length)
 
     def build_model(self) -> t5.T5:
         return t5.T5(models.model_config(self.config.model))
