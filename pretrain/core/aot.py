@@ -76,9 +76,13 @@ def tpu_devices(topology: str) -> list:
     try:
         return topologies.get_topology_desc(f"{chip.topology_prefix}:{shape}", "tpu", chip_config_name=chip.chip_config,
                                             chips_per_host_bounds=host).devices
-    except (RuntimeError, ValueError) as e:  # no libtpu, or a shape libtpu rejects
-        raise ConfigError(f"--topology={topology!r}: {str(e).splitlines()[0]} (install the tpu extra: "
-                          "pip install -e '.[tpu]', in a venv of its own)") from None
+    except (RuntimeError, ValueError) as e:  # no libtpu, a shape libtpu rejects, its lock held by another process
+        message, hint = str(e).splitlines()[0], ""
+        if "not installed" in message:
+            hint = " (install the tpu extra: pip install -e '.[tpu]', in a venv of its own)"
+        elif "lockfile" in message:
+            hint = " (libtpu serves one process at a time: run the compiles one after the other)"
+        raise ConfigError(f"--topology={topology!r}: {message}{hint}") from None
 
 
 def chip_of(device) -> Chip | None:
