@@ -9,7 +9,7 @@ GLUE_DIR ?= ../shared/data/glue
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow bench bench-glue bench-glue-quick bench-nanogpt clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow bench bench-glue bench-glue-quick bench-nanogpt bench-accelerator clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,11 @@ bench-glue-quick: $(STAMP)
 # validation loss (must be <= 1.90) and time per iteration, ours / HF.
 bench-nanogpt: $(STAMP)
 	$(PY) scripts/bench_nanogpt.py --output runs/bench_nanogpt.json
+
+# BERT, GPT-2 and T5 training steps here and with transformers (eager; torch.compile on a GPU) on this
+# machine's device: ms/step, tokens/s, MFU, peak memory, ours / theirs. CPU: tiny shapes, ~3 min.
+bench-accelerator: $(STAMP)
+	$(PY) scripts/bench_accelerator.py --output runs/bench_accelerator.json
 
 clean:
 	rm -rf $(VENV) $(DEMO) *.egg-info
