@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from pretrain.core import cli, errors  # noqa: E402  (neither imports JAX)
+from pretrain.core import cli, compilation_cache, errors  # noqa: E402  (none imports JAX)
 
 EXIT_DOES_NOT_FIT = 3
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/bert.py:size=large.",
@@ -43,6 +43,8 @@ flags.mark_flags_as_required(["config"])
 
 
 def main(argv: list[str]) -> None:
+    # Compile seconds are part of the report: a persistent-cache hit would report a load, not a compile.
+    os.environ.setdefault(compilation_cache.ENV, "off")
     cli.begin(argv)
     # Before JAX starts: a TPU topology is compiled for by libtpu's compile-only client, which needs no TPU
     # backend; with libtpu installed JAX would otherwise probe for an attached TPU (and wait for one).

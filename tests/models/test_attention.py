@@ -115,10 +115,10 @@ def _t5(attention_name):
 @pytest.mark.parametrize("build", [_bert, _gpt, _t5], ids=["bert", "gpt", "t5"])
 def test_whole_models_agree_across_implementations(build):
     reference_model, args = build("einsum")
-    params = reference_model.init(jax.random.key(0), *args)
-    reference = reference_model.apply(params, *args)
+    params = jax.jit(reference_model.init)(jax.random.key(0), *args)
+    reference = jax.jit(reference_model.apply)(params, *args)
     for name in RUNNABLE:
         model, _ = build(name)
-        outputs = model.apply(params, *args)  # the same parameter tree: the implementation holds no weights
+        outputs = jax.jit(model.apply)(params, *args)  # the same parameter tree: the implementation holds no weights
         for key in reference:
             np.testing.assert_allclose(outputs[key], reference[key], atol=2e-5, rtol=2e-5, err_msg=f"{name} {key}")
