@@ -16,6 +16,7 @@ from absl import logging
 
 from models.bert import BertConfig
 from models.convert.layouts import lookup, place_tensor, take_tensor
+from models.stack import to_layout
 from models.errors import ModelInputError
 
 # config.json key -> BertConfig field
@@ -116,6 +117,7 @@ def hf_state_dict_from_bert(params: dict, config: BertConfig, prefix: str = "ber
     loads the export without reporting missing keys.
     """
     params = flax.core.meta.unbox(params)  # accept trees straight from model.init (nn.Partitioned boxes)
+    params = to_layout(params, scan=False)  # a scanned run's stacked layers, one per HF layer
     state_dict = {}
     for section, entries in _layout(config).items():
         for name, path, layout, _ in entries:

@@ -13,6 +13,9 @@ import pytest
 
 from models import decoding, gpt, stack, t5
 from models.bert import BertConfig, BertForPreTraining
+from models.convert.hf_bert import hf_state_dict_from_bert
+from models.convert.hf_gpt2 import hf_state_dict_from_gpt
+from models.convert.hf_t5 import hf_state_dict_from_t5
 from models.gpt import GPT, GPTConfig
 from models.t5 import T5, T5Config
 
@@ -28,6 +31,9 @@ FAMILIES = {
                         num_decoder_layers=2, feed_forward="gated-gelu", tie_word_embeddings=False),
            (IDS.at[1, 10:].set(0), IDS[:, :8])),
 }
+
+
+EXPORTS = {"bert": hf_state_dict_from_bert, "gpt": hf_state_dict_from_gpt, "t5": hf_state_dict_from_t5}
 
 
 def build(family: str, **changes):
@@ -55,6 +61,9 @@ def test_layouts_convert_both_ways_and_match_what_init_builds(family):
     assert nn.get_partition_spec(converted) == nn.get_partition_spec(scanned_init)
     assert stack.is_scanned(converted) and not stack.is_scanned(params)
     assert tree_max_difference(nn.unbox(stack.to_layout(converted, scan=False)), nn.unbox(params)) == 0
+    # the Hugging Face export reads either layout
+    config, export = FAMILIES[family][1], EXPORTS[family]
+    assert tree_max_difference(export(converted["params"], config), export(params["params"], config)) == 0
 
 
 @pytest.mark.parametrize("family, remat", [("bert", "full"), ("t5", "full"), ("gpt", "minimal"), ("gpt", "none")])
