@@ -219,8 +219,18 @@ def check_mesh(config: ml_collections.ConfigDict) -> None:
                           f"{tuple(config.mesh_shape)} shards it: use --config.mesh_shape=-1,1,1 or mesh_mode=jit")
 
 
+def check_devices(config: ml_collections.ConfigDict) -> None:
+    """What the config asks of the hardware: cuDNN attention needs a GPU."""
+    import jax
+    model = config.get("model")
+    if model is not None and model.get("attention") == "cudnn" and jax.default_backend() != "gpu":
+        raise ConfigError(f"config.model.attention='cudnn' needs a GPU, and this process runs on "
+                          f"{jax.default_backend()}: use --config.model.attention=auto (XLA's kernel here)")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """All of the above, in order; the first problem found is raised."""
     check_ranges(config)
     check_relations(config)
     check_mesh(config)
+    check_devices(config)

@@ -74,3 +74,13 @@ def test_a_mesh_that_does_not_fit_the_devices():
     config = changed(bert.get_config("size=tiny"), mesh_shape=(64, 1, 1))
     with pytest.raises(ConfigError, match=r"mesh_shape=\(64, 1, 1\) needs 64 devices"):
         validation.check_mesh(config)
+
+
+def test_cudnn_attention_needs_a_gpu():
+    import jax
+    config = changed(bert.get_config("size=tiny"), **{"model.attention": "cudnn"})
+    if jax.default_backend() == "gpu":
+        validation.check_devices(config)
+    else:
+        with pytest.raises(ConfigError, match="attention='cudnn' needs a GPU.*--config.model.attention=auto"):
+            validation.check_devices(config)
