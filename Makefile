@@ -9,7 +9,7 @@ GLUE_DIR ?= ../shared/data/glue
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow bench bench-glue bench-glue-quick bench-nanogpt bench-accelerator clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-tpu bench bench-glue bench-glue-quick bench-nanogpt bench-accelerator clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -78,10 +78,18 @@ test: $(STAMP)
 	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow and not tpu" --durations=25 $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "slow and not tpu" --durations=25 $(PYTEST_ARGS)
+
+# The tests that compile for a TPU slice with libtpu, in a venv of their own: with libtpu installed JAX
+# probes for a TPU at start-up, which the rest of the suite must not do.
+TPU_VENV ?= .venv-tpu
+test-tpu:
+	test -f $(TPU_VENV)/.installed || { $(PYTHON) -m venv $(TPU_VENV) && \
+	    $(TPU_VENV)/bin/python -m pip install -q -e ".[test,tpu]" && touch $(TPU_VENV)/.installed; }
+	JAX_PLATFORMS=cpu $(TPU_VENV)/bin/python -m pytest -q -m tpu $(PYTEST_ARGS)
 
 # Throughput and loss side by side with Hugging Face transformers on PyTorch (CPU).
 bench: $(STAMP)

@@ -137,9 +137,10 @@ def test_script_bad_mesh_is_one_line():
     assert "Traceback" not in proc.stderr and "mesh_shape=(3, 1, 1)" in proc.stderr
 
 
+@pytest.mark.tpu
 def test_tiny_bert_compiles_for_a_tpu_slice():
-    """Runs where libtpu is installed (the `tpu` extra, e.g. /tmp/tpuvenv): CI has none, and skips it."""
-    pytest.importorskip("libtpu", reason="libtpu is not installed (pip install -e '.[tpu]' in a venv of its own)")
+    """Needs libtpu (the `tpu` extra): `make test-tpu` builds a venv of its own with it and runs the tests
+    marked tpu; every other target deselects them (pytest.ini)."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     devices = aot.tpu_devices("v5e:2x2")
     assert len(devices) == 4 and devices[0].device_kind == "TPU v5 lite"
