@@ -1,11 +1,31 @@
 """Shared fixtures: a small offline corpus + SentencePiece model, and the real train command."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
+
+TPU_REASON = "libtpu is not installed: `make test-tpu` runs them in a venv of its own"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `tpu` need libtpu (the `tpu` extra), which the main venv must not have (JAX would probe
+    for a TPU at start-up): without it they are deselected, and said so at the end, never skipped."""
+    if importlib.util.find_spec("libtpu") is not None:
+        return
+    deselected = [item for item in items if item.get_closest_marker("tpu")]
+    if deselected:
+        items[:] = [item for item in items if not item.get_closest_marker("tpu")]
+        config.hook.pytest_deselected(items=deselected)
+        config._tpu_deselected = len(deselected)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if getattr(config, "_tpu_deselected", 0):
+        terminalreporter.write_line(f"{config._tpu_deselected} test(s) marked tpu deselected: {TPU_REASON}")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
