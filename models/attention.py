@@ -52,10 +52,8 @@ def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
     implementation = choose(implementation, q.dtype, q.shape[-1], dropout is not None)
     if implementation == "einsum":
         return _reference(q, k, v, mask, bias, scale, dropout)
-    if mask is not None:  # the fused kernels take the full [B, 1, L, S] shape
-        mask = jnp.broadcast_to(mask, (q.shape[0], 1, q.shape[1], k.shape[1]))
     if bias is not None:
-        bias = jnp.broadcast_to(bias, (q.shape[0], q.shape[2], q.shape[1], k.shape[1])).astype(q.dtype)
+        bias = bias.astype(q.dtype)
     return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,
                                         implementation=implementation).astype(q.dtype)
 

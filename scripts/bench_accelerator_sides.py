@@ -108,11 +108,9 @@ def run_jax(config, batches: list[dict[str, np.ndarray]]) -> dict:
     tx = optimizers.make_optimizer(config.optimizer, config.num_train_steps)
     state, shardings, _ = train_state.init_sharded(model, example, init_rng, tx, mesh)
     schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
-    replicated = partitioning.replicated(mesh)
-    step = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule,
-                                     skip_nonfinite=config.skip_nonfinite_updates),
-                   in_shardings=(shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
-                   out_shardings=(shardings, replicated), donate_argnums=(0,))
+    step = train_state.jit_train_step(functools.partial(train_step, objective=objective, schedule=schedule,
+                                                        skip_nonfinite=config.skip_nonfinite_updates),
+                                      shardings, mesh)
     # [1, B, ...]: one micro-batch, as the loop feeds the step
     device_batches = [partitioning.shard_batch(micro_batches(b, 1), mesh, batch_dim=1) for b in batches]
     times, losses = [], []

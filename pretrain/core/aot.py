@@ -216,10 +216,9 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
     model = models.build_model(config.model)
     init_rng, _ = jax.random.split(jax.random.key(config.seed))
     tx = optimizers.make_optimizer(config.optimizer, config.num_train_steps)
-    _, shardings, abstract_state = train_state.init_sharded(model, example, init_rng, tx, mesh, materialize=False)
+    init, shardings, abstract_state = train_state.sharded_initializer(model, example, init_rng, tx, mesh)
     result.params = train_state.count_params(abstract_state.params)
     rng = jax.eval_shape(lambda: jax.random.key(0))
-    replicated = partitioning.replicated(mesh)
     schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
 
     # ----- FLOPs, on the jaxprs (global shapes) -----
@@ -232,12 +231,9 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
 
     # ----- The two programs a run compiles -----
     with mesh:
-        init = jax.jit(lambda: train_state.unbox(train_state.create_train_state(model, example, init_rng, tx)),
-                       out_shardings=shardings)  # init_sharded's jit (materialize=True)
-        step = jax.jit(functools.partial(step_fn, objective=objective, schedule=schedule,
-                                         skip_nonfinite=config.skip_nonfinite_updates),
-                       in_shardings=(shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
-                       out_shardings=(shardings, replicated), donate_argnums=(0,))
+        step = train_state.jit_train_step(functools.partial(step_fn, objective=objective, schedule=schedule,
+                                                            skip_nonfinite=config.skip_nonfinite_updates),
+                                          shardings, mesh)
         start = time.perf_counter()
         try:
             init_memory = init.lower().compile().memory_analysis()

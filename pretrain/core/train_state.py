@@ -8,7 +8,7 @@ holds a full copy of the weights.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import flax
 import flax.linen as nn
@@ -49,6 +49,18 @@ def count_params(params: Any) -> int:
     return int(sum(jnp.size(x) for x in jax.tree.leaves(unbox(params))))
 
 
+def sharded_initializer(model: nn.Module, example_inputs: dict[str, jax.Array], rng: jax.Array,
+                        tx: optax.GradientTransformation, mesh: Mesh
+                        ) -> tuple[Callable[[], TrainState], TrainState, TrainState]:
+    """-> (the jitted initializer, whose out_shardings place the state on the mesh; its shardings; the
+    unboxed abstract state), for a model initialised from `example_inputs` ([1, ...] arrays). Called
+    (under the mesh) it materialises the state; lowered, it is what ahead-of-time compilation measures."""
+    init_fn = functools.partial(create_train_state, model, example_inputs, rng, tx)
+    boxed_abstract = jax.eval_shape(init_fn)
+    shardings = partitioning.logical_shardings(boxed_abstract, mesh)
+    return jax.jit(lambda: unbox(init_fn()), out_shardings=shardings), shardings, unbox(boxed_abstract)
+
+
 def init_sharded(model: nn.Module, example_inputs: dict[str, jax.Array], rng: jax.Array,
                  tx: optax.GradientTransformation, mesh: Mesh, *, materialize: bool = True
                  ) -> tuple[TrainState | None, TrainState, TrainState]:
@@ -57,11 +69,18 @@ def init_sharded(model: nn.Module, example_inputs: dict[str, jax.Array], rng: ja
 
     A run that resumes passes materialize=False and restores into the abstract state instead.
     """
-    init_fn = functools.partial(create_train_state, model, example_inputs, rng, tx)
-    boxed_abstract = jax.eval_shape(init_fn)
-    shardings = partitioning.logical_shardings(boxed_abstract, mesh)
+    initialize, shardings, abstract = sharded_initializer(model, example_inputs, rng, tx, mesh)
     state = None
     if materialize:
         with mesh:
-            state = jax.jit(lambda: unbox(init_fn()), out_shardings=shardings)()
-    return state, shardings, unbox(boxed_abstract)
+            state = initialize()
+    return state, shardings, abstract
+
+
+def jit_train_step(step: Callable, shardings: TrainState, mesh: Mesh) -> Callable:
+    """step(state, batch, rng) -> (state, metrics), jitted as every loop runs it: the state on its shardings
+    and donated, the batch [accum, micro_batch, ...] split over the batch axes along its second axis, the
+    rng and the metrics replicated."""
+    replicated = partitioning.replicated(mesh)
+    return jax.jit(step, in_shardings=(shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
+                   out_shardings=(shardings, replicated), donate_argnums=(0,))

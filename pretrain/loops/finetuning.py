@@ -124,11 +124,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
           f"{freezing.trainable_fraction(state.params, unfreeze_at, 0):.1%} trainable at step 0 "
           f"(freezing: {config.freezing.strategy}); mesh {dict(mesh.shape)}; workdir {os.path.abspath(workdir)}")
 
-    replicated = partitioning.replicated(mesh)
-    jit_train = jax.jit(functools.partial(train_step, objective=objective, schedule=schedule,
-                                          skip_nonfinite=config.skip_nonfinite_updates),
-                        in_shardings=(shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
-                        out_shardings=(shardings, replicated), donate_argnums=(0,))
+    jit_train = train_state.jit_train_step(functools.partial(train_step, objective=objective, schedule=schedule,
+                                                             skip_nonfinite=config.skip_nonfinite_updates),
+                                           shardings, mesh)
     jit_predict = jax.jit(family.predict_fn(model), in_shardings=(shardings.params, partitioning.batch_sharding(mesh)))
     dev_data = {s: load_split(config, family, s, config.eval_batch_size) for s in task.dev_splits}
 

@@ -99,10 +99,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     replicated = partitioning.replicated(mesh)
     step_fn = (functools.partial(shard_map_train_step, mesh=mesh) if config.get("mesh_mode") == "shard_map"
                else train_step)
-    jit_train = jax.jit(functools.partial(step_fn, objective=objective, schedule=schedule,
-                                          skip_nonfinite=config.skip_nonfinite_updates),
-                        in_shardings=(state_shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
-                        out_shardings=(state_shardings, replicated), donate_argnums=(0,))
+    jit_train = train_state.jit_train_step(functools.partial(step_fn, objective=objective, schedule=schedule,
+                                                             skip_nonfinite=config.skip_nonfinite_updates),
+                                           state_shardings, mesh)
     jit_eval = jax.jit(functools.partial(eval_step, objective=objective),
                        in_shardings=(state_shardings, partitioning.batch_sharding(mesh)),
                        out_shardings=replicated)
