@@ -49,6 +49,7 @@ def main(argv: list[str]) -> None:
     # Before JAX starts: a TPU topology is compiled for by libtpu's compile-only client, which needs no TPU
     # backend; with libtpu installed JAX would otherwise probe for an attached TPU (and wait for one).
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no GCE metadata server to ask about the (absent) TPU VM
     with errors.one_line_errors():
         result, config = _compile()
     print(json.dumps(result, default=float), flush=True)

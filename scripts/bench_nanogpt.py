@@ -10,7 +10,12 @@ tinyshakespeare's characters with nanoGPT's 90/10 split; nanoGPT reports a valid
   HF    transformers' GPT2LMHeadModel of the same shape (GPT-2's biases, as ours) trained by nanoGPT's
         train.py loop: random windows (get_batch), the same optimizer, schedule and clipping.
 
-Both final models are then scored on the same held-out windows: every disjoint 64-character window of
+  nanoGPT  when its code is on the machine (--nanogpt_dir, default $NANOGPT_DIR or ../nanoGPT, a clone of
+        github.com/karpathy/nanoGPT): its own train.py, run as is with its README's CPU command, in a
+        temporary copy whose data/shakespeare_char/input.txt is our corpus file (so prepare.py downloads
+        nothing). Its loss is its own estimate (eval_iters=20 random batches), not our windows.
+
+Ours and HF's final models are then scored on the same held-out windows: every disjoint 64-character window of
 the validation split (1,742 of them), the loss averaged over all positions as nanoGPT's estimate_loss
 does. Time per iteration is the mean over iterations after the first 10 (JAX compiles in the first),
 on the same machine, with PyTorch given as many threads as XLA uses (the machine's cores).
@@ -18,6 +23,7 @@ on the same machine, with PyTorch given as many threads as XLA uses (the machine
   pip install -e ".[hf]"   # torch (CPU build) + transformers
   python scripts/bench_nanogpt.py             # ~5 min on 2 cores
   python scripts/bench_nanogpt.py --iters 200 # a quick look (the loss will not reach 1.9)
+  git clone https://github.com/karpathy/nanoGPT ../nanoGPT && python scripts/bench_nanogpt.py  # + nanoGPT
 """
 from __future__ import annotations
 
@@ -25,6 +31,8 @@ import argparse
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -80,7 +88,7 @@ def run_ours(workdir: str, iters: int, windows: np.ndarray) -> dict:
                  for chunk in np.array_split(windows, max(1, len(windows) // 256))]
     val_loss = -float(np.mean(np.concatenate([np.asarray(lp) for lp in log_probs])))
     return dict(val_loss=val_loss, trainer_eval_loss=trainer_eval, ms_per_iter=1e3 * float(np.mean(step_times)),
-                wall_s=wall)
+                median_ms_per_iter=1e3 * float(np.median(step_times)), wall_s=wall)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +152,41 @@ def run_hf(c, train: np.ndarray, windows: np.ndarray, threads: int, seed: int) -
                                                     chunk[:, 1:].flatten(), reduction="sum")
                   for chunk in w.split(256)]
     val_loss = float(sum(losses)) / w[:, 1:].numel()
-    return dict(val_loss=val_loss, ms_per_iter=1e3 * float(np.mean(times[WARMUP_ITERS:])), wall_s=wall)
+    return dict(val_loss=val_loss, ms_per_iter=1e3 * float(np.mean(times[WARMUP_ITERS:])),
+                median_ms_per_iter=1e3 * float(np.median(times[WARMUP_ITERS:])), wall_s=wall)
+
+
+# ---------------------------------------------------------------------------------------------
+# nanoGPT itself: its train.py, untouched, with the CPU command of its README.
+# ---------------------------------------------------------------------------------------------
+def nanogpt_command(iters: int) -> list[str]:
+    return [sys.executable, "train.py", "config/train_shakespeare_char.py", "--device=cpu", "--compile=False",
+            "--eval_iters=20", "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4",
+            "--n_head=4", "--n_embd=128", f"--max_iters={iters}", f"--lr_decay_iters={iters}", "--dropout=0.0"]
+
+
+def run_nanogpt(source: str, corpus: str, iters: int, tmp: str) -> dict:
+    """Copies nanoGPT's tree (its data folder gets our input.txt), prepares the characters, trains."""
+    work = os.path.join(tmp, "nanoGPT")
+    shutil.copytree(source, work, ignore=shutil.ignore_patterns(".git", "out*", "*.bin", "*.pkl"))
+    shutil.copy(corpus, os.path.join(work, "data", "shakespeare_char", "input.txt"))
+    log_path = os.path.join(tmp, "nanogpt.log")
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        for cmd, cwd in (([sys.executable, "prepare.py"], os.path.join(work, "data", "shakespeare_char")),
+                         (nanogpt_command(iters), work)):
+            if subprocess.run(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT).returncode:
+                with open(log_path) as f:
+                    raise SystemExit(f"nanoGPT's {cmd[1]} failed:\n{f.read()[-2000:]}")
+    wall = time.perf_counter() - start
+    with open(log_path) as f:
+        text = f.read()
+    # "iter 100: loss 2.3113, time 65.70ms, mfu ..." per iteration; "step 250: train loss .., val loss .." per eval
+    times = {int(i): float(ms) for i, ms in re.findall(r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms", text, re.M)}
+    evals = re.findall(r"^step (\d+): train loss ([\d.]+), val loss ([\d.]+)", text, re.M)
+    steady = [ms for i, ms in times.items() if i >= WARMUP_ITERS]
+    return dict(own_val_loss=float(evals[-1][2]) if evals else float("nan"), ms_per_iter=float(np.mean(steady)),
+                median_ms_per_iter=float(np.median(steady)), wall_s=wall, command=" ".join(nanogpt_command(iters)))
 
 
 def main() -> None:
@@ -154,6 +196,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip_hf", action="store_true", help="only our side")
     parser.add_argument("--output", default="", help="write the results as JSON here")
+    parser.add_argument("--nanogpt_dir", default=os.environ.get("NANOGPT_DIR", os.path.join(REPO, "..", "nanoGPT")),
+                        help="a clone of karpathy/nanoGPT, run as is beside ours when present")
     args = parser.parse_args()
 
     c = gpt2_configs.get_config("size=nano_shakespeare_char_cpu")
@@ -171,7 +215,8 @@ def main() -> None:
         results["ours"] = run_ours(os.path.join(tmp, "ours"), args.iters, windows)
     ours = results["ours"]
     print(f"ours: val loss {ours['val_loss']:.4f} (trainer's eval {ours['trainer_eval_loss']:.4f}),"
-          f" {ours['ms_per_iter']:.1f} ms/iter, {ours['wall_s']:.0f} s wall")
+          f" {ours['median_ms_per_iter']:.1f} ms/iter median ({ours['ms_per_iter']:.1f} mean),"
+          f" {ours['wall_s']:.0f} s wall")
     if not args.skip_hf:
         results["hf"] = run_hf(c, train, windows, args.threads, args.seed)
         print(f"HF:   val loss {results['hf']['val_loss']:.4f}, {results['hf']['ms_per_iter']:.1f} ms/iter, "
@@ -179,6 +224,18 @@ def main() -> None:
         ratio = results["ours"]["ms_per_iter"] / results["hf"]["ms_per_iter"]
         results["time_per_iter_ratio_ours_over_hf"] = ratio
         print(f"time per iteration, ours / HF: {ratio:.2f}  (< 1: ours is faster)")
+    if os.path.exists(os.path.join(args.nanogpt_dir, "train.py")):
+        with tempfile.TemporaryDirectory() as tmp:
+            results["nanogpt"] = nano = run_nanogpt(args.nanogpt_dir, c.data.path, args.iters, tmp)
+        ratio = ours["median_ms_per_iter"] / nano["median_ms_per_iter"]
+        results["median_time_per_iter_ratio_ours_over_nanogpt"] = ratio
+        print(f"nanoGPT ({args.nanogpt_dir}): its own val loss estimate {nano['own_val_loss']:.4f}, "
+              f"{nano['median_ms_per_iter']:.1f} ms/iter median ({nano['ms_per_iter']:.1f} mean), "
+              f"{nano['wall_s']:.0f} s wall")
+        print(f"median time per iteration, ours / nanoGPT: {ratio:.2f} ({ours['median_ms_per_iter']:.1f} / "
+              f"{nano['median_ms_per_iter']:.1f} ms; < 1: ours is faster)")
+    else:
+        print(f"nanoGPT: no train.py in {args.nanogpt_dir} (--nanogpt_dir or NANOGPT_DIR): its own code not run")
     passed = results["ours"]["val_loss"] <= TARGET_VAL_LOSS
     results["passed"] = passed
     print(f"val loss {results['ours']['val_loss']:.4f} {'<=' if passed else '>'} {TARGET_VAL_LOSS}: "
