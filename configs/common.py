@@ -36,7 +36,7 @@ def compute_fields() -> dict:
     """config.model fields of every family that change how the model is computed, never what: the attention
     kernel (models/attention.py), a scanned layer stack and rematerialization (models/stack.py)."""
     return dict(
-        attention="auto",    # auto | einsum | xla | cudnn
+        attention="auto",    # auto | einsum | xla | cudnn | pallas
         scan_layers=False,   # True: one compiled layer scanned over weights stacked [layers, ...]
         remat="none")        # none | minimal | full: activations recomputed in the backward pass
 

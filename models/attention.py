@@ -7,8 +7,15 @@
   logits in float32 as here.
 - "cudnn": the same function with `implementation="cudnn"`: cuDNN's flash attention (GPU only; float16
   or bfloat16 inputs, head dim a multiple of 8 up to 128).
-- "auto": the fastest that applies: cuDNN on a GPU in half precision, XLA elsewhere; the reference
-  wherever attention dropout is active (training with `attention_dropout_rate > 0`).
+- "pallas": the TPU flash-attention kernel written in Pallas (jax.experimental.pallas.ops.tpu): blocks of
+  128 queries x 128 keys in VMEM, no [L, S] matrix in HBM for the softmax. Query and key lengths must be
+  multiples of 128. Masks and T5's bias enter as its additive `ab` input ([B, H, L, S], the bias the
+  kernel differentiates, so T5's relative-position table learns). Under a mesh with more than one device
+  it runs per shard (shard_map over the batch axes, heads over `tensor`). Tested on CPU in Pallas' TPU
+  interpret mode; compiles for TPU with libtpu (scripts/aot_compile.py).
+- "auto": the fastest that applies: cuDNN on a GPU in half precision, Pallas on a TPU where the lengths
+  allow, XLA elsewhere; the reference wherever attention dropout is active (training with
+  `attention_dropout_rate > 0`).
 
 Shapes: B = batch, L = query length, S = key length, H = heads, K = head dim.
 """
@@ -19,23 +26,38 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn")
+IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn", "pallas")
+FUSED = ("xla", "cudnn", "pallas")  # none of them can drop attention probabilities out
+PALLAS_BLOCK = 128                  # the TPU kernel's tile along queries and keys
+PALLAS_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # the kernel's own mask value: finite after scaling
 
 
-def choose(implementation: str, dtype, head_dim: int, dropout_active: bool) -> str:
+def pallas_fits(q_len: int, kv_len: int, head_dim: int) -> bool:
+    """Whether the TPU kernel's tiling takes these shapes."""
+    return q_len % PALLAS_BLOCK == 0 and kv_len % PALLAS_BLOCK == 0 and (
+        head_dim <= PALLAS_BLOCK or head_dim % PALLAS_BLOCK == 0)
+
+
+def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_len: int = 0, kv_len: int = 0) -> str:
     """`model.attention` -> the implementation that runs for this call (resolved at trace time)."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"attention implementation {implementation!r} is not one of {', '.join(IMPLEMENTATIONS)}")
     if dropout_active:
-        if implementation in ("xla", "cudnn"):
+        if implementation in FUSED:
             raise ValueError(f"attention={implementation!r} cannot drop attention probabilities out: set "
                              "attention_dropout_rate=0 or attention='auto' (which uses the reference einsum then)")
         return "einsum"
+    fits = pallas_fits(q_len, kv_len, head_dim)
+    if implementation == "pallas" and not fits:
+        raise ValueError(f"attention='pallas' tiles queries and keys by {PALLAS_BLOCK}: lengths {q_len} x {kv_len} "
+                         f"(head dim {head_dim}) do not divide; use attention='auto' (XLA's kernel for such shapes)")
     if implementation != "auto":
         return implementation
     half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
     if jax.default_backend() == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
         return "cudnn"
+    if jax.default_backend() == "tpu" and fits:
+        return "pallas"
     return "xla"
 
 
@@ -49,9 +71,11 @@ def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
                           dropout: Callable[[jax.Array], jax.Array] | None = None,  # on [B, H, L, S] weights
                           ) -> jax.Array:               # [B, L, H, K] in q's dtype
     """softmax(scale * q.k + bias, masked) . v with the implementation `choose` picks."""
-    implementation = choose(implementation, q.dtype, q.shape[-1], dropout is not None)
+    implementation = choose(implementation, q.dtype, q.shape[-1], dropout is not None, q.shape[1], k.shape[1])
     if implementation == "einsum":
         return _reference(q, k, v, mask, bias, scale, dropout)
+    if implementation == "pallas":
+        return _pallas(q, k, v, mask, bias, scale)
     if bias is not None:
         bias = bias.astype(q.dtype)
     return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,
@@ -70,3 +94,51 @@ def _reference(q, k, v, mask, bias, scale, dropout):
     if dropout is not None:
         weights = dropout(weights)
     return jnp.einsum("bhls,bshk->blhk", weights, v)
+
+
+def _pallas(q, k, v, mask, bias, scale):
+    from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash
+    batch, q_len, heads, _ = q.shape
+    kv_len = k.shape[1]
+    ab = None  # the kernel adds `ab` to the unscaled q.k and then scales: the bias goes in divided by the scale
+    if bias is not None:
+        ab = bias.astype(jnp.float32) / scale
+    if mask is not None:
+        # A query that may attend to nothing (padding) attends to everything instead: its output is unused
+        # either way, and a fully masked row turns the kernel's backward pass into NaNs.
+        mask = mask | ~mask.any(axis=-1, keepdims=True)
+        blocked = jnp.where(mask, 0.0, PALLAS_MASKED)  # [B|1, 1, L, S]
+        ab = blocked if ab is None else ab + blocked
+    operands = (q, k, v)
+    if ab is not None:
+        operands += (jnp.broadcast_to(ab, (batch, heads, q_len, kv_len)).astype(q.dtype),)
+
+    def kernel(q, k, v, ab=None):  # [B, L, H, K] <-> the kernel's [B, H, L, K]
+        out = tpu_flash.flash_attention(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
+                                        ab=ab, sm_scale=scale)
+        return out.transpose(0, 2, 1, 3).astype(q.dtype)
+
+    mesh = _current_mesh()
+    if mesh is None or mesh.size == 1 or not {"data", "fsdp", "tensor"} <= set(mesh.axis_names):
+        return kernel(*operands)
+    # XLA cannot partition a custom kernel: run it on each device's rows and heads (where they divide: the
+    # initializer traces one example)
+    from jax.sharding import PartitionSpec as P
+    split_rows = ("data", "fsdp") if batch % (mesh.shape["data"] * mesh.shape["fsdp"]) == 0 else None
+    split_heads = "tensor" if heads % mesh.shape["tensor"] == 0 else None
+    rows = P(split_rows, None, split_heads, None)                                    # q, k, v, out: [B, L, H, K]
+    specs = (rows, rows, rows, P(split_rows, split_heads, None, None))[:len(operands)]  # ab: [B, H, L, S]
+    return jax.shard_map(kernel, mesh=mesh, in_specs=specs, out_specs=rows, check_vma=False)(*operands)
+
+
+def _current_mesh():
+    """The mesh the loops enter (`with mesh:`), or None outside one."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty:
+        return mesh
+    import warnings
+    with warnings.catch_warnings():  # the loops still enter meshes the pre-`jax.set_mesh` way
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from jax.interpreters import pxla
+        physical = pxla.thread_resources.env.physical_mesh
+    return None if physical.empty else physical

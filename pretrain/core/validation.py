@@ -196,7 +196,8 @@ def check_relations(config: ml_collections.ConfigDict) -> None:
 def _fused_attention_without_dropout(config) -> None:
     """The fused kernels keep no attention matrix to drop out (models/attention.py)."""
     model = config.model
-    if model.get("attention") in ("xla", "cudnn") and model.get("attention_dropout_rate", 0) > 0:
+    from models.attention import FUSED
+    if model.get("attention") in FUSED and model.get("attention_dropout_rate", 0) > 0:
         raise ConfigError(f"config.model.attention={model.attention!r} cannot drop attention probabilities out but "
                           f"config.model.attention_dropout_rate={model.attention_dropout_rate}: set it to 0, or "
                           "--config.model.attention=auto (the reference einsum while dropout is on)")
@@ -220,12 +221,13 @@ def check_mesh(config: ml_collections.ConfigDict) -> None:
 
 
 def check_devices(config: ml_collections.ConfigDict) -> None:
-    """What the config asks of the hardware: cuDNN attention needs a GPU."""
+    """What the config asks of the hardware: cuDNN attention needs a GPU, Pallas' kernel a TPU."""
     import jax
     model = config.get("model")
-    if model is not None and model.get("attention") == "cudnn" and jax.default_backend() != "gpu":
-        raise ConfigError(f"config.model.attention='cudnn' needs a GPU, and this process runs on "
-                          f"{jax.default_backend()}: use --config.model.attention=auto (XLA's kernel here)")
+    wants = {"cudnn": "gpu", "pallas": "tpu"}.get(model.get("attention") if model is not None else None)
+    if wants and jax.default_backend() != wants:
+        raise ConfigError(f"config.model.attention={model.attention!r} needs a {wants.upper()}, and this process runs "
+                          f"on {jax.default_backend()}: use --config.model.attention=auto (XLA's kernel here)")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:

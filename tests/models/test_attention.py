@@ -3,6 +3,8 @@ the families use (padding, causal, packed segments, prefix LM) and T5's relative
 then whole models built with each implementation."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,23 +21,40 @@ RUNNABLE = ["xla"] + (["cudnn"] if jax.default_backend() == "gpu" else [])
 B, L, H, K = 3, 24, 4, 16
 
 
-def masks() -> dict[str, jax.Array | None]:
+def masks(length: int = L, batch: int = B) -> dict[str, jax.Array | None]:
+    """The families' masks for `length` tokens (the layouts drawn for 24, stretched)."""
     rng = np.random.default_rng(0)
-    lengths = np.array([L, 17, 5])
-    valid = jnp.asarray(np.arange(L)[None] < lengths[:, None])
-    segments = np.zeros((B, L), np.int32)
-    for row, cuts in enumerate(([0, 10, 24], [0, 3, 15, 20], [0, 24])):
+    at = lambda position: position * length // 24  # noqa: E731
+    lengths = np.array([length, at(17), at(5)])[:batch]
+    valid = jnp.asarray(np.arange(length)[None] < lengths[:, None])
+    segments = np.zeros((batch, length), np.int32)
+    for row, cuts in enumerate(([0, 10, 24], [0, 3, 15, 20], [0, 24])[:batch]):
         for number, (start, end) in enumerate(zip(cuts, cuts[1:]), 1):
-            segments[row, start:end] = number
-    segments[1, 20:] = 0  # padding after the packed examples
+            segments[row, at(start):at(end)] = number
+    if batch > 1:
+        segments[1, at(20):] = 0  # padding after the packed examples
     return {
         "none": None,
         "padding": layers.padding_mask(valid, valid),
-        "causal": layers.causal_mask(L),
-        "packed causal": gpt.attention_mask(L, segment_ids=jnp.asarray(segments)),
+        "causal": layers.causal_mask(length),
+        "packed causal": gpt.attention_mask(length, segment_ids=jnp.asarray(segments)),
         "packed bidirectional": layers.segment_mask(jnp.asarray(segments), jnp.asarray(segments)),
-        "prefix LM": gpt.attention_mask(L, prefix_lengths=jnp.asarray(rng.integers(1, L, B))),
+        "prefix LM": gpt.attention_mask(length, prefix_lengths=jnp.asarray(rng.integers(1, length, batch))),
     }
+
+
+def relative_bias(length: int, heads: int = H) -> jax.Array:
+    """T5's shared relative-position bias, [1, H, L, L]."""
+    positions = jnp.arange(length)[None]
+    module = layers.RelativePositionBias(heads)
+    return module.apply(module.init(jax.random.key(2), positions, positions), positions, positions)
+
+
+def attending(mask, batch: int, length: int) -> np.ndarray:
+    """[B, L]: queries with at least one key (padding queries are meaningless in every implementation)."""
+    if mask is None:
+        return np.ones((batch, length), bool)
+    return np.asarray(jnp.broadcast_to(mask, (batch, 1, length, length)).any(-1))[:, 0]
 
 
 def inputs(dtype):
@@ -54,16 +73,11 @@ CASES = [(implementation, dtype) for implementation in RUNNABLE for dtype in TOL
 def test_each_implementation_matches_the_reference(implementation, dtype, mask_name, with_bias):
     q, k, v = inputs(dtype)
     mask = masks()[mask_name]
-    bias = None
-    if with_bias:  # T5's shared relative-position bias, [1, H, L, L]
-        positions = jnp.arange(L)[None]
-        bias = layers.RelativePositionBias(H).apply(
-            layers.RelativePositionBias(H).init(jax.random.key(2), positions, positions), positions, positions)
+    bias = relative_bias(L) if with_bias else None
     reference = attention.dot_product_attention(q, k, v, mask, bias, scale=K ** -0.5, implementation="einsum")
     fused = attention.dot_product_attention(q, k, v, mask, bias, scale=K ** -0.5, implementation=implementation)
     assert fused.shape == reference.shape == (B, L, H, K) and fused.dtype == q.dtype
-    # rows whose every key is masked (padding queries) are meaningless in both; compare the rest
-    attends = np.ones((B, L), bool) if mask is None else np.asarray(jnp.broadcast_to(mask, (B, 1, L, L)).any(-1))[:, 0]
+    attends = attending(mask, B, L)
     difference = np.abs(np.asarray(fused, np.float32) - np.asarray(reference, np.float32))[attends]
     assert difference.max() <= TOLERANCE[dtype], (implementation, dtype, mask_name, difference.max())
     assert np.isfinite(np.asarray(fused, np.float32)).all()
@@ -86,8 +100,55 @@ def test_auto_picks_per_platform_and_dropout():
     assert attention.choose("einsum", jnp.bfloat16, 64, dropout_active=False) == "einsum"
     with pytest.raises(ValueError, match="attention_dropout_rate=0"):
         attention.choose("xla", jnp.float32, 64, dropout_active=True)
-    with pytest.raises(ValueError, match="not one of auto, einsum, xla, cudnn"):
+    with pytest.raises(ValueError, match="not one of auto, einsum, xla, cudnn, pallas"):
         attention.choose("flash", jnp.float32, 64, dropout_active=False)
+    with pytest.raises(ValueError, match="tiles queries and keys by 128: lengths 24 x 24"):
+        attention.choose("pallas", jnp.float32, 64, False, q_len=24, kv_len=24)
+    with pytest.raises(ValueError, match="attention_dropout_rate=0"):
+        attention.choose("pallas", jnp.float32, 64, True, q_len=128, kv_len=128)
+    assert attention.choose("pallas", jnp.float32, 64, False, q_len=256, kv_len=128) == "pallas"
+    on_tpu = jax.default_backend() == "tpu"
+    assert attention.choose("auto", jnp.float32, 64, False, q_len=128, kv_len=512) == ("pallas" if on_tpu else "xla")
+    assert attention.choose("auto", jnp.float32, 64, False, q_len=114, kv_len=512) == "xla"  # T5's targets
+
+
+# Pallas' TPU kernel, run by its TPU interpreter on this CPU (slow: one shape, B=2, 128 tokens, 2 heads).
+PB, PL, PH, PK = 2, 128, 2, 32
+
+
+def _pallas_case(dtype, mask_name, with_bias):
+    q, k, v = (jax.random.normal(key, (PB, PL, PH, PK), dtype) for key in jax.random.split(jax.random.key(5), 3))
+    return q, k, v, masks(PL, PB)[mask_name], relative_bias(PL, PH) if with_bias else None
+
+
+@pytest.mark.parametrize("dtype, mask_name", [("float32", name) for name in masks()] + [("bfloat16", "packed causal")])
+def test_pallas_kernel_matches_the_reference(dtype, mask_name):
+    from jax.experimental.pallas import tpu as pltpu
+    q, k, v, mask, bias = _pallas_case(dtype, mask_name, with_bias=mask_name != "none")
+    reference = attention.dot_product_attention(q, k, v, mask, bias, scale=PK ** -0.5, implementation="einsum")
+    with pltpu.force_tpu_interpret_mode():
+        kernel = attention.dot_product_attention(q, k, v, mask, bias, scale=PK ** -0.5, implementation="pallas")
+    assert kernel.shape == reference.shape and kernel.dtype == q.dtype
+    difference = np.abs(np.asarray(kernel, np.float32) - np.asarray(reference, np.float32))[attending(mask, PB, PL)]
+    assert difference.max() <= TOLERANCE[dtype], (mask_name, difference.max())
+
+
+def test_pallas_gradients_match_the_reference_bias_included():
+    """The kernel's backward pass, the relative-position bias's gradient (T5 learns it) among them."""
+    from jax.experimental.pallas import tpu as pltpu
+    q, k, v, mask, bias = _pallas_case("float32", "packed causal", with_bias=True)
+    keep = jnp.asarray(attending(mask, PB, PL))[:, :, None, None]  # padding queries' outputs left out of the loss
+
+    def loss(implementation, q, k, v, bias):
+        out = attention.dot_product_attention(q, k, v, mask, bias, scale=PK ** -0.5, implementation=implementation)
+        return jnp.sum(jnp.where(keep, out, 0.0) * jnp.cos(jnp.arange(PK)))
+
+    reference = jax.grad(functools.partial(loss, "einsum"), argnums=(0, 1, 2, 3))(q, k, v, bias)
+    with pltpu.force_tpu_interpret_mode():
+        kernel = jax.grad(functools.partial(loss, "pallas"), argnums=(0, 1, 2, 3))(q, k, v, bias)
+    for name, want, got in zip("q k v bias".split(), reference, kernel):
+        np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5, err_msg=name)
+    assert float(jnp.abs(reference[3]).max()) > 1e-3  # the bias's gradient is not trivially zero
 
 
 def _bert(attention_name):

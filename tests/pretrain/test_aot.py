@@ -152,3 +152,16 @@ def test_tiny_bert_compiles_for_a_tpu_slice():
     huge = aot.compile_pretraining(tiny_config(**{"batch_size": 4096 * 8, "model.dtype": "bfloat16"}), devices[:1],
                                    step_fn=train_step)  # ~120 GiB of activations on one 16 GiB chip
     assert huge.fits is False and huge.error and "RESOURCE_EXHAUSTED" in huge.error
+
+
+@pytest.mark.tpu
+def test_pallas_attention_compiles_for_a_tpu_slice_sharded_over_the_batch():
+    """The Pallas kernel lowers for TPU only (on a CPU target XLA has no Mosaic backend), per device under
+    the data-parallel mesh (models/attention.py wraps it in shard_map)."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    devices = aot.tpu_devices("v5e:2x2")
+    config = tiny_config(**{"model.dtype": "bfloat16", "model.attention": "pallas",
+                            "model.attention_dropout_rate": 0.0, "mesh_shape": (4, 1, 1)})
+    r = aot.compile_pretraining(config, devices, step_fn=train_step)
+    assert r.fits is True and 0 < r.total_bytes < 2 ** 30
+    assert r.model_flops == pytest.approx(analytic_flops(config), rel=0.02)

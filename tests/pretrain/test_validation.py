@@ -43,7 +43,7 @@ def changed(config, **flat):
     ("optimizer.learning_rate", float("inf"), "a finite number > 0"),
     ("optimizer.b2", 1.0, "a number in [0, 1)"),
     ("data.window_documents", 0, "a positive integer"),
-    ("model.attention", "flash", "one of 'auto', 'einsum', 'xla', 'cudnn'"),
+    ("model.attention", "flash", "one of 'auto', 'einsum', 'xla', 'cudnn', 'pallas'"),
     ("model.remat", "all", "one of 'none', 'minimal', 'full'"),
 ])
 def test_a_value_out_of_range_names_key_value_and_range(key, value, allowed):
@@ -63,6 +63,7 @@ def test_a_value_out_of_range_names_key_value_and_range(key, value, allowed):
     (gpt2.get_config("size=small"), {"data.max_seq_length": 2048}, "exceeds config.model.n_positions=1024"),
     (t5.get_config("size=small"), {"model.feed_forward": "swiglu"}, "config.model.feed_forward='swiglu'"),
     (bert.get_config("size=tiny"), {"model.attention": "xla"}, "attention_dropout_rate=0.1: set it to 0"),
+    (bert.get_config("size=tiny"), {"model.attention": "pallas"}, "attention='pallas' cannot drop attention"),
     (glue.get_config("task=mrpc,freeze=gradual"), {"model.scan_layers": True}, "freezes layer by layer"),
 ])
 def test_relations_within_a_family(config, flat, needle):
@@ -76,11 +77,13 @@ def test_a_mesh_that_does_not_fit_the_devices():
         validation.check_mesh(config)
 
 
-def test_cudnn_attention_needs_a_gpu():
+@pytest.mark.parametrize("kernel, backend", [("cudnn", "gpu"), ("pallas", "tpu")])
+def test_device_kernels_need_their_device(kernel, backend):
     import jax
-    config = changed(bert.get_config("size=tiny"), **{"model.attention": "cudnn"})
-    if jax.default_backend() == "gpu":
+    config = changed(bert.get_config("size=tiny"), **{"model.attention": kernel, "model.attention_dropout_rate": 0.0})
+    if jax.default_backend() == backend:
         validation.check_devices(config)
     else:
-        with pytest.raises(ConfigError, match="attention='cudnn' needs a GPU.*--config.model.attention=auto"):
+        with pytest.raises(ConfigError, match=f"attention='{kernel}' needs a {backend.upper()}.*"
+                                              "--config.model.attention=auto"):
             validation.check_devices(config)
