@@ -339,7 +339,7 @@ def main() -> None:
 
     print(f"model {args.model_dir}\ntasks {args.tasks}, seeds {args.seeds}, workdir {args.workdir}")
     runs = {t: {side: [] for side in SIDES} for t in args.tasks}
-    crashed, rerun = [], None
+    crashed, rerun, reran = [], None, False
     for seed in args.seeds:  # seed-major: an interrupted run already covers every task
         for task in args.tasks:
             for side in SIDES:  # interleaved: ours, then HF, then the next (task, seed)
@@ -348,11 +348,12 @@ def main() -> None:
                     crashed.append(f"{side}/{task}/seed{seed}")
                 else:
                     runs[task][side].append(results)
-            if rerun is None and all(runs[task][side] for side in SIDES):  # the first (task, seed) that ran
-                second = run_cell("ours", args, task, seed, rerun=True)
+            if not reran and all(runs[task][side] for side in SIDES):  # once: the first (task, seed) that ran
+                reran, second = True, run_cell("ours", args, task, seed, rerun=True)
                 if second is None:
                     crashed.append(f"ours_rerun/{task}/seed{seed}")
-                rerun = second and rerun_summary(task, seed, runs[task]["ours"][0], second, runs[task]["hf"][0])
+                else:
+                    rerun = rerun_summary(task, seed, runs[task]["ours"][0], second, runs[task]["hf"][0])
     summary = {t: summarize(t, r) for t, r in runs.items() if all(r[side] for side in SIDES)}
     print_summary(summary, args)
     if rerun:
