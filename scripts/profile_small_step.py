@@ -14,13 +14,21 @@ Ours: step - (fwd + bwd) is the optimizer, (fwd + bwd) - forward the backward pa
 
   python scripts/profile_small_step.py                  # ours; + nanoGPT with ../nanoGPT or NANOGPT_DIR
   python scripts/profile_small_step.py --jax_profile=/tmp/trace   # and a TensorBoard/Perfetto trace of our step
+
+With --jax_profile the script also sums the trace's XLA ops by kind (the HLO name without its number:
+`ynn_fusion` = the matmuls XLA's CPU backend hands to YNNPACK, `copy_bitcast_fusion` = layout copies and
+the fusions that end in one) and prints ms per step per kind, summed over both threads.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
+import glob
+import gzip
 import json
 import os
+import re
 import sys
 import time
 
@@ -108,9 +116,27 @@ def profile_ours(args) -> dict:
         out["step_ms"] = median_ms(run_step, args.iters, args.warmup)
         if args.jax_profile:
             with jax.profiler.trace(args.jax_profile):
-                for _ in range(10):
+                for _ in range(PROFILED_STEPS):
                     run_step()
     return out
+
+
+PROFILED_STEPS = 10
+_NOT_AN_OP = ("$", "Thunk", "Pjit", "Slinky", "Common", "PjRt", "end:", "ParseArguments", "Handle inputs",
+              "Allocate")  # Python frames, the runtime's own spans, end markers
+
+
+def op_kinds(trace_dir: str, steps: int = PROFILED_STEPS) -> dict[str, tuple[float, float]]:
+    """{op kind: (ms per step, ops per step)} from the newest trace under trace_dir, largest first."""
+    files = sorted(glob.glob(os.path.join(trace_dir, "plugins", "profile", "*", "*.trace.json.gz")))
+    events = json.load(gzip.open(files[-1]))["traceEvents"]
+    micros, counts = collections.Counter(), collections.Counter()
+    for event in events:
+        if event.get("ph") == "X" and not event["name"].startswith(_NOT_AN_OP):
+            kind = re.sub(r"\.\d+$", "", event["name"])
+            micros[kind] += event["dur"]
+            counts[kind] += 1
+    return {kind: (us / 1e3 / steps, counts[kind] / steps) for kind, us in micros.most_common()}
 
 
 def profile_nanogpt(args) -> dict:
@@ -153,6 +179,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--nanogpt_dir", default=os.environ.get("NANOGPT_DIR", os.path.join(REPO, "..", "nanoGPT")))
     parser.add_argument("--jax_profile", default="", help="write a jax.profiler trace of 10 steps here")
+    parser.add_argument("--top_kinds", type=int, default=12, help="op kinds to print with --jax_profile")
     parser.add_argument("--output", default="")
     args = parser.parse_args()
     results = {"ours": profile_ours(args)}
@@ -170,6 +197,13 @@ def main() -> None:
         nano = results["nanogpt"]
         print("ours / nanoGPT: " + ", ".join(f"{n[:-3]} {ours[n] / nano[n]:.2f}"
                                              for n in ("forward_ms", "fwd_bwd_ms", "step_ms")))
+    if args.jax_profile:
+        kinds = op_kinds(args.jax_profile)
+        results["ours"]["op_kinds_ms"] = {kind: ms for kind, (ms, _) in kinds.items()}
+        total = sum(ms for ms, _ in kinds.values())
+        print(f"our step's XLA ops by kind, ms per step summed over threads ({total:.1f} in all):")
+        for kind, (ms, count) in list(kinds.items())[:args.top_kinds]:
+            print(f"  {ms:8.2f}  {count:6.1f} ops  {kind}")
     if args.output:
         with open(args.output, "w") as f:
             json.dump(results, f, indent=2)
