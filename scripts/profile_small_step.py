@@ -122,8 +122,8 @@ def profile_ours(args) -> dict:
 
 
 PROFILED_STEPS = 10
-_NOT_AN_OP = ("$", "Thunk", "Pjit", "Slinky", "Common", "PjRt", "end:", "ParseArguments", "Handle inputs",
-              "Allocate")  # Python frames, the runtime's own spans, end markers
+HLO_NAME = re.compile(r"[a-z][a-z0-9_\-]*(\.\d+)?")  # an XLA op (`ynn_fusion.12`), not a Python frame or a
+                                                     # runtime span (`ThunkExecutor::Execute`, `end: ...`)
 
 
 def op_kinds(trace_dir: str, steps: int = PROFILED_STEPS) -> dict[str, tuple[float, float]]:
@@ -132,7 +132,7 @@ def op_kinds(trace_dir: str, steps: int = PROFILED_STEPS) -> dict[str, tuple[flo
     events = json.load(gzip.open(files[-1]))["traceEvents"]
     micros, counts = collections.Counter(), collections.Counter()
     for event in events:
-        if event.get("ph") == "X" and not event["name"].startswith(_NOT_AN_OP):
+        if event.get("ph") == "X" and HLO_NAME.fullmatch(event["name"]):
             kind = re.sub(r"\.\d+$", "", event["name"])
             micros[kind] += event["dur"]
             counts[kind] += 1
