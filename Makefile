@@ -9,7 +9,7 @@ GLUE_DIR ?= ../shared/data/glue
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-tpu bench bench-glue bench-glue-quick bench-nanogpt bench-accelerator clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-tpu aot-table bench bench-glue bench-glue-quick bench-nanogpt bench-accelerator clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -86,10 +86,16 @@ test-slow: $(STAMP)
 # The tests that compile for a TPU slice with libtpu, in a venv of their own: with libtpu installed JAX
 # probes for a TPU at start-up, which the rest of the suite must not do.
 TPU_VENV ?= .venv-tpu
-test-tpu:
-	test -f $(TPU_VENV)/.installed || { $(PYTHON) -m venv $(TPU_VENV) && \
-	    $(TPU_VENV)/bin/python -m pip install -q -e ".[test,tpu]" && touch $(TPU_VENV)/.installed; }
+$(TPU_VENV)/.installed:
+	$(PYTHON) -m venv $(TPU_VENV) && $(TPU_VENV)/bin/python -m pip install -q -e ".[test,tpu]" && touch $@
+
+test-tpu: $(TPU_VENV)/.installed
 	JAX_PLATFORMS=cpu $(TPU_VENV)/bin/python -m pytest -q -m tpu $(PYTEST_ARGS)
+
+# The README's TPU fit table: one libtpu compile per row (minutes each on a small host), resumable:
+# rows already in runs/aot_table.jsonl are kept. AOT_ARGS="--rows=bert" for some rows only.
+aot-table: $(TPU_VENV)/.installed
+	JAX_PLATFORMS=cpu $(TPU_VENV)/bin/python scripts/aot_table.py --output runs/aot_table.jsonl $(AOT_ARGS)
 
 # Throughput and loss side by side with Hugging Face transformers on PyTorch (CPU).
 bench: $(STAMP)
