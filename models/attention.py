@@ -9,8 +9,10 @@
   or bfloat16 inputs, head dim a multiple of 8 up to 128).
 - "pallas": the TPU flash-attention kernel written in Pallas (jax.experimental.pallas.ops.tpu): blocks of
   128 queries x 128 keys in VMEM, no [L, S] matrix in HBM for the softmax. Query and key lengths must be
-  multiples of 128. Masks and T5's bias enter as its additive `ab` input ([B, H, L, S], the bias the
-  kernel differentiates, so T5's relative-position table learns). Under a mesh with more than one device
+  multiples of 128. A `SegmentMask` (what BERT, GPT without a prefix and T5 build) enters as the kernel's
+  own segment ids and causal flag, so no [L, S] mask exists anywhere; a dense mask (prefix LM) and T5's
+  bias enter as its additive `ab` input ([B, H, L, S], which the kernel differentiates, so T5's
+  relative-position table learns). Under a mesh with more than one device
   it runs per shard (shard_map over the batch axes, heads over `tensor`). Tested on CPU in Pallas' TPU
   interpret mode; compiles for TPU with libtpu (scripts/aot_compile.py).
 - "auto": the fastest that applies: cuDNN on a GPU in half precision, Pallas on a TPU where the lengths
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
@@ -30,6 +33,33 @@ IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn", "pallas")
 FUSED = ("xla", "cudnn", "pallas")  # none of them can drop attention probabilities out
 PALLAS_BLOCK = 128                  # the TPU kernel's tile along queries and keys
 PALLAS_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # the kernel's own mask value: finite after scaling
+
+
+@flax.struct.dataclass
+class SegmentMask:
+    """A mask kept as what it is made of: a query attends to the keys of its own segment (ids 0 = padding,
+    which neither attends nor is attended to; a 0/1 padding mask is the unpacked case; no ids: one segment)
+    and, if `causal`, to keys at or before its position only. `dense()` is the [B|1, 1, L, S] bool array
+    the reference takes; the fused kernels take the parts: Pallas its segment ids and causal flag (no [L, S]
+    matrix anywhere), XLA and cuDNN `is_causal` beside the segments' mask."""
+    q_segments: jax.Array | None = None    # [B|1, L] int; None: one segment, no padding
+    kv_segments: jax.Array | None = None   # [B|1, S] int; None exactly when q_segments is
+    causal: bool = flax.struct.field(pytree_node=False, default=False)
+
+    def dense(self, q_len: int, kv_len: int) -> jax.Array | None:  # [B|1, 1, L, S] bool, True = may attend
+        mask = None
+        if self.q_segments is not None:
+            q, kv = self.q_segments, self.kv_segments
+            mask = (q[:, None, :, None] == kv[:, None, None, :]) & (q != 0)[:, None, :, None]
+        if self.causal:
+            causal = jnp.tril(jnp.ones((q_len, kv_len), bool))[None, None]
+            mask = causal if mask is None else mask & causal
+        return mask
+
+
+def dense_mask(mask: jax.Array | SegmentMask | None, q_len: int, kv_len: int) -> jax.Array | None:
+    """Either kind of mask as the [B|1, 1, L, S] bool array (None stays None)."""
+    return mask.dense(q_len, kv_len) if isinstance(mask, SegmentMask) else mask
 
 
 def pallas_fits(q_len: int, kv_len: int, head_dim: int) -> bool:
@@ -64,7 +94,7 @@ def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_le
 def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
                           k: jax.Array,                 # [B, S, H, K]
                           v: jax.Array,                 # [B, S, H, K]
-                          mask: jax.Array | None,       # [B|1, 1, L, S] bool, True = may attend
+                          mask: jax.Array | SegmentMask | None,  # [B|1, 1, L, S] bool, True = may attend
                           bias: jax.Array | None,       # [B|1, H, L, S] additive (T5's relative positions)
                           *, scale: float,
                           implementation: str = "auto",
@@ -72,13 +102,17 @@ def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
                           ) -> jax.Array:               # [B, L, H, K] in q's dtype
     """softmax(scale * q.k + bias, masked) . v with the implementation `choose` picks."""
     implementation = choose(implementation, q.dtype, q.shape[-1], dropout is not None, q.shape[1], k.shape[1])
-    if implementation == "einsum":
-        return _reference(q, k, v, mask, bias, scale, dropout)
     if implementation == "pallas":
         return _pallas(q, k, v, mask, bias, scale)
+    if implementation == "einsum":
+        return _reference(q, k, v, dense_mask(mask, q.shape[1], k.shape[1]), bias, scale, dropout)
+    is_causal = isinstance(mask, SegmentMask) and mask.causal and q.shape[1] == k.shape[1]
+    if is_causal:  # the kernel's own causal masking (cuDNN's causal path), the segments' mask beside it
+        mask = mask.replace(causal=False)
     if bias is not None:
         bias = bias.astype(q.dtype)
-    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=scale,
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=dense_mask(mask, q.shape[1], k.shape[1]),
+                                        scale=scale, is_causal=is_causal,
                                         implementation=implementation).astype(q.dtype)
 
 
@@ -100,6 +134,13 @@ def _pallas(q, k, v, mask, bias, scale):
     from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash
     batch, q_len, heads, _ = q.shape
     kv_len = k.shape[1]
+    operands = {"q": q, "k": k, "v": v}  # q, k, v: [B, L|S, H, K]
+    causal = isinstance(mask, SegmentMask) and mask.causal
+    if isinstance(mask, SegmentMask):  # the kernel masks by segment ids and position itself
+        if mask.q_segments is not None:
+            operands["q_segments"] = jnp.broadcast_to(mask.q_segments, (batch, q_len)).astype(jnp.int32)
+            operands["kv_segments"] = jnp.broadcast_to(mask.kv_segments, (batch, kv_len)).astype(jnp.int32)
+        mask = None
     ab = None  # the kernel adds `ab` to the unscaled q.k and then scales: the bias goes in divided by the scale
     if bias is not None:
         ab = bias.astype(jnp.float32) / scale
@@ -109,26 +150,31 @@ def _pallas(q, k, v, mask, bias, scale):
         mask = mask | ~mask.any(axis=-1, keepdims=True)
         blocked = jnp.where(mask, 0.0, PALLAS_MASKED)  # [B|1, 1, L, S]
         ab = blocked if ab is None else ab + blocked
-    operands = (q, k, v)
     if ab is not None:
-        operands += (jnp.broadcast_to(ab, (batch, heads, q_len, kv_len)).astype(q.dtype),)
+        operands["ab"] = jnp.broadcast_to(ab, (batch, heads, q_len, kv_len)).astype(q.dtype)
 
-    def kernel(q, k, v, ab=None):  # [B, L, H, K] <-> the kernel's [B, H, L, K]
-        out = tpu_flash.flash_attention(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3),
-                                        ab=ab, sm_scale=scale)
+    def kernel(operands):  # [B, L, H, K] <-> the kernel's [B, H, L, K]
+        segment_ids = None
+        if "q_segments" in operands:
+            segment_ids = tpu_flash.SegmentIds(q=operands["q_segments"], kv=operands["kv_segments"])
+        q, k, v = (operands[name].transpose(0, 2, 1, 3) for name in "qkv")
+        out = tpu_flash.flash_attention(q, k, v, ab=operands.get("ab"), segment_ids=segment_ids, causal=causal,
+                                        sm_scale=scale)
         return out.transpose(0, 2, 1, 3).astype(q.dtype)
 
     mesh = _current_mesh()
     if mesh is None or mesh.size == 1 or not {"data", "fsdp", "tensor"} <= set(mesh.axis_names):
-        return kernel(*operands)
+        return kernel(operands)
     # XLA cannot partition a custom kernel: run it on each device's rows and heads (where they divide: the
     # initializer traces one example)
     from jax.sharding import PartitionSpec as P
     split_rows = ("data", "fsdp") if batch % (mesh.shape["data"] * mesh.shape["fsdp"]) == 0 else None
     split_heads = "tensor" if heads % mesh.shape["tensor"] == 0 else None
-    rows = P(split_rows, None, split_heads, None)                                    # q, k, v, out: [B, L, H, K]
-    specs = (rows, rows, rows, P(split_rows, split_heads, None, None))[:len(operands)]  # ab: [B, H, L, S]
-    return jax.shard_map(kernel, mesh=mesh, in_specs=specs, out_specs=rows, check_vma=False)(*operands)
+    rows = P(split_rows, None, split_heads, None)  # q, k, v, out: [B, L, H, K]
+    specs = {"q": rows, "k": rows, "v": rows, "q_segments": P(split_rows, None), "kv_segments": P(split_rows, None),
+             "ab": P(split_rows, split_heads, None, None)}  # segments [B, L|S], ab [B, H, L, S]
+    specs = {name: specs[name] for name in operands}
+    return jax.shard_map(kernel, mesh=mesh, in_specs=(specs,), out_specs=rows, check_vma=False)(operands)
 
 
 def _current_mesh():

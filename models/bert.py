@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import heads, layers, stack
+from models import attention, heads, layers, stack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,8 +98,8 @@ class BertModel(nn.Module):
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array,
                  deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
-        valid = input_mask.astype(bool)
-        mask = layers.padding_mask(valid, valid)
+        valid = input_mask.astype(jnp.int32)  # padding as segment ids: 1 = the row's tokens, 0 = padding
+        mask = attention.SegmentMask(valid, valid)
         x = self.embeddings(input_ids, segment_ids, deterministic)
         x = self.encoder(x, mask, deterministic)
         pooled = jnp.tanh(self.pooler(x[:, 0]))  # the [CLS] position

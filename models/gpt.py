@@ -28,7 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import layers, stack
+from models import attention, layers, stack
 from models.errors import ModelInputError
 
 
@@ -138,7 +138,10 @@ class GPT(nn.Module):
                 raise ValueError(f"{input_ids.shape[1]} tokens exceed the model's n_positions="
                                  f"{self.config.n_positions}; crop or split the input")
             positions = jnp.arange(input_ids.shape[1])[None] if positions is None else positions
-            mask = attention_mask(input_ids.shape[1], segment_ids, prefix_lengths, bidirectional_mask)
+            if prefix_lengths is None and bidirectional_mask is None:  # kept as segment ids: see attention.py
+                mask = attention.SegmentMask(segment_ids, segment_ids, causal=True)
+            else:
+                mask = attention_mask(input_ids.shape[1], segment_ids, prefix_lengths, bidirectional_mask)
         x = self.token_embedding(input_ids) + self.position_embedding(positions)
         x = self.dropout(x, deterministic=deterministic)
         x = self.blocks(x, mask, deterministic, decode)

@@ -216,7 +216,7 @@ class MultiHeadAttention(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array,                 # [B, L, D]
                  context: jax.Array | None = None,   # [B, S, D]; None = self-attention
-                 mask: jax.Array | None = None,      # [B|1, 1, L, S] bool
+                 mask: jax.Array | attention.SegmentMask | None = None,  # [B|1, 1, L, S] bool
                  bias: jax.Array | None = None,      # [B|1, H, L, S] additive (relative positions)
                  deterministic: bool = True,
                  decode: bool = False) -> jax.Array:  # [B, L, D]
@@ -267,6 +267,8 @@ class MultiHeadAttention(nn.Module):
         cached_value.value = jnp.where(here, v.astype(cached_value.value.dtype), cached_value.value)
         seen = (slots <= index.value[:, None])[:, None, None, :]           # [B, 1, 1, S_max]
         index.value = index.value + 1
+        if isinstance(mask, attention.SegmentMask):  # its causal part would mean positions of a full sequence
+            raise ValueError("decode=True takes a dense [B|1, 1, 1, S_max] mask or None, not a SegmentMask")
         return cached_key.value, cached_value.value, seen if mask is None else mask & seen
 
 

@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import layers, stack
+from models import attention, layers, stack
 from models.errors import ModelInputError
 
 FEED_FORWARDS = {"relu": (nn.relu, False), "gated-gelu": (layers.tanh_gelu, True)}  # name -> (activation, gated)
@@ -179,7 +179,7 @@ class T5(nn.Module):
         """[B, S] ids -> [B, S, D] encoder states (in the compute dtype)."""
         segments = _segments_or_padding(encoder_input_ids, encoder_segment_ids)
         positions = _positions_or_indices(encoder_input_ids, encoder_positions)
-        return self.encoder(self.shared(encoder_input_ids), positions, layers.segment_mask(segments, segments),
+        return self.encoder(self.shared(encoder_input_ids), positions, attention.SegmentMask(segments, segments),
                             deterministic=deterministic)
 
     def decode(self, encoded: jax.Array,                          # [B, S, D]
@@ -198,12 +198,13 @@ class T5(nn.Module):
                                  "ids or positions")
             self_mask = None  # the cache masks keys not yet written
             cross_mask = layers.padding_mask(jnp.ones(decoder_input_ids.shape, bool), encoder_segment_ids != 0)
-        elif decoder_segment_ids is None:
-            self_mask = layers.causal_mask(length)
-            cross_mask = layers.padding_mask(jnp.ones(decoder_input_ids.shape, bool), encoder_segment_ids != 0)
+        elif decoder_segment_ids is None:  # masks kept as segment ids: see models/attention.py
+            self_mask = attention.SegmentMask(causal=True)
+            cross_mask = attention.SegmentMask(jnp.ones((1, length), jnp.int32),  # every target sees the input
+                                               (encoder_segment_ids != 0).astype(jnp.int32))
         else:
-            self_mask = layers.causal_mask(length) & layers.segment_mask(decoder_segment_ids, decoder_segment_ids)
-            cross_mask = layers.segment_mask(decoder_segment_ids, encoder_segment_ids)
+            self_mask = attention.SegmentMask(decoder_segment_ids, decoder_segment_ids, causal=True)
+            cross_mask = attention.SegmentMask(decoder_segment_ids, encoder_segment_ids)
         positions = _positions_or_indices(decoder_input_ids, decoder_positions)
         x = self.decoder(self.shared(decoder_input_ids), positions, self_mask, encoded, cross_mask,
                          deterministic=deterministic, decode=decode)

@@ -21,9 +21,8 @@ RUNNABLE = ["xla"] + (["cudnn"] if jax.default_backend() == "gpu" else [])
 B, L, H, K = 3, 24, 4, 16
 
 
-def masks(length: int = L, batch: int = B) -> dict[str, jax.Array | None]:
-    """The families' masks for `length` tokens (the layouts drawn for 24, stretched)."""
-    rng = np.random.default_rng(0)
+def layouts(length: int = L, batch: int = B) -> tuple[jax.Array, jax.Array]:
+    """[B, L] padding (True = real token) and packed segment ids (0 = padding), drawn for 24 tokens, stretched."""
     at = lambda position: position * length // 24  # noqa: E731
     lengths = np.array([length, at(17), at(5)])[:batch]
     valid = jnp.asarray(np.arange(length)[None] < lengths[:, None])
@@ -33,13 +32,36 @@ def masks(length: int = L, batch: int = B) -> dict[str, jax.Array | None]:
             segments[row, at(start):at(end)] = number
     if batch > 1:
         segments[1, at(20):] = 0  # padding after the packed examples
+    return valid, jnp.asarray(segments)
+
+
+def masks(length: int = L, batch: int = B) -> dict[str, jax.Array | None]:
+    """The families' masks for `length` tokens, dense."""
+    rng = np.random.default_rng(0)
+    valid, segments = layouts(length, batch)
     return {
         "none": None,
         "padding": layers.padding_mask(valid, valid),
         "causal": layers.causal_mask(length),
-        "packed causal": gpt.attention_mask(length, segment_ids=jnp.asarray(segments)),
-        "packed bidirectional": layers.segment_mask(jnp.asarray(segments), jnp.asarray(segments)),
+        "packed causal": gpt.attention_mask(length, segment_ids=segments),
+        "packed bidirectional": layers.segment_mask(segments, segments),
         "prefix LM": gpt.attention_mask(length, prefix_lengths=jnp.asarray(rng.integers(1, length, batch))),
+    }
+
+
+def segment_masks(length: int = L, batch: int = B) -> dict[str, attention.SegmentMask]:
+    """The same masks kept as segment ids (what BERT, GPT without a prefix and T5 build), and T5's packed
+    cross-attention mask, where padding queries have no key at all (the keys here are all real)."""
+    valid, segments = layouts(length, batch)
+    ones = jnp.ones((1, length), jnp.int32)  # [1, L]: broadcast over the batch
+    unpadded = jnp.where(segments == 0, segments.max(axis=1, keepdims=True), segments)  # keys: no padding
+    return {
+        "padding": attention.SegmentMask(valid.astype(jnp.int32), valid.astype(jnp.int32)),
+        "causal": attention.SegmentMask(causal=True),
+        "causal, segment ids all one": attention.SegmentMask(ones, ones, causal=True),
+        "packed causal": attention.SegmentMask(segments, segments, causal=True),
+        "packed bidirectional": attention.SegmentMask(segments, segments),
+        "cross, padding queries see no key": attention.SegmentMask(segments, unpadded),
     }
 
 
@@ -83,6 +105,32 @@ def test_each_implementation_matches_the_reference(implementation, dtype, mask_n
     assert np.isfinite(np.asarray(fused, np.float32)).all()
 
 
+@pytest.mark.parametrize("mask_name", ["padding", "causal", "causal, segment ids all one", "packed causal",
+                                       "packed bidirectional"])
+def test_segment_masks_are_the_dense_masks(mask_name):
+    """Kept as parts, each mask means what the dense builders of layers.py and gpt.py build."""
+    dense = segment_masks()[mask_name].dense(L, L)
+    want = masks()[mask_name.split(",")[0]]
+    assert dense.dtype == jnp.bool_
+    np.testing.assert_array_equal(np.broadcast_to(dense, (B, 1, L, L)), np.broadcast_to(want, (B, 1, L, L)))
+
+
+@pytest.mark.parametrize("implementation, dtype", [("einsum", "float32")] + CASES)
+@pytest.mark.parametrize("mask_name", list(segment_masks()))
+def test_segment_mask_through_every_implementation(implementation, dtype, mask_name):
+    """A SegmentMask (XLA and cuDNN: its causal part as is_causal) gives what its dense mask gives the
+    reference, T5's bias included."""
+    q, k, v = inputs(dtype)
+    mask = segment_masks()[mask_name]
+    dense = mask.dense(L, L)
+    reference = attention.dot_product_attention(q, k, v, dense, relative_bias(L), scale=K ** -0.5,
+                                                implementation="einsum")
+    with_parts = attention.dot_product_attention(q, k, v, mask, relative_bias(L), scale=K ** -0.5,
+                                                 implementation=implementation)
+    difference = np.abs(np.asarray(with_parts, np.float32) - np.asarray(reference, np.float32))[attending(dense, B, L)]
+    assert difference.max() <= TOLERANCE[dtype], (implementation, mask_name, difference.max())
+
+
 def test_the_tolerances_can_fail():
     """A masked-out key that leaked in would exceed the float32 tolerance by orders of magnitude."""
     q, k, v = inputs("float32")
@@ -116,28 +164,39 @@ def test_auto_picks_per_platform_and_dropout():
 PB, PL, PH, PK = 2, 128, 2, 32
 
 
-def _pallas_case(dtype, mask_name, with_bias):
+def _pallas_case(dtype, mask_name, with_bias, parts=False):
     q, k, v = (jax.random.normal(key, (PB, PL, PH, PK), dtype) for key in jax.random.split(jax.random.key(5), 3))
-    return q, k, v, masks(PL, PB)[mask_name], relative_bias(PL, PH) if with_bias else None
+    mask = (segment_masks if parts else masks)(PL, PB)[mask_name]
+    return q, k, v, mask, relative_bias(PL, PH) if with_bias else None
 
 
-@pytest.mark.parametrize("dtype, mask_name", [("float32", name) for name in masks()] + [("bfloat16", "packed causal")])
-def test_pallas_kernel_matches_the_reference(dtype, mask_name):
+# dense masks enter the kernel as its additive input; SegmentMasks ("parts") as its segment ids and causal flag
+PALLAS_CASES = ([("float32", name, False) for name in masks()] + [("bfloat16", "packed causal", False)]
+                + [("float32", name, True) for name in segment_masks()] + [("bfloat16", "packed causal", True)])
+
+
+@pytest.mark.parametrize("dtype, mask_name, parts", PALLAS_CASES)
+def test_pallas_kernel_matches_the_reference(dtype, mask_name, parts):
     from jax.experimental.pallas import tpu as pltpu
-    q, k, v, mask, bias = _pallas_case(dtype, mask_name, with_bias=mask_name != "none")
+    q, k, v, mask, bias = _pallas_case(dtype, mask_name, with_bias=mask_name != "none", parts=parts)
     reference = attention.dot_product_attention(q, k, v, mask, bias, scale=PK ** -0.5, implementation="einsum")
     with pltpu.force_tpu_interpret_mode():
         kernel = attention.dot_product_attention(q, k, v, mask, bias, scale=PK ** -0.5, implementation="pallas")
     assert kernel.shape == reference.shape and kernel.dtype == q.dtype
-    difference = np.abs(np.asarray(kernel, np.float32) - np.asarray(reference, np.float32))[attending(mask, PB, PL)]
+    attends = attending(attention.dense_mask(mask, PL, PL), PB, PL)
+    difference = np.abs(np.asarray(kernel, np.float32) - np.asarray(reference, np.float32))[attends]
     assert difference.max() <= TOLERANCE[dtype], (mask_name, difference.max())
 
 
-def test_pallas_gradients_match_the_reference_bias_included():
-    """The kernel's backward pass, the relative-position bias's gradient (T5 learns it) among them."""
+@pytest.mark.parametrize("mask_name, parts", [("packed causal", False), ("packed causal", True),
+                                              ("cross, padding queries see no key", True)])
+def test_pallas_gradients_match_the_reference_bias_included(mask_name, parts):
+    """The kernel's backward pass, the relative-position bias's gradient (T5 learns it) among them; finite
+    where a padding query has no key to attend to."""
     from jax.experimental.pallas import tpu as pltpu
-    q, k, v, mask, bias = _pallas_case("float32", "packed causal", with_bias=True)
-    keep = jnp.asarray(attending(mask, PB, PL))[:, :, None, None]  # padding queries' outputs left out of the loss
+    q, k, v, mask, bias = _pallas_case("float32", mask_name, with_bias=True, parts=parts)
+    # padding queries' outputs are left out of the loss
+    keep = jnp.asarray(attending(attention.dense_mask(mask, PL, PL), PB, PL))[:, :, None, None]
 
     def loss(implementation, q, k, v, bias):
         out = attention.dot_product_attention(q, k, v, mask, bias, scale=PK ** -0.5, implementation=implementation)
