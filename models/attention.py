@@ -84,9 +84,10 @@ def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_le
     if implementation != "auto":
         return implementation
     half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-    if jax.default_backend() == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
+    platform = _platform()
+    if platform == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
         return "cudnn"
-    if jax.default_backend() == "tpu" and fits:
+    if platform == "tpu" and fits:
         return "pallas"
     return "xla"
 
@@ -175,6 +176,15 @@ def _pallas(q, k, v, mask, bias, scale):
              "ab": P(split_rows, split_heads, None, None)}  # segments [B, L|S], ab [B, H, L, S]
     specs = {name: specs[name] for name in operands}
     return jax.shard_map(kernel, mesh=mesh, in_specs=(specs,), out_specs=rows, check_vma=False)(operands)
+
+
+def _platform() -> str:
+    """What the computation is compiled for: the devices of the mesh it runs under (an ahead-of-time compile
+    for a TPU slice traces on a CPU host), else JAX's default backend."""
+    mesh = _current_mesh()
+    if isinstance(mesh, jax.sharding.Mesh) and mesh.devices.size:
+        return mesh.devices.flat[0].platform
+    return jax.default_backend()
 
 
 def _current_mesh():

@@ -82,5 +82,11 @@ def jit_train_step(step: Callable, shardings: TrainState, mesh: Mesh) -> Callabl
     and donated, the batch [accum, micro_batch, ...] split over the batch axes along its second axis, the
     rng and the metrics replicated."""
     replicated = partitioning.replicated(mesh)
-    return jax.jit(step, in_shardings=(shardings, partitioning.batch_sharding(mesh, batch_dim=1), replicated),
+
+    def train_step(state, batch, rng):  # under the rules the models' activation constraints (logits) map by
+        with nn.logical_axis_rules(partitioning.DEFAULT_RULES):
+            return step(state, batch, rng)
+
+    batch_sharding = partitioning.batch_sharding(mesh, batch_dim=1)
+    return jax.jit(train_step, in_shardings=(shardings, batch_sharding, replicated),
                    out_shardings=(shardings, replicated), donate_argnums=(0,))
