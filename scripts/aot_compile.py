@@ -32,6 +32,7 @@ from ml_collections import config_flags  # noqa: E402
 from pretrain.core import cli, compilation_cache, errors  # noqa: E402  (none imports JAX)
 
 EXIT_DOES_NOT_FIT = 3
+_RESTARTED = "LMPRETRAIN_AOT_STACK_RAISED"  # set in the re-executed process: restart once only
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/bert.py:size=large.",
                                           lock_config=True)
 _TOPOLOGY = flags.DEFINE_string("topology", "cpu", "TPU slice, e.g. v5e:4x4, v4:2x2x1, v5p:2x2x2; cpu = this host.")
@@ -46,12 +47,13 @@ flags.mark_flags_as_required(["config"])
 def main(argv: list[str]) -> None:
     # Compile seconds are part of the report: a persistent-cache hit would report a load, not a compile.
     os.environ.setdefault(compilation_cache.ENV, "off")
+    if _TOPOLOGY.value.strip() not in ("", "cpu", "local"):
+        _restart_with_unlimited_stack()
     cli.begin(argv)
     # Before JAX starts: a TPU topology is compiled for by libtpu's compile-only client, which needs no TPU
     # backend; with libtpu installed JAX would otherwise probe for an attached TPU (and wait for one).
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # no GCE metadata server to ask about the (absent) TPU VM
-    _raise_stack_limit()
     with errors.one_line_errors():
         result, config = _compile()
     print(json.dumps(result, default=float), flush=True)
@@ -59,12 +61,19 @@ def main(argv: list[str]) -> None:
         sys.exit(EXIT_DOES_NOT_FIT)
 
 
-def _raise_stack_limit() -> None:
-    """Lifts the soft stack limit to the hard one before libtpu starts its threads. libtpu's compiler recursed past
-    the usual 8 MiB and segfaulted on BERT-Base at batch 256 (batch 8 compiled); with no limit it compiles. Running
-    the compile on a Python thread with a 1 GiB stack did not help: the recursion is on libtpu's own threads."""
-    _, hard = resource.getrlimit(resource.RLIMIT_STACK)
+def _restart_with_unlimited_stack() -> None:
+    """Re-executes this script with the soft stack limit at the hard one (usually unlimited). libtpu's compiler
+    recursed past the usual 8 MiB and segfaulted on BERT-Base at batch 256 (batch 8 compiled); with
+    `ulimit -s unlimited` it compiles. The limit has to be there when the process starts (the kernel lays out
+    memory below the stack by it): raising it in the running process, or compiling on a Python thread with a
+    1 GiB stack, still crashed."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if soft == hard or os.environ.get(_RESTARTED):
+        return
     resource.setrlimit(resource.RLIMIT_STACK, (hard, hard))
+    os.environ[_RESTARTED] = "1"
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable] + sys.argv)
 
 
 def _compile() -> tuple[dict, object]:

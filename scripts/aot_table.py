@@ -79,11 +79,20 @@ def run_row(row: Row, timeout_s: float) -> dict:
         proc = subprocess.run(row.command(), cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         result = json.loads(lines[-1]) if lines else None
-        failure = None if result else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        failure = None if result else _failure(proc.stderr, proc.returncode)
     except subprocess.TimeoutExpired:
         result, failure = None, f"compile did not finish within {timeout_s:.0f} s"
     return {"name": row.name, "command": " ".join(["python"] + row.command()[1:]).replace(REPO + "/", ""),
             "wall_seconds": round(time.perf_counter() - start, 1), "result": result, "failure": failure}
+
+
+def _failure(stderr: str, returncode: int) -> str:
+    """The line that says why a compile gave no JSON: a crash's, the script's own error line, or the last."""
+    lines = stderr.strip().splitlines()
+    for line in lines:
+        if line.startswith(("Fatal Python error", "error:")):
+            return f"{line} (exit {returncode})"
+    return f"{lines[-1] if lines else 'no output'} (exit {returncode})"
 
 
 def rows_to_compile(pattern: str, done: dict[str, dict]) -> list[Row]:

@@ -68,6 +68,14 @@ def test_records_resume_and_render(tmp_path):
     assert "failed" in gpt and "did not finish within 60 s" in gpt
 
 
+def test_failure_names_the_crash_or_the_error():
+    script = _script()
+    crash = "WARNING: noise\nFatal Python error: Segmentation fault\n\nThread 0x1:\nExtension modules: yaml (total: 1)"
+    assert script._failure(crash, -11) == "Fatal Python error: Segmentation fault (exit -11)"
+    assert script._failure("I1 noise\nerror: --mesh='1,2': give three integers\n", 2).startswith("error: --mesh=")
+    assert script._failure("", 1) == "no output (exit 1)"
+
+
 @pytest.mark.parametrize("pattern, expected", [("bert-large", 2), ("T5 1.1", 2), ("", None)])
 def test_rows_to_compile_filters_and_skips_recorded_rows(pattern, expected):
     script = _script()
