@@ -125,7 +125,8 @@ def abstract_batch(rows: dict[str, np.ndarray], batch_size: int, accum: int) -> 
 
 def matmul_flops(jaxpr, *, loops_once: bool = False) -> float:
     """FLOPs of the dot_generals of a (closed) jaxpr, sub-jaxprs included; a scan's body counts `length`
-    times (once with `loops_once`, as XLA's cost analysis counts loops), a cond its costliest branch."""
+    times (once with `loops_once`, as XLA's cost analysis counts loops), a Pallas kernel's body once per grid
+    point, a shard_map's once per device, a cond its costliest branch."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     total = 0.0
     for eqn in jaxpr.eqns:
@@ -140,8 +141,21 @@ def matmul_flops(jaxpr, *, loops_once: bool = False) -> float:
         if eqn.primitive.name == "cond":
             total += max(counts, default=0.0)
         else:
-            total += sum(counts) * (1 if loops_once or eqn.primitive.name != "scan" else eqn.params["length"])
+            total += sum(counts) * _repeats(eqn, loops_once)
     return total
+
+
+def _repeats(eqn, loops_once: bool) -> int:
+    """How many times an equation runs its sub-jaxpr: a scan its length; a Pallas kernel once per point of
+    its grid (the body sees one block); a shard_map once per device (the body sees one device's shard)."""
+    name = eqn.primitive.name
+    if name == "scan":
+        return 1 if loops_once else eqn.params["length"]
+    if name == "pallas_call":
+        return int(np.prod(eqn.params["grid_mapping"].grid))
+    if name == "shard_map":
+        return eqn.params["mesh"].size
+    return 1
 
 
 @dataclasses.dataclass

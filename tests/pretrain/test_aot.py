@@ -93,6 +93,26 @@ def test_matmul_flops_counts_every_scan_iteration_and_remat():
     assert plain == 2 * 2 * n ** 3 and remat == 3 * 2 * n ** 3  # forward + dW; remat recomputes the forward
 
 
+def test_matmul_flops_counts_a_pallas_grid_and_every_shard_map_device():
+    """A Pallas kernel's body sees one block and a shard_map's one device: both count as many times as they run."""
+    from jax.experimental.pallas import tpu as pltpu
+    from jax.sharding import AbstractMesh, PartitionSpec as P
+
+    from models import attention
+    batch, length, heads, head_dim = 2, 256, 2, 32
+    q = jnp.ones((batch, length, heads, head_dim))
+    with pltpu.force_tpu_interpret_mode():
+        jaxpr = jax.make_jaxpr(lambda q: attention.dot_product_attention(q, q, q, None, None, scale=1.0,
+                                                                         implementation="pallas"))(q)
+    assert aot.matmul_flops(jaxpr) == 2 * 2 * batch * heads * length * length * head_dim  # q.k and p.v
+
+    mesh = AbstractMesh((4,), ("x",))  # traced only: no devices needed
+    n, rows = 32, 64
+    sharded = jax.shard_map(lambda x, w: x @ w, mesh=mesh, in_specs=(P("x"), P()), out_specs=P("x"))
+    jaxpr = jax.make_jaxpr(sharded)(jnp.zeros((rows, n)), jnp.zeros((n, n)))
+    assert aot.matmul_flops(jaxpr) == 2 * rows * n * n  # every device's rows
+
+
 def test_resource_exhausted_becomes_one_line():
     message = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
                "Used 20.50G of 15.75G hbm. Exceeded hbm capacity by 4.75G.\n\nTotal hbm usage >= 21.1G:\n ...")
