@@ -60,6 +60,8 @@ ROWS = (
     Row("BERT-Large 256 x 512", "configs/bert.py:size=large", "v5e:2x2", "1,4,1", "full", _bert(512)),
     Row("T5-Small (1.0) 128 x 512", "configs/t5.py:size=small", "v5e:2x2", "1,4,1", "minimal", T5_BATCH),
     Row("T5-Base (1.0) 128 x 512", "configs/t5.py:size=base", "v5e:2x2", "1,4,1", "full", T5_BATCH),
+    Row("T5-Base (1.0) 2048 x 512, the released models' batch", "configs/t5.py:size=base", "v5e:2x2", "1,4,1",
+        "full", ("--config.batch_size=2048", "--config.grad_accum_steps=16")),
     Row("T5-Large (1.0) 128 x 512", "configs/t5.py:size=large", "v5e:2x2", "1,4,1", "full", T5_BATCH),
     Row("T5-3B (1.0) 128 x 512", "configs/t5.py:size=3b", "v5e:4x4", "1,16,1", "full", T5_BATCH),
     Row("T5-11B (1.0) 128 x 512", "configs/t5.py:size=11b", "v5p:2x2x2", "1,8,1", "full", T5_BATCH),
