@@ -47,14 +47,27 @@ class SegmentMask:
     causal: bool = flax.struct.field(pytree_node=False, default=False)
 
     def dense(self, q_len: int, kv_len: int) -> jax.Array | None:  # [B|1, 1, L, S] bool, True = may attend
-        mask = None
-        if self.q_segments is not None:
-            q, kv = self.q_segments, self.kv_segments
-            mask = (q[:, None, :, None] == kv[:, None, None, :]) & (q != 0)[:, None, :, None]
+        mask = None if self.q_segments is None else segment_mask(self.q_segments, self.kv_segments)
         if self.causal:
-            causal = jnp.tril(jnp.ones((q_len, kv_len), bool))[None, None]
-            mask = causal if mask is None else mask & causal
+            if q_len != kv_len:
+                raise ValueError(f"a causal mask relates a sequence to itself: {q_len} queries, {kv_len} keys")
+            mask = causal_mask(q_len) if mask is None else mask & causal_mask(q_len)
         return mask
+
+
+def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
+    """[B, L] and [B, S] segment ids (0 = padding, 1..n = packed example) -> [B, 1, L, S] mask.
+
+    A token attends only to tokens of its own example; padding neither attends nor is attended to.
+    For rows without packing the segment ids are simply the 0/1 padding mask.
+    """
+    same = query_segments[:, None, :, None] == key_segments[:, None, None, :]
+    return same & (query_segments != 0)[:, None, :, None]
+
+
+def causal_mask(length: int) -> jax.Array:
+    """[1, 1, L, L]: query i attends to keys j <= i. In packed rows, combine with segment_mask."""
+    return jnp.tril(jnp.ones((length, length), bool))[None, None]
 
 
 def dense_mask(mask: jax.Array | SegmentMask | None, q_len: int, kv_len: int) -> jax.Array | None:

@@ -129,19 +129,9 @@ def padding_mask(query_valid: jax.Array, key_valid: jax.Array) -> jax.Array:
     return query_valid[:, None, :, None] & key_valid[:, None, None, :]
 
 
-def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
-    """[B, L] and [B, S] segment ids (0 = padding, 1..n = packed example) -> [B, 1, L, S] mask.
-
-    A token attends only to tokens of its own example; padding neither attends nor is attended to.
-    For rows without packing the segment ids are simply the 0/1 padding mask.
-    """
-    same = query_segments[:, None, :, None] == key_segments[:, None, None, :]
-    return same & (query_segments != 0)[:, None, :, None]
-
-
-def causal_mask(length: int) -> jax.Array:
-    """[1, 1, L, L]: query i attends to keys j <= i. In packed rows, combine with segment_mask."""
-    return jnp.tril(jnp.ones((length, length), bool))[None, None]
+# The dense segment and causal masks live beside attention.SegmentMask, which builds them from its parts.
+segment_mask = attention.segment_mask
+causal_mask = attention.causal_mask
 
 
 def relative_position_bucket(relative_position: jax.Array, bidirectional: bool = True, num_buckets: int = 32,
@@ -267,12 +257,12 @@ class MultiHeadAttention(nn.Module):
                              "with decode=False)")
         slots = jnp.arange(cached_key.value.shape[1])[None, :]           # [1, S_max]
         here = (slots == index.value[:, None])[:, :, None, None]          # [B, S_max, 1, 1]
+        if isinstance(mask, attention.SegmentMask):  # its causal part would mean positions of a full sequence
+            raise ValueError("decode=True takes a dense [B|1, 1, 1, S_max] mask or None, not a SegmentMask")
         cached_key.value = jnp.where(here, k.astype(cached_key.value.dtype), cached_key.value)
         cached_value.value = jnp.where(here, v.astype(cached_value.value.dtype), cached_value.value)
         seen = (slots <= index.value[:, None])[:, None, None, :]           # [B, 1, 1, S_max]
         index.value = index.value + 1
-        if isinstance(mask, attention.SegmentMask):  # its causal part would mean positions of a full sequence
-            raise ValueError("decode=True takes a dense [B|1, 1, 1, S_max] mask or None, not a SegmentMask")
         return cached_key.value, cached_value.value, seen if mask is None else mask & seen
 
 

@@ -192,14 +192,11 @@ class T5(nn.Module):
         (build it with `init_cache`); segment ids and positions then come from the cache and must be None.
         """
         length = decoder_input_ids.shape[1]
-        if decode:
-            if decoder_segment_ids is not None or decoder_positions is not None:
-                raise ValueError("decode=True decodes one unpacked example per row: pass no decoder segment "
-                                 "ids or positions")
-            self_mask = None  # the cache masks keys not yet written
-            cross_mask = layers.padding_mask(jnp.ones(decoder_input_ids.shape, bool), encoder_segment_ids != 0)
-        elif decoder_segment_ids is None:  # masks kept as segment ids: see models/attention.py
-            self_mask = attention.SegmentMask(causal=True)
+        if decode and (decoder_segment_ids is not None or decoder_positions is not None):
+            raise ValueError("decode=True decodes one unpacked example per row: pass no decoder segment "
+                             "ids or positions")
+        if decoder_segment_ids is None:  # one example per row; masks kept as segment ids (models/attention.py)
+            self_mask = None if decode else attention.SegmentMask(causal=True)  # decode: the cache masks unwritten keys
             cross_mask = attention.SegmentMask(jnp.ones((1, length), jnp.int32),  # every target sees the input
                                                (encoder_segment_ids != 0).astype(jnp.int32))
         else:
