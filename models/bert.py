@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, heads, layers, stack
+from models import attention, heads, layers, peft, stack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,10 +36,22 @@ class BertConfig:
     attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
     scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
     remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
+    peft: peft.PeftConfig | None = None  # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
+
+    def __post_init__(self):
+        positions = self.max_position_embeddings - (self.peft.prefix_length if _prefix(self) else 0)
+        peft.check_fits(self.peft, width=self.hidden_size, context=positions,
+                        projections={**dict.fromkeys(("query", "key", "value", "out"), self.hidden_size),
+                                     "intermediate": min(self.hidden_size, self.intermediate_size),
+                                     "output": min(self.hidden_size, self.intermediate_size)})
 
     @property
     def kwargs(self) -> dict:
         return dict(dtype=jnp.dtype(self.dtype), param_dtype=jnp.dtype(self.param_dtype))
+
+
+def _prefix(c) -> bool:
+    return c.peft is not None and c.peft.method == "prefix"
 
 
 class BertEmbeddings(nn.Module):
@@ -57,10 +69,17 @@ class BertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(c.dropout_rate)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,  # [B, L] each
-                 deterministic: bool) -> jax.Array:                    # -> [B, L, D]
-        positions = jnp.arange(input_ids.shape[1])[None, :]
-        x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
-             + self.token_type_embeddings(segment_ids))
+                 deterministic: bool, prompt: jax.Array | None = None,  # [B, P, D]: prompt tuning's inputs
+                 first_position: int = 0) -> jax.Array:                 # -> [B, P + L, D]
+        """Prompt tuning (models/peft.py) puts its P embeddings first, with token type 0, and they take the
+        positions 0..P-1 (as peft feeds them to Hugging Face's BERT). Prefix-tuning starts the positions at
+        P (`first_position`), as a Hugging Face BERT given the prefix as past keys and values does."""
+        words = self.word_embeddings(input_ids)
+        if prompt is not None:
+            words = jnp.concatenate([prompt.astype(words.dtype), words], axis=1)
+            segment_ids = jnp.pad(segment_ids, ((0, 0), (prompt.shape[1], 0)))
+        positions = first_position + jnp.arange(words.shape[1])[None, :]
+        x = words + self.position_embeddings(positions) + self.token_type_embeddings(segment_ids)
         return self.dropout(self.norm(x), deterministic=deterministic)
 
 
@@ -69,19 +88,25 @@ class BertLayer(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool) -> jax.Array:
+    def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool,
+                 prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K] (prefix-tuning)
         c = self.config
         init = layers.truncated_normal(c.initializer_range)
         dropout = nn.Dropout(c.dropout_rate)
         h = layers.MultiHeadAttention(c.num_heads, c.hidden_size // c.num_heads,
                                       dropout_rate=c.attention_dropout_rate, kernel_init=init, attention=c.attention,
-                                      name="attention", **c.kwargs)(x, mask=mask, deterministic=deterministic)
-        x = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)(
-            x + dropout(h, deterministic=deterministic))
-        h = layers.MLP(c.intermediate_size, layers.exact_gelu, kernel_init=init, name="mlp",
-                       **c.kwargs)(x)
-        return layers.LayerNorm(c.layer_norm_eps, name="output_norm", **c.kwargs)(
-            x + dropout(h, deterministic=deterministic))
+                                      peft=c.peft, name="attention", **c.kwargs)(
+            x, mask=mask, deterministic=deterministic, prefix=prefix)
+        h = dropout(h, deterministic=deterministic)
+        if c.peft and c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
+            h = peft.Adapter(c.peft.adapter_size, name="attention_adapter", **c.kwargs)(h)
+        x = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)(x + h)
+        h = layers.MLP(c.intermediate_size, layers.exact_gelu, kernel_init=init, peft=c.peft, name="mlp",
+                       **c.kwargs)(x, deterministic)
+        h = dropout(h, deterministic=deterministic)
+        if c.peft and c.peft.adapters_after_mlp:
+            h = peft.Adapter(c.peft.adapter_size, name="mlp_adapter", **c.kwargs)(h)
+        return layers.LayerNorm(c.layer_norm_eps, name="output_norm", **c.kwargs)(x + h)
 
 
 class BertModel(nn.Module):
@@ -89,21 +114,37 @@ class BertModel(nn.Module):
     config: BertConfig
 
     def setup(self):
-        self.embeddings = BertEmbeddings(self.config)
-        self.encoder = stack.build(BertLayer, self.config.num_layers, scan=self.config.scan_layers,
-                                   remat=self.config.remat, static_argnums=(2,), config=self.config)
-        self.pooler = layers.Dense(self.config.hidden_size, ("embed", "embed_out"),
-                                   kernel_init=layers.truncated_normal(self.config.initializer_range),
-                                   **self.config.kwargs)
+        c = self.config
+        self.embeddings = BertEmbeddings(c)
+        self.encoder = stack.build(BertLayer, c.num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(2,),
+                                   per_layer_argnums=(3,), config=c)
+        self.pooler = layers.Dense(c.hidden_size, ("embed", "embed_out"),
+                                   kernel_init=layers.truncated_normal(c.initializer_range), **c.kwargs)
+        method = c.peft.method if c.peft else "none"
+        if method == "prefix":
+            self.prefix_encoder = peft.PrefixEncoder(c.peft.prefix_length, c.num_layers, c.num_heads,
+                                                     c.hidden_size // c.num_heads, c.hidden_size,
+                                                     c.peft.prefix_hidden_size, **c.kwargs)
+        if method == "prompt":
+            self.prompt = peft.Prompt(c.peft.prompt_length, c.hidden_size, **c.kwargs)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array,
                  deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
+        """-> sequence [B, L, D] (the input's positions), pooled [B, D] (position 0: [CLS], or with prompt
+        tuning its first virtual token, as peft's BERT classifiers read it)."""
+        c = self.config
         valid = input_mask.astype(jnp.int32)  # padding as segment ids: 1 = the row's tokens, 0 = padding
+        prompt, prefix, first_position = None, None, 0
+        if c.peft and c.peft.method == "prompt":
+            prompt = self.prompt(input_ids.shape[0])
+            valid = jnp.pad(valid, ((0, 0), (c.peft.prompt_length, 0)), constant_values=1)
+        if _prefix(c):
+            prefix, first_position = self.prefix_encoder(), c.peft.prefix_length
         mask = attention.SegmentMask(valid, valid)
-        x = self.embeddings(input_ids, segment_ids, deterministic)
-        x = self.encoder(x, mask, deterministic)
+        x = self.embeddings(input_ids, segment_ids, deterministic, prompt, first_position)
+        x = self.encoder(x, mask, deterministic, prefix)
         pooled = jnp.tanh(self.pooler(x[:, 0]))  # the [CLS] position
-        return x, pooled
+        return x[:, x.shape[1] - input_ids.shape[1]:], pooled
 
 
 class BertForPreTraining(nn.Module):

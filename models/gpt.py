@@ -28,7 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, layers, stack
+from models import attention, layers, peft, stack
 from models.errors import ModelInputError
 
 
@@ -50,10 +50,21 @@ class GPTConfig:
     scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
     remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
     use_bias: bool = True                 # False: no biases in Linear layers and LayerNorms (nanoGPT's bias=False)
+    peft: peft.PeftConfig | None = None   # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
         if self.d_model % self.num_heads:
             raise ModelInputError(f"GPTConfig.d_model={self.d_model} must be a multiple of num_heads={self.num_heads}")
+        peft.check_fits(self.peft, width=self.d_model, context=self.n_positions,
+                        projections={**dict.fromkeys(("query", "key", "value", "out"), self.d_model),
+                                     "intermediate": min(self.d_model, self.d_ff), "output": min(self.d_model, self.d_ff)})
+
+    @property
+    def virtual_positions(self) -> int:
+        """Positions PEFT takes in front of the input: P for prefix-tuning (a Hugging Face GPT-2 given the
+        prefix as past keys and values numbers its tokens from P) and prompt tuning (P virtual tokens)."""
+        method = self.peft.method if self.peft else "none"
+        return {"prefix": self.peft.prefix_length, "prompt": self.peft.prompt_length}.get(method, 0)
 
     @property
     def kwargs(self) -> dict:
@@ -76,20 +87,27 @@ class GPTBlock(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array,              # [B, L, D]
                  mask: jax.Array | None,          # [B|1, 1, L, L] (None in decode: the cache masks)
-                 deterministic: bool = True, decode: bool = False) -> jax.Array:
+                 deterministic: bool = True, decode: bool = False,
+                 prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K] (prefix-tuning)
         c = self.config
         dropout = nn.Dropout(c.dropout_rate)
         h = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", use_bias=c.use_bias, **c.kwargs)(x)
         h = layers.MultiHeadAttention(c.num_heads, c.head_dim, dropout_rate=c.attention_dropout_rate,
                                       kernel_init=c.init(), out_kernel_init=c.init(residual_output=True),
-                                      use_bias=c.use_bias, attention=c.attention, name="attention", **c.kwargs)(
-            h, mask=mask, deterministic=deterministic, decode=decode)
-        x = x + dropout(h, deterministic=deterministic)
+                                      use_bias=c.use_bias, attention=c.attention, peft=c.peft, name="attention",
+                                      **c.kwargs)(h, mask=mask, deterministic=deterministic, decode=decode, prefix=prefix)
+        h = dropout(h, deterministic=deterministic)
+        if c.peft and c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
+            h = peft.Adapter(c.peft.adapter_size, name="attention_adapter", **c.kwargs)(h)
+        x = x + h
         h = layers.LayerNorm(c.layer_norm_eps, name="mlp_norm", use_bias=c.use_bias, **c.kwargs)(x)
         # GPT-2 drops out the MLP's output (resid_pdrop), not its hidden activations: MLP dropout stays 0.
         h = layers.MLP(c.d_ff, layers.tanh_gelu, kernel_init=c.init(), output_kernel_init=c.init(residual_output=True),
-                       use_bias=c.use_bias, name="mlp", **c.kwargs)(h)
-        return x + dropout(h, deterministic=deterministic)
+                       use_bias=c.use_bias, peft=c.peft, name="mlp", **c.kwargs)(h, deterministic)
+        h = dropout(h, deterministic=deterministic)
+        if c.peft and c.peft.adapters_after_mlp:
+            h = peft.Adapter(c.peft.adapter_size, name="mlp_adapter", **c.kwargs)(h)
+        return x + h
 
 
 class GPT(nn.Module):
@@ -101,10 +119,16 @@ class GPT(nn.Module):
         self.token_embedding = layers.Embed(c.vocab_size, c.d_model, "vocab", c.init(), **c.kwargs)
         self.position_embedding = layers.Embed(c.n_positions, c.d_model, "positions", c.init(), **c.kwargs)
         self.blocks = stack.build(GPTBlock, c.num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(2, 3),
-                                  config=c)
+                                  per_layer_argnums=(4,), config=c)
         self.final_norm = layers.LayerNorm(c.layer_norm_eps, use_bias=c.use_bias, **c.kwargs)
         self.dropout = nn.Dropout(c.dropout_rate)
         self.decode_position = DecodePosition()
+        method = c.peft.method if c.peft else "none"
+        if method == "prefix":
+            self.prefix_encoder = peft.PrefixEncoder(c.peft.prefix_length, c.num_layers, c.num_heads, c.head_dim,
+                                                     c.d_model, c.peft.prefix_hidden_size, **c.kwargs)
+        if method == "prompt":
+            self.prompt = peft.Prompt(c.peft.prompt_length, c.d_model, **c.kwargs)
 
     def __call__(self, input_ids: jax.Array,                     # [B, L] int
                  segment_ids: jax.Array | None = None,           # [B, L]: 0 = padding, 1..n = packed documents
@@ -126,26 +150,49 @@ class GPT(nn.Module):
                       decode: bool = False) -> jax.Array:
         """The final LayerNorm's output [B, L, D] in `dtype` (GPT2Model's last_hidden_state), arguments as
         `__call__`. Task heads read it (models/gpt_heads.py) without paying for the [B, L, V] vocabulary
-        projection; the parameters are the same, so a pretrained GPT's tree serves both."""
+        projection; the parameters are the same, so a pretrained GPT's tree serves both.
+
+        PEFT (models/peft.py): prefix-tuning's keys and values enter every layer and the tokens' positions
+        start at P; prompt tuning's P embeddings go first at positions 0..P-1, in the row's first segment
+        (and its prefix, for a prefix LM), and only the input's own positions come out."""
+        c = self.config
+        shift = c.virtual_positions
+        prompt = self.prompt(input_ids.shape[0]) if c.peft and c.peft.method == "prompt" else None
         if decode:
             if any(a is not None for a in (segment_ids, positions, prefix_lengths, bidirectional_mask)):
                 raise ValueError("decode=True decodes one causal document per row: pass no segment ids, positions, "
                                  "prefix_lengths or bidirectional_mask")
-            positions, mask = self.decode_position(input_ids), None
+            if prompt is not None:
+                raise ModelInputError("decode=True with prompt tuning is not supported: its virtual tokens are not in "
+                                      "the cache (use prefix-tuning or LoRA for generation)")
+            positions, mask = shift + self.decode_position(input_ids), None
         else:
-            if positions is None and input_ids.shape[1] > self.config.n_positions:
+            if positions is None and input_ids.shape[1] + shift > c.n_positions:
                 # a position past the table would embed as NaN (jnp.take's fill) and spread silently
-                raise ValueError(f"{input_ids.shape[1]} tokens exceed the model's n_positions="
-                                 f"{self.config.n_positions}; crop or split the input")
+                raise ValueError(f"{input_ids.shape[1]} tokens" + (f" + {shift} virtual ones" if shift else "")
+                                 + f" exceed the model's n_positions={c.n_positions}; crop or split the input")
             positions = jnp.arange(input_ids.shape[1])[None] if positions is None else positions
+            positions = positions + shift
+            if prompt is not None:  # the virtual tokens join the row's first segment and its prefix
+                positions = jnp.concatenate([jnp.broadcast_to(jnp.arange(shift), positions.shape[:1] + (shift,)),
+                                             positions], axis=1)
+                pad = lambda a, value: None if a is None else jnp.pad(a, ((0, 0), (shift, 0)),  # noqa: E731
+                                                                      constant_values=value)
+                segment_ids, bidirectional_mask = pad(segment_ids, 1), pad(bidirectional_mask, True)
+                prefix_lengths = None if prefix_lengths is None else jnp.asarray(prefix_lengths) + shift
+            length = positions.shape[1]
             if prefix_lengths is None and bidirectional_mask is None:  # kept as segment ids: see attention.py
                 mask = attention.SegmentMask(segment_ids, segment_ids, causal=True)
             else:
-                mask = attention_mask(input_ids.shape[1], segment_ids, prefix_lengths, bidirectional_mask)
-        x = self.token_embedding(input_ids) + self.position_embedding(positions)
+                mask = attention_mask(length, segment_ids, prefix_lengths, bidirectional_mask)
+        x = self.token_embedding(input_ids)
+        if prompt is not None:
+            x = jnp.concatenate([prompt.astype(x.dtype), x], axis=1)
+        x = x + self.position_embedding(positions)
         x = self.dropout(x, deterministic=deterministic)
-        x = self.blocks(x, mask, deterministic, decode)
-        return self.final_norm(x)
+        prefix = self.prefix_encoder() if c.peft and c.peft.method == "prefix" else None
+        x = self.blocks(x, mask, deterministic, decode, prefix)
+        return self.final_norm(x)[:, x.shape[1] - input_ids.shape[1]:]
 
 
 class DecodePosition(nn.Module):
@@ -187,8 +234,9 @@ def attention_mask(length: int, segment_ids: jax.Array | None = None, prefix_len
 def init_cache(model: GPT, params, batch_size: int, max_length: int) -> dict:
     """An empty cache for `batch_size` rows of up to `max_length` tokens (prompt included); every leaf has
     a leading batch axis. One sizing pass on zeros, compiled once per model and shape."""
-    if max_length > model.config.n_positions:
-        raise ValueError(f"max_length={max_length} exceeds the model's n_positions={model.config.n_positions} "
+    room = model.config.n_positions - model.config.virtual_positions
+    if max_length > room:
+        raise ValueError(f"max_length={max_length} exceeds the model's {room} positions "
                          "(generate fewer tokens or shorten the prompt)")
     return _sizing_pass(model, params, batch_size, max_length)
 

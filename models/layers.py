@@ -14,7 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention
+from models import attention, peft
 
 Dtype = Any
 Initializer = Callable[..., jax.Array]
@@ -39,11 +39,12 @@ class Dense(nn.Module):
     axis: int | tuple[int, ...] = -1
     use_bias: bool = True
     kernel_init: Initializer = truncated_normal(0.02)
+    lora: peft.LoraSpec | None = None   # a low-rank update beside the kernel (models/peft.py)
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
         features = self.features if isinstance(self.features, tuple) else (self.features,)
         axis = self.axis if isinstance(self.axis, tuple) else (self.axis,)
         axis = tuple(a % x.ndim for a in axis)
@@ -55,6 +56,9 @@ class Dense(nn.Module):
             bias = self.param("bias", partitioned(nn.initializers.zeros_init(), self.kernel_axes[-len(features):]),
                               features, self.param_dtype)
             y = y + jnp.asarray(bias, self.dtype)
+        if self.lora is not None:
+            y = y + peft.low_rank_update(self, x, self.lora, axis, self.kernel_axes[:len(axis)], features,
+                                         self.kernel_axes[len(axis):], self.dtype, self.param_dtype, deterministic)
         return y
 
 
@@ -204,6 +208,7 @@ class MultiHeadAttention(nn.Module):
     kernel_init: Initializer = truncated_normal(0.02)   # all projections, unless given below
     query_kernel_init: Initializer | None = None
     out_kernel_init: Initializer | None = None
+    peft: peft.PeftConfig | None = None   # LoRA on the projections it targets (models/peft.py)
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
@@ -213,8 +218,9 @@ class MultiHeadAttention(nn.Module):
                  mask: jax.Array | attention.SegmentMask | None = None,  # [B|1, 1, L, S] bool
                  bias: jax.Array | None = None,      # [B|1, H, L, S] additive (relative positions)
                  deterministic: bool = True,
-                 decode: bool = False) -> jax.Array:  # [B, L, D]
-        """decode=True (self-attention only): when the cache does not exist yet (model.init, or an
+                 decode: bool = False,
+                 prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K] prefix-tuning keys, values
+        """-> [B, L, D]. decode=True (self-attention only): when the cache does not exist yet (model.init, or an
         apply with mutable=['cache'] on a full-length [B, S_max, D] input) it is created empty with
         room for S_max keys and the call computes as usual. Every later call takes one token
         x [B, 1, D], stores its key/value at the row's cache index, and attends to keys 0..index
@@ -225,14 +231,19 @@ class MultiHeadAttention(nn.Module):
         heads = (self.num_heads, self.head_dim)
 
         def dense(name, axes, features, init, axis=-1):
-            return Dense(features, axes, axis=axis, use_bias=self.use_bias, kernel_init=init or self.kernel_init,
-                         dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+            lora = self.peft.lora_for(name) if self.peft else None
+            module = Dense(features, axes, axis=axis, use_bias=self.use_bias, kernel_init=init or self.kernel_init,
+                           lora=lora, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+            return functools.partial(module, deterministic=deterministic)
 
         q = dense("query", ("embed", "heads", "kv"), heads, self.query_kernel_init)(x)   # [B, L, H, K]
         k = dense("key", ("embed", "heads", "kv"), heads, None)(context)                 # [B, S, H, K]
         v = dense("value", ("embed", "heads", "kv"), heads, None)(context)               # [B, S, H, K]
         if decode and self_attention:
             k, v, mask = self._cached_keys_values(k, v, mask)
+        if prefix is not None:  # prefix-tuning: P more keys and values, seen by every query (a dense mask)
+            mask = attention.dense_mask(mask, q.shape[1], k.shape[1])
+            k, v, mask, bias = peft.attend_to_prefix(k, v, mask, bias, prefix)
 
         dropout = None
         if self.dropout_rate > 0 and not deterministic:
@@ -280,20 +291,22 @@ class MLP(nn.Module):
     dropout_rate: float = 0.0
     kernel_init: Initializer = truncated_normal(0.02)
     output_kernel_init: Initializer | None = None   # default: kernel_init
+    peft: peft.PeftConfig | None = None   # LoRA on `intermediate` / `output` where it targets them
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:  # [B, L, D]
         kw = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype)
+        lora = (lambda name: self.peft.lora_for(name)) if self.peft else (lambda name: None)
         h = self.activation(Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
-                                  name="intermediate", **kw)(x))
+                                  lora=lora("intermediate"), name="intermediate", **kw)(x, deterministic))
         if self.gated:
             h = h * Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
                           name="intermediate_linear", **kw)(x)
         h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
         return Dense(x.shape[-1], ("mlp", "embed"), kernel_init=self.output_kernel_init or self.kernel_init,
-                     name="output", **kw)(h)
+                     lora=lora("output"), name="output", **kw)(h, deterministic)
 
 
 def exact_gelu(x: jax.Array) -> jax.Array:

@@ -30,11 +30,12 @@ LOOPED = re.compile(r"layer_(\d+)$")
 
 
 def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_argnums: tuple[int, ...],
-          **layer_kwargs) -> Callable[..., Any]:
+          per_layer_argnums: tuple[int, ...] = (), **layer_kwargs) -> Callable[..., Any]:
     """-> apply(x, *args) -> x through `count` layers `layer(**layer_kwargs)`; call `build` in the
     parent's setup (or compact method), and `apply` in its call. `static_argnums` are the positions (x = 0)
-    of the layer's Python-valued arguments (deterministic, decode), on which remat specialises; every
-    argument (masks, biases, encoder states) is the same for every layer.
+    of the layer's Python-valued arguments (deterministic, decode), on which remat specialises. Arguments at
+    `per_layer_argnums` carry a leading [count] axis (or are None), and layer i gets their [i] (prefix-tuning's
+    keys and values); every other argument (masks, biases, encoder states) is the same for every layer.
     """
     if remat not in REMAT_POLICIES:
         raise ValueError(f"remat={remat!r} is not one of {', '.join(REMAT_POLICIES)}")
@@ -42,12 +43,13 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
         # +1: nn.remat counts the module itself as argument 0
         layer = nn.remat(layer, policy=REMAT_POLICIES[remat], prevent_cse=not scan,
                          static_argnums=tuple(i + 1 for i in static_argnums))
+    per_layer = {i - 1 for i in per_layer_argnums}  # positions in *args
     if not scan:
         modules = [layer(**layer_kwargs, name=f"layer_{i}") for i in range(count)]
 
         def looped(x, *args):
-            for module in modules:
-                x = module(x, *args)
+            for i, module in enumerate(modules):
+                x = module(x, *(_index(a, i) if j in per_layer else a for j, a in enumerate(args)))
             return x
         return looped
 
@@ -58,10 +60,15 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
 
     def scanned(x, *args):
         scan = nn.scan(body, variable_axes={"params": 0, "cache": 1},  # the cache keeps its leading batch axis
-                       split_rngs={"params": True, "dropout": True}, in_axes=(nn.broadcast,) * len(args),
+                       split_rngs={"params": True, "dropout": True},
+                       in_axes=tuple(0 if j in per_layer else nn.broadcast for j in range(len(args))),
                        length=count, metadata_params={nn.PARTITION_NAME: SCANNED})
         return scan(module, x, *args)[0]
     return scanned
+
+
+def _index(arg: Any, i: int) -> Any:
+    return None if arg is None else jax.tree.map(lambda leaf: leaf[i], arg)
 
 
 def stack_layers(tree: Any) -> Any:

@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, layers, stack
+from models import attention, layers, peft, stack
 from models.errors import ModelInputError
 
 FEED_FORWARDS = {"relu": (nn.relu, False), "gated-gelu": (layers.tanh_gelu, True)}  # name -> (activation, gated)
@@ -49,10 +49,18 @@ class T5Config:
     attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
     scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
     remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
+    peft: peft.PeftConfig | None = None  # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
         if self.feed_forward not in FEED_FORWARDS:
             raise ModelInputError(f"T5Config.feed_forward={self.feed_forward!r} is not one of {list(FEED_FORWARDS)}")
+        inner = self.num_heads * self.head_dim
+        peft.check_fits(self.peft, width=self.d_model, context=None,
+                        projections={**dict.fromkeys(("query", "key", "value", "out"), min(self.d_model, inner)),
+                                     "intermediate": min(self.d_model, self.d_ff), "output": min(self.d_model, self.d_ff)})
+
+    def peft_method(self, method: str) -> bool:
+        return self.peft is not None and self.peft.method == method
 
     @property
     def kwargs(self) -> dict:
@@ -74,30 +82,36 @@ class T5Block(nn.Module):
                  self_bias: jax.Array,                    # [B|1, H, L, L]
                  encoded: jax.Array | None = None,        # [B, S, D]
                  cross_mask: jax.Array | None = None,     # [B, 1, L, S]
-                 deterministic: bool = True, decode: bool = False) -> jax.Array:
+                 deterministic: bool = True, decode: bool = False,
+                 prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K]: prefix-tuning (self-attention)
         c = self.config
         dropout = nn.Dropout(c.dropout_rate)
         norm = lambda name: layers.RMSNorm(c.layer_norm_eps, name=name, **c.kwargs)  # noqa: E731
+        adapters = c.peft.adapters_after_attention if c.peft else False
+
+        def residual(x, h, adapter: str | None):  # Houlsby's adapters sit on the sub-layer's output
+            h = dropout(h, deterministic=deterministic)
+            return x + (peft.Adapter(c.peft.adapter_size, name=adapter, **c.kwargs)(h) if adapter else h)
 
         def attention(name):
             return layers.MultiHeadAttention(
                 c.num_heads, c.head_dim, dropout_rate=c.dropout_rate, use_bias=False, scale_query=False,
                 kernel_init=c.normal(c.d_model), query_kernel_init=c.normal(c.d_model * c.head_dim),
-                out_kernel_init=c.normal(c.num_heads * c.head_dim), attention=c.attention, name=name,
+                out_kernel_init=c.normal(c.num_heads * c.head_dim), attention=c.attention, peft=c.peft, name=name,
                 **c.kwargs)
 
         h = attention("self_attention")(norm("self_attention_norm")(x), mask=self_mask, bias=self_bias,
-                                        deterministic=deterministic, decode=decode)
-        x = x + dropout(h, deterministic=deterministic)
+                                        deterministic=deterministic, decode=decode, prefix=prefix)
+        x = residual(x, h, "attention_adapter" if adapters else None)
         if self.cross_attention:
             h = attention("cross_attention")(norm("cross_attention_norm")(x), encoded, mask=cross_mask,
                                              deterministic=deterministic)
-            x = x + dropout(h, deterministic=deterministic)
+            x = residual(x, h, "cross_attention_adapter" if adapters else None)
         activation, gated = FEED_FORWARDS[c.feed_forward]
         h = layers.MLP(c.d_ff, activation, use_bias=False, gated=gated, dropout_rate=c.dropout_rate,
-                       kernel_init=c.normal(c.d_model), output_kernel_init=c.normal(c.d_ff), name="mlp",
+                       kernel_init=c.normal(c.d_model), output_kernel_init=c.normal(c.d_ff), peft=c.peft, name="mlp",
                        **c.kwargs)(norm("mlp_norm")(x), deterministic=deterministic)
-        return x + dropout(h, deterministic=deterministic)
+        return residual(x, h, "mlp_adapter" if c.peft and c.peft.adapters_after_mlp else None)
 
 
 class T5Stack(nn.Module):
@@ -111,11 +125,18 @@ class T5Stack(nn.Module):
                  self_mask: jax.Array | None,             # [B|1, 1, L, L]
                  encoded: jax.Array | None = None,        # [B, S, D] (decoder)
                  cross_mask: jax.Array | None = None,     # [B, 1, L, S] (decoder)
-                 deterministic: bool = True, decode: bool = False) -> jax.Array:
+                 deterministic: bool = True, decode: bool = False,
+                 prefix: jax.Array | None = None) -> jax.Array:  # [layers, 2, P, H, K] (prefix-tuning, decoder)
         c = self.config
         query_positions = key_positions = positions
         if decode:
             query_positions, key_positions = self._decode_positions(x)
+        if prefix is not None:  # as a Hugging Face T5 given the prefix as past keys: they take positions 0..P-1
+            length = prefix.shape[2]
+            query_positions = query_positions + length
+            key_positions = jnp.concatenate([jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
+                                                              key_positions.shape[:1] + (length,)),
+                                             key_positions + length], axis=1)
         self_bias = layers.RelativePositionBias(
             c.num_heads, c.relative_attention_num_buckets, c.relative_attention_max_distance,
             bidirectional=not self.is_decoder, embedding_init=c.normal(c.d_model), name="relative_position_bias",
@@ -123,9 +144,9 @@ class T5Stack(nn.Module):
         dropout = nn.Dropout(c.dropout_rate)
         x = dropout(x, deterministic=deterministic)
         num_layers = c.num_decoder_layers if self.is_decoder else c.num_encoder_layers
-        blocks = stack.build(T5Block, num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(5, 6), config=c,
-                             cross_attention=self.is_decoder)
-        x = blocks(x, self_mask, self_bias, encoded, cross_mask, deterministic, decode)
+        blocks = stack.build(T5Block, num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(5, 6),
+                             per_layer_argnums=(7,), config=c, cross_attention=self.is_decoder)
+        x = blocks(x, self_mask, self_bias, encoded, cross_mask, deterministic, decode, prefix)
         x = layers.RMSNorm(c.layer_norm_eps, name="final_norm", **c.kwargs)(x)
         return dropout(x, deterministic=deterministic)
 
@@ -160,6 +181,12 @@ class T5(nn.Module):
         if not c.tie_word_embeddings:
             self.lm_head = layers.Dense(c.vocab_size, ("embed", "vocab"), use_bias=False,
                                         kernel_init=c.normal(c.d_model), **c.kwargs)
+        # PEFT as peft does it for T5: prefix-tuning in the decoder's self-attention, prompt tuning in the encoder.
+        if c.peft_method("prefix"):
+            self.prefix_encoder = peft.PrefixEncoder(c.peft.prefix_length, c.num_decoder_layers, c.num_heads,
+                                                     c.head_dim, c.d_model, c.peft.prefix_hidden_size, **c.kwargs)
+        if c.peft_method("prompt"):
+            self.prompt = peft.Prompt(c.peft.prompt_length, c.d_model, **c.kwargs)
 
     def __call__(self, encoder_input_ids: jax.Array,              # [B, S] int
                  decoder_input_ids: jax.Array,                    # [B, L] int (targets shifted right, 0 first)
@@ -169,18 +196,24 @@ class T5(nn.Module):
                  decoder_positions: jax.Array | None = None,      # [B, L]
                  deterministic: bool = True, decode: bool = False) -> dict[str, jax.Array]:
         encoded = self.encode(encoder_input_ids, encoder_segment_ids, encoder_positions, deterministic)
-        encoder_segments = _segments_or_padding(encoder_input_ids, encoder_segment_ids)
+        encoder_segments = encoder_segments_of(self.config, encoder_input_ids, encoder_segment_ids)
         logits = self.decode(encoded, encoder_segments, decoder_input_ids, decoder_segment_ids, decoder_positions,
                              deterministic=deterministic, decode=decode)
         return {"logits": logits}
 
     def encode(self, encoder_input_ids: jax.Array, encoder_segment_ids: jax.Array | None = None,
                encoder_positions: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
-        """[B, S] ids -> [B, S, D] encoder states (in the compute dtype)."""
-        segments = _segments_or_padding(encoder_input_ids, encoder_segment_ids)
+        """[B, S] ids -> [B, S, D] encoder states (in the compute dtype); with prompt tuning [B, P + S, D], the
+        prompt first (at positions 0..P-1, in the row's first segment): the decoder reads them too."""
+        segments = encoder_segments_of(self.config, encoder_input_ids, encoder_segment_ids)
         positions = _positions_or_indices(encoder_input_ids, encoder_positions)
-        return self.encoder(self.shared(encoder_input_ids), positions, attention.SegmentMask(segments, segments),
-                            deterministic=deterministic)
+        x = self.shared(encoder_input_ids)
+        if self.config.peft_method("prompt"):
+            length = self.config.peft.prompt_length
+            x = jnp.concatenate([self.prompt(x.shape[0]).astype(x.dtype), x], axis=1)
+            positions = jnp.concatenate([jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
+                                                          positions.shape[:1] + (length,)), positions + length], axis=1)
+        return self.encoder(x, positions, attention.SegmentMask(segments, segments), deterministic=deterministic)
 
     def decode(self, encoded: jax.Array,                          # [B, S, D]
                encoder_segment_ids: jax.Array,                    # [B, S]: 0 = padding (a 0/1 mask if unpacked)
@@ -203,8 +236,9 @@ class T5(nn.Module):
             self_mask = attention.SegmentMask(decoder_segment_ids, decoder_segment_ids, causal=True)
             cross_mask = attention.SegmentMask(decoder_segment_ids, encoder_segment_ids)
         positions = _positions_or_indices(decoder_input_ids, decoder_positions)
+        prefix = self.prefix_encoder() if self.config.peft_method("prefix") else None
         x = self.decoder(self.shared(decoder_input_ids), positions, self_mask, encoded, cross_mask,
-                         deterministic=deterministic, decode=decode)
+                         deterministic=deterministic, decode=decode, prefix=prefix)
         if self.config.tie_word_embeddings:  # Mesh TF rescales before reusing the embedding (Raffel et al. 2020)
             logits = self.shared.attend(x * self.config.d_model ** -0.5)
         else:
@@ -215,6 +249,15 @@ class T5(nn.Module):
 def _segments_or_padding(input_ids: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
     """Segment ids as given, or (ids != 0) as one example per row with id 0 as padding."""
     return (input_ids != 0).astype(jnp.int32) if segment_ids is None else segment_ids
+
+
+def encoder_segments_of(config: T5Config, input_ids: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
+    """The segment ids of the encoder's states [B, S] ([B, P + S] with prompt tuning: the prompt joins the row's
+    first segment), from the given ones or from the padding (id 0)."""
+    segments = _segments_or_padding(input_ids, segment_ids)
+    if config.peft_method("prompt"):
+        segments = jnp.pad(segments, ((0, 0), (config.peft.prompt_length, 0)), constant_values=1)
+    return segments
 
 
 def _positions_or_indices(input_ids: jax.Array, positions: jax.Array | None) -> jax.Array:
@@ -244,7 +287,7 @@ def _sizing_pass(model: T5, params, batch_size: int, max_decode_len: int) -> dic
 
 
 def make_tokens_to_logits(model: T5, params, encoded: jax.Array, encoder_mask: jax.Array):
-    """encoded [B, S, D] from `model.encode`, encoder_mask [B, S] (1 = real token) ->
+    """encoded [B, S, D] from `model.encode`, encoder_mask [B, S] (1 = a state to attend to: `encoder_segments_of`) ->
     tokens_to_logits(token_ids [B, 1] int32, cache, step) -> (logits [B, V] float32, new cache).
 
     `step` is not needed (the cache keeps each row's position); it is accepted for the generic
@@ -266,7 +309,7 @@ def generate(model: T5, params, encoder_input_ids: jax.Array, max_length: int, e
     from models import decoding  # the generic loops; imported here so that models.t5 stands alone
     batch = encoder_input_ids.shape[0]
     encoded = model.apply({"params": params}, encoder_input_ids, method=T5.encode)
-    mask = encoder_input_ids != 0
+    mask = encoder_segments_of(model.config, encoder_input_ids, None) != 0
     start = jnp.zeros((batch,), jnp.int32)
     if beam_size == 1:
         step = make_tokens_to_logits(model, params, encoded, mask)
