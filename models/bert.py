@@ -40,10 +40,7 @@ class BertConfig:
 
     def __post_init__(self):
         positions = self.max_position_embeddings - (self.peft.prefix_length if _prefix(self) else 0)
-        peft.check_fits(self.peft, width=self.hidden_size, context=positions,
-                        projections={**dict.fromkeys(("query", "key", "value", "out"), self.hidden_size),
-                                     "intermediate": min(self.hidden_size, self.intermediate_size),
-                                     "output": min(self.hidden_size, self.intermediate_size)})
+        peft.check_fits(self.peft, width=self.hidden_size, context=positions, mlp_width=self.intermediate_size)
 
     @property
     def kwargs(self) -> dict:

@@ -55,9 +55,7 @@ class GPTConfig:
     def __post_init__(self):
         if self.d_model % self.num_heads:
             raise ModelInputError(f"GPTConfig.d_model={self.d_model} must be a multiple of num_heads={self.num_heads}")
-        peft.check_fits(self.peft, width=self.d_model, context=self.n_positions,
-                        projections={**dict.fromkeys(("query", "key", "value", "out"), self.d_model),
-                                     "intermediate": min(self.d_model, self.d_ff), "output": min(self.d_model, self.d_ff)})
+        peft.check_fits(self.peft, width=self.d_model, context=self.n_positions, mlp_width=self.d_ff)
 
     @property
     def virtual_positions(self) -> int:
@@ -95,7 +93,8 @@ class GPTBlock(nn.Module):
         h = layers.MultiHeadAttention(c.num_heads, c.head_dim, dropout_rate=c.attention_dropout_rate,
                                       kernel_init=c.init(), out_kernel_init=c.init(residual_output=True),
                                       use_bias=c.use_bias, attention=c.attention, peft=c.peft, name="attention",
-                                      **c.kwargs)(h, mask=mask, deterministic=deterministic, decode=decode, prefix=prefix)
+                                      **c.kwargs)(h, mask=mask, deterministic=deterministic, decode=decode,
+                                                  prefix=prefix)
         h = dropout(h, deterministic=deterministic)
         if c.peft and c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
             h = peft.Adapter(c.peft.adapter_size, name="attention_adapter", **c.kwargs)(h)

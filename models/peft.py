@@ -60,7 +60,8 @@ class PeftConfig:
                 raise ModelInputError(f"peft.{name}={value!r} is not one of {', '.join(allowed)}")
         unknown = [t for t in self.lora_targets if t not in LORA_TARGETS]
         if unknown or not self.lora_targets:
-            raise ModelInputError(f"peft.lora_targets={self.lora_targets!r}: each must be one of {', '.join(LORA_TARGETS)}")
+            raise ModelInputError(f"peft.lora_targets={self.lora_targets!r}: each must be one of "
+                                  f"{', '.join(LORA_TARGETS)}")
         for name in ("adapter_size", "lora_rank", "prefix_length", "prompt_length"):
             if getattr(self, name) < 1:
                 raise ModelInputError(f"peft.{name}={getattr(self, name)} must be a positive integer")
@@ -96,10 +97,14 @@ class LoraSpec:
         return self.alpha / self.rank
 
 
-def check_fits(peft: PeftConfig | None, *, width: int, context: int | None, projections: dict[str, int]) -> None:
-    """Errors for a PEFT config this model cannot take: `projections` = LoRA target -> the smaller of its
-    input and output widths (a rank above it is no low-rank update); `context` = the model's positions
-    (None: relative positions, no limit)."""
+def check_fits(peft: PeftConfig | None, *, width: int, context: int | None, attention_width: int = 0,
+               mlp_width: int = 0) -> None:
+    """Errors for a PEFT config this model cannot take. A LoRA rank above the smaller of a projection's input
+    and output widths (width D, attention H * K, feed-forward d_ff) is no low-rank update; `context` = the
+    model's positions (None: relative positions, no limit)."""
+    attention_rank, mlp_rank = min(width, attention_width or width), min(width, mlp_width or width)
+    projections = {**dict.fromkeys(("query", "key", "value", "out"), attention_rank),
+                   "intermediate": mlp_rank, "output": mlp_rank}
     if peft is None or peft.method == "none":
         return
     if peft.method == "lora":
@@ -211,7 +216,8 @@ class PrefixEncoder(nn.Module):
             table = self.param("embedding", nn.with_logical_partitioning(init, (None, "embed")),
                                (self.length, self.width), self.param_dtype)
             kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-            h = jnp.tanh(Dense(self.hidden_size, ("embed", "mlp"), name="transform", **kw)(jnp.asarray(table, self.dtype)))
+            h = Dense(self.hidden_size, ("embed", "mlp"), name="transform", **kw)(jnp.asarray(table, self.dtype))
+            h = jnp.tanh(h)
             flat = Dense(out, ("mlp", None), name="output", **kw)(h)
         else:
             flat = jnp.asarray(self.param("embedding", nn.with_logical_partitioning(init, (None, None)),

@@ -54,10 +54,8 @@ class T5Config:
     def __post_init__(self):
         if self.feed_forward not in FEED_FORWARDS:
             raise ModelInputError(f"T5Config.feed_forward={self.feed_forward!r} is not one of {list(FEED_FORWARDS)}")
-        inner = self.num_heads * self.head_dim
-        peft.check_fits(self.peft, width=self.d_model, context=None,
-                        projections={**dict.fromkeys(("query", "key", "value", "out"), min(self.d_model, inner)),
-                                     "intermediate": min(self.d_model, self.d_ff), "output": min(self.d_model, self.d_ff)})
+        peft.check_fits(self.peft, width=self.d_model, context=None, attention_width=self.num_heads * self.head_dim,
+                        mlp_width=self.d_ff)
 
     def peft_method(self, method: str) -> bool:
         return self.peft is not None and self.peft.method == method
