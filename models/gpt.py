@@ -61,8 +61,9 @@ class GPTConfig:
     def virtual_positions(self) -> int:
         """Positions PEFT takes in front of the input: P for prefix-tuning (a Hugging Face GPT-2 given the
         prefix as past keys and values numbers its tokens from P) and prompt tuning (P virtual tokens)."""
-        method = self.peft.method if self.peft else "none"
-        return {"prefix": self.peft.prefix_length, "prompt": self.peft.prompt_length}.get(method, 0)
+        if self.peft is None:
+            return 0
+        return {"prefix": self.peft.prefix_length, "prompt": self.peft.prompt_length}.get(self.peft.method, 0)
 
     @property
     def kwargs(self) -> dict:

@@ -24,6 +24,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from etils import epath
 
 from pretrain.core.errors import UserError
 
@@ -252,6 +253,15 @@ def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
     restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
         item={"params": abstract}, restore_args={"params": as_numpy}, partial_restore=True))
     return jax.device_get(restored["params"]), step
+
+
+def restore_data(directory: str, step: int) -> Any:
+    """The JSON `data` item saved beside a checkpoint's state (the data position, or what a loop recorded)."""
+    path = os.path.join(os.path.abspath(directory), str(step), "data")
+    try:
+        return ocp.JsonCheckpointHandler().restore(epath.Path(path))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: unreadable ({_first_line(e)})") from None
 
 
 @contextlib.contextmanager

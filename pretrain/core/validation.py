@@ -67,6 +67,9 @@ def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
     if kind == "schedule":
         from pretrain.core import optimizers
         return _choice(*optimizers.SCHEDULES)
+    if kind == "peft":
+        from models import peft
+        return _choice(*peft.METHODS)
     if kind == "freezing":
         from pretrain.core import freezing
         return _choice(*freezing.STRATEGIES)
@@ -117,6 +120,10 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     # fine-tuning
     "freezing.strategy": "freezing", "freezing.num_frozen_layers": NON_NEGATIVE,
     "freezing.unfreeze_every_epochs": POSITIVE,
+    "peft.method": "peft", "peft.adapters.size": POSITIVE, "peft.adapters.placement": _choice("houlsby", "pfeiffer"),
+    "peft.adapters.train_norms": _choice(True, False), "peft.lora.rank": POSITIVE, "peft.lora.alpha": POSITIVE_FLOAT,
+    "peft.lora.dropout": DROPOUT, "peft.prefix.length": POSITIVE, "peft.prefix.hidden_size": NON_NEGATIVE,
+    "peft.prompt.length": POSITIVE, "peft.prompt.init": _choice("vocab", "random"),
 }
 
 
@@ -191,6 +198,27 @@ def check_relations(config: ml_collections.ConfigDict) -> None:
         check(config)
     _fused_attention_without_dropout(config)
     _layerwise_freezing_needs_looped_layers(config)
+    _peft_fits(config)
+
+
+def _peft_fits(config) -> None:
+    """PEFT adapts a pretrained model, alone (no freezing strategy on top), and its virtual tokens need room."""
+    peft = config.get("peft")
+    if peft is None or peft.method == "none":
+        return
+    if config.freezing.strategy != "none":
+        raise ConfigError(f"config.peft.method={peft.method!r} already freezes all but its own parameters and the "
+                          f"head: drop config.freezing.strategy={config.freezing.strategy!r} (use none)")
+    if not config.get("init"):
+        raise ConfigError(f"config.peft.method={peft.method!r} adapts a pretrained model: give --config.init "
+                          "(a pretrain.train workdir or a Hugging Face directory)")
+    from pretrain.core import parameter_efficient
+    parameter_efficient.peft_config(config)  # the method's own checks, as one line
+    virtual = {"prefix": peft.prefix.length, "prompt": peft.prompt.length}.get(peft.method, 0)
+    positions = config.model.get("max_position_embeddings", config.model.get("n_positions"))
+    if virtual and positions is not None and config.data.max_seq_length + virtual > positions:
+        raise ConfigError(f"config.peft.{peft.method}.length={virtual} + config.data.max_seq_length="
+                          f"{config.data.max_seq_length} exceed the model's {positions} positions: shorten one")
 
 
 def _fused_attention_without_dropout(config) -> None:

@@ -11,14 +11,16 @@ in this room, one file each, chosen by config.model.name in registry.py:
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import flax.linen as nn
 import jax
 import numpy as np
 
-from objectives.interface import StepObjective
+import models
 from models import stack
+from objectives.interface import StepObjective
+from pretrain.core import parameter_efficient
 from pretrain.core.errors import UserError
 from pretrain.core.pretrained import Pretrained
 from pretrain.data import finetune_data
@@ -54,6 +56,11 @@ class Family(Protocol):
     def for_metrics(self, predictions: np.ndarray, labels: np.ndarray) -> np.ndarray: ...
 
     def for_submission(self, predictions: np.ndarray) -> np.ndarray: ...
+
+
+def model_config(config) -> Any:
+    """config.model (+ config.peft) -> the family's model config dataclass, PEFT method included."""
+    return models.model_config(config.model, peft=parameter_efficient.peft_config(config))
 
 
 def merge_pretrained(params: dict, pretrained_params: dict, source: str, prefix: str = "") -> tuple[dict, list[str]]:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import ml_collections
 import numpy as np
 
-import models
 from models.finetuning import BertForFineTuning
 from objectives.finetuning import FineTuningObjective
 from pretrain.core.errors import UserError
 from pretrain.core.pretrained import Pretrained
 from pretrain.data import finetune_data
-from pretrain.families.base import merge_pretrained
+from pretrain.families.base import merge_pretrained, model_config
 from pretrain.glue import tasks as glue
 
 
@@ -45,7 +44,7 @@ class BertFamily:
                                             **finetune_data.padding(c.data))
 
     def build_model(self) -> BertForFineTuning:
-        return BertForFineTuning(models.model_config(self.config.model), self.kind,
+        return BertForFineTuning(model_config(self.config), self.kind,
                                  self.task.num_labels, self.config.model.classifier_dropout)
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:

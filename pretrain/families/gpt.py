@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import ml_collections
 
-import models
 from models.gpt_heads import GPTForSequenceClassification
 from objectives.finetuning import FineTuningObjective
 from pretrain.core.errors import UserError
 from pretrain.core.pretrained import Pretrained
 from pretrain.data import finetune_data, tokenizers
-from pretrain.families.base import merge_pretrained
+from pretrain.families.base import merge_pretrained, model_config
 from pretrain.families.bert import BertFamily
 from pretrain.glue import tasks as glue
 
@@ -87,7 +86,7 @@ class GPTFamily(BertFamily):
                                             self.tokenizer.pad_id, **finetune_data.padding(self.config.data))
 
     def build_model(self) -> GPTForSequenceClassification:
-        return GPTForSequenceClassification(models.model_config(self.config.model), self.task.num_labels,
+        return GPTForSequenceClassification(model_config(self.config), self.task.num_labels,
                                             self.config.model.classifier_dropout)
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:

@@ -12,13 +12,12 @@ import jax
 import ml_collections
 import numpy as np
 
-import models
 from models import t5
 from objectives.denoising import denoising_loss
 from pretrain.core.errors import UserError
 from pretrain.core.pretrained import Pretrained
 from pretrain.data import finetune_data
-from pretrain.families.base import merge_pretrained
+from pretrain.families.base import merge_pretrained, model_config
 from pretrain.glue import tasks as glue
 from pretrain.glue import text_to_text
 
@@ -76,7 +75,7 @@ class T5Family:
                                          **finetune_data.padding(self.config.data), targets_length=self.targets_length)
 
     def build_model(self) -> t5.T5:
-        return t5.T5(models.model_config(self.config.model))
+        return t5.T5(model_config(self.config))
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
         return merge_pretrained(params, init.params, init.source)

@@ -28,8 +28,9 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
-from pretrain.core import (checkpoints, distributed, freezing, guards, optimizers, partitioning, preemption,
-                           pretrained, train_state, validation)
+from models import peft
+from pretrain.core import (checkpoints, distributed, freezing, guards, optimizers, parameter_efficient, partitioning,
+                           preemption, pretrained, train_state, validation)
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError, UserError
 from pretrain.core.metric_writers import MetricWriter
@@ -62,25 +63,36 @@ def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.Co
     return config, init
 
 
-def create_state(config, family, model, example, mesh, tx, init: pretrained.Pretrained | None):
-    """Sharded TrainState: random init, then the pretrained encoder put onto the same shardings."""
+def create_state(config, family, model, example, mesh, tx, init: pretrained.Pretrained | None, peft_mask=None):
+    """Sharded TrainState: random init, then the pretrained encoder put onto the same shardings. With PEFT,
+    the frozen parameters are held out of the gradient (pretrain/core/parameter_efficient.py)."""
     state, shardings, _ = train_state.init_sharded(model, example, jax.random.key(config.seed), tx, mesh)
     if init is not None:
         params, fresh = family.merge_pretrained(state.params, init)
+        fresh = [name for name in fresh if not peft.is_peft_path(name.split("/"))]  # new by design, as the head
+        if config.peft.method == "prompt" and config.peft.prompt.init == "vocab":
+            params = parameter_efficient.prompt_from_vocabulary(params, config.seed)
         state = state.replace(params=jax.device_put(params, shardings.params))
         print(f"Weights from {init.source}" + (f"; freshly initialised: {', '.join(fresh)}" if fresh else ""))
+    if peft_mask is not None:  # the shardings' tree carries the same static apply_fn
+        apply_fn = parameter_efficient.hold_frozen(state.apply_fn, peft_mask)
+        state, shardings = state.replace(apply_fn=apply_fn), shardings.replace(apply_fn=apply_fn)
     return state, shardings
 
 
-def make_optimizer(config, params, steps_per_epoch: int, num_layers: int):
+def make_optimizer(config, params, steps_per_epoch: int, family):
+    """-> (tx, schedule, each parameter's first training step, the PEFT trainable mask or None)."""
     total = config.num_epochs * steps_per_epoch
     opt = copy.deepcopy(config.optimizer)
     if opt.warmup_steps < 0:
         opt.warmup_steps = int(round(config.warmup_fraction * total))
-    unfreeze_at = freezing.unfreeze_steps(params, config.freezing, num_layers=num_layers,
+    tx, schedule = optimizers.make_optimizer(opt, total), optimizers.learning_rate_schedule(opt, total)
+    if parameter_efficient.peft_config(config) is not None:
+        mask = parameter_efficient.trainable(params, family.name, config)
+        return parameter_efficient.optimizer(tx, mask), schedule, parameter_efficient.unfreeze_steps(mask), mask
+    unfreeze_at = freezing.unfreeze_steps(params, config.freezing, num_layers=family.num_layers,
                                           steps_per_epoch=steps_per_epoch)
-    tx = freezing.freeze(optimizers.make_optimizer(opt, total), unfreeze_at)
-    return tx, optimizers.learning_rate_schedule(opt, total), unfreeze_at
+    return freezing.freeze(tx, unfreeze_at), schedule, unfreeze_at, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,11 +130,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     example = {k: v[:1] for k, v in objective.model_inputs(train_data.batch(np.arange(1))).items()}
     abstract_params = train_state.unbox(jax.eval_shape(
         lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
-    tx, schedule, unfreeze_at = make_optimizer(config, abstract_params, steps_per_epoch, family.num_layers)
-    state, shardings = create_state(config, family, model, example, mesh, tx, init)
-    print(f"Model: {train_state.count_params(state.params):,} parameters, "
-          f"{freezing.trainable_fraction(state.params, unfreeze_at, 0):.1%} trainable at step 0 "
-          f"(freezing: {config.freezing.strategy}); mesh {dict(mesh.shape)}; workdir {os.path.abspath(workdir)}")
+    tx, schedule, unfreeze_at, peft_mask = make_optimizer(config, abstract_params, steps_per_epoch, family)
+    state, shardings = create_state(config, family, model, example, mesh, tx, init, peft_mask)
+    trainable = freezing.trainable_fraction(state.params, unfreeze_at, 0)
+    print(f"Model: {train_state.count_params(state.params):,} parameters, {trainable:.2%} trainable at step 0 "
+          f"(freezing: {config.freezing.strategy}, peft: {config.peft.method}); mesh {dict(mesh.shape)}; "
+          f"workdir {os.path.abspath(workdir)}")
+    # A PEFT checkpoint stores the trained parameters and this reference to the weights they adapt.
+    base = parameter_efficient.base_reference(config, init.params, init.source) if peft_mask is not None else None
 
     jit_train = train_state.jit_train_step(functools.partial(train_step, objective=objective, schedule=schedule,
                                                              skip_nonfinite=config.skip_nonfinite_updates),
@@ -217,9 +232,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 if best is None or score > best[1]:
                     guards.check_params_finite(step, state.params)
                     best = [epoch + 1, score, dev]
-                    # Parameters only; the whole state for resuming lives in DIR/resume.
-                    ckpt.save(step, {"params": state.params}, {"epoch": epoch + 1, task.main_metric: score},
-                              force=True)
+                    # Parameters only (with PEFT, the trained ones); the whole state for resuming lives in DIR/resume.
+                    params = state.params if base is None else parameter_efficient.stored_part(state.params, peft_mask)
+                    ckpt.save(step, {"params": params}, {"epoch": epoch + 1, task.main_metric: score,
+                                                         **({"peft_base": base} if base else {})}, force=True)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, without waiting for a save in flight
         writer.close()
         raise
@@ -237,6 +253,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     # ----- Best checkpoint: predictions and results -----
     best_params, _ = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
+    if base is not None:  # the trained part over the base, which the run never changed
+        best_params = parameter_efficient.overlay(jax.device_get(state.params), best_params)
     params = jax.device_put(best_params, shardings.params)
     splits = list(task.dev_splits) + (list(task.test_splits) if config.write_test_predictions else [])
     with mesh:
@@ -245,11 +263,17 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                "metrics": best[2], "epochs": epochs, "wall_time_sec": time.perf_counter() - started,
                "train_time_sec": train_time, "seed": config.seed,
                "learning_rate": config.optimizer.learning_rate, "freezing": config.freezing.strategy,
+               "peft": config.peft.method, "trainable_parameters": _trainable_count(state.params, unfreeze_at),
+               "parameters": train_state.count_params(state.params),
                "init": init.source if init else "random", "train_examples": len(train_data)}
     if distributed.is_primary():  # one writer: processes racing on a shared disk would lose the rename
         workdirs.write_json_atomic(results_path, results)  # results.json marks a finished run: never half-written
         shutil.rmtree(resume.directory, ignore_errors=True)  # a finished run is never resumed
     return results
+
+
+def _trainable_count(params, unfreeze_at) -> int:
+    return int(sum(np.size(p) for p, start in zip(jax.tree.leaves(params), jax.tree.leaves(unfreeze_at)) if start == 0))
 
 
 def restore_position(resume: checkpoints.Checkpointer, ckpt: checkpoints.Checkpointer, state, shardings,

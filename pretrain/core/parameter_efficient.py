@@ -1,0 +1,156 @@
+"""Parameter-efficient fine-tuning on the training side: what trains, what is stored, how a run loads again.
+
+The methods themselves are modules (models/peft.py); here `config.peft` becomes their PeftConfig, and:
+- only the PEFT parameters, the new task head and (adapters, as Houlsby et al. 2019 train them) the layer
+  norms train: the others are held with `stop_gradient` (no weight gradient is computed for them) and get
+  no optimizer state (`optax.multi_transform` with `set_to_zero`), so they stay bitwise unchanged;
+- the fine-tuning checkpoint stores only the trained parameters, with a reference to the base checkpoint
+  (its path and a fingerprint of its weights) in the checkpoint's data item;
+- `restore_full_params` rebuilds the whole tree: the base from its path, checked against the fingerprint,
+  then the stored parameters over it (pretrain.evaluate, and the end of pretrain.finetune).
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable
+
+import jax
+import ml_collections
+import numpy as np
+import optax
+
+from models import peft as peft_modules
+from pretrain.core import checkpoints, freezing
+from pretrain.core.errors import ConfigError, UserError
+
+HEADLESS = ("t5",)  # families whose whole tree is the pretrained model (text to text: no new head)
+
+
+def peft_config(config: ml_collections.ConfigDict) -> peft_modules.PeftConfig | None:
+    """config.peft -> the models' PeftConfig (None when absent or method 'none'); bad values are one line."""
+    p = config.get("peft")
+    if p is None or p.method == "none":
+        return None
+    targets = tuple(t.strip() for t in p.lora.targets.split(",") if t.strip())
+    try:
+        return peft_modules.PeftConfig(
+            method=p.method, adapter_size=p.adapters.size, adapter_placement=p.adapters.placement,
+            lora_rank=p.lora.rank, lora_alpha=float(p.lora.alpha), lora_dropout=float(p.lora.dropout),
+            lora_targets=targets, prefix_length=p.prefix.length, prefix_hidden_size=p.prefix.hidden_size,
+            prompt_length=p.prompt.length)
+    except ValueError as e:  # models.errors.ModelInputError names the field
+        raise ConfigError(f"config.{e}") from None
+
+
+def trainable(params: Any, family: str, config: ml_collections.ConfigDict) -> Any:
+    """-> a tree of bools like `params`: the PEFT parameters, the task head (every top-level subtree but the
+    pretrained body; T5 has none) and, for adapters with train_norms, the layer norms."""
+    norms = config.peft.method == "adapters" and config.peft.adapters.train_norms
+
+    def trains(path, _) -> bool:
+        names = [str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey)]
+        if peft_modules.is_peft_path(names):
+            return True
+        if family not in HEADLESS and names[0] not in freezing.BODIES:
+            return True
+        return norms and any(name.endswith("norm") for name in names)
+
+    return jax.tree_util.tree_map_with_path(trains, params)
+
+
+def unfreeze_steps(mask: Any) -> Any:
+    """The freezing module's view (pretrain/core/freezing.py): 0 = trains, NEVER = frozen."""
+    return jax.tree.map(lambda t: 0 if t else freezing.NEVER, mask)
+
+
+def optimizer(tx: optax.GradientTransformation, mask: Any) -> optax.GradientTransformation:
+    """`tx` on the trained parameters only; the frozen ones get a zero update and no optimizer state."""
+    labels = jax.tree.map(lambda t: "train" if t else "frozen", mask)
+    return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+def hold_frozen(apply_fn: Callable, mask: Any) -> Callable:
+    """apply_fn with stop_gradient on the frozen parameters: their weight gradients are never computed."""
+    def apply(variables, *args, **kwargs):
+        params = jax.tree.map(lambda t, p: p if t else jax.lax.stop_gradient(p), mask, variables["params"])
+        return apply_fn({**variables, "params": params}, *args, **kwargs)
+    return apply
+
+
+VOCABULARY_TABLES = (("embeddings", "word_embeddings"), ("token_embedding",), ("shared",))  # BERT, GPT, T5
+
+
+def prompt_from_vocabulary(params: dict, seed: int) -> dict:
+    """Prompt tuning's embeddings replaced by copies of distinct vocabulary entries drawn with `seed`
+    (Lester et al. 2021, Section 3; peft's SAMPLE_VOCAB). The vocabulary is the model's own table."""
+    def find(tree, names):
+        for name in names:
+            tree = tree[name]
+        return tree
+    body = params.get("bert") or params.get("gpt") or params  # the fine-tuning body, or T5's whole tree
+    vocabulary = next(find(body, names) for names in VOCABULARY_TABLES if names[0] in body)["embedding"]
+    prompt = body["prompt"]["embedding"]
+    value = getattr(prompt, "value", prompt)  # an nn.Partitioned box or an array
+    rows = peft_modules.sample_vocabulary(np.asarray(getattr(vocabulary, "value", vocabulary)), value.shape[0], seed)
+    new = np.asarray(rows, value.dtype)
+    body["prompt"]["embedding"] = prompt.replace(value=new) if hasattr(prompt, "replace") else new
+    return params
+
+
+# ---------------------------------------------------------------------------------------------
+# What is stored, and how it loads again
+# ---------------------------------------------------------------------------------------------
+def fingerprint(params: Any) -> str:
+    """A short hash of a parameter tree: every leaf's path, shape, dtype and up to 4096 evenly spaced values
+    (enough to tell checkpoints apart without reading every weight of a large model twice)."""
+    digest = hashlib.sha256()
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    for path, leaf in sorted(leaves, key=lambda kv: jax.tree_util.keystr(kv[0])):
+        array = np.asarray(leaf)
+        flat = array.reshape(-1)
+        sample = flat[:: max(1, flat.size // 4096)][:4096]
+        digest.update(f"{jax.tree_util.keystr(path)}{array.shape}{array.dtype}".encode())
+        digest.update(np.ascontiguousarray(sample).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def stored_part(params: Any, mask: Any) -> dict:
+    """The trained leaves only, in their nested dicts (what a PEFT checkpoint holds)."""
+    def keep(tree, keep_mask):
+        if isinstance(tree, dict):
+            kept = {k: keep(v, keep_mask[k]) for k, v in tree.items()}
+            return {k: v for k, v in kept.items() if v is not None}
+        return tree if keep_mask else None
+    return keep(params, mask) or {}
+
+
+def overlay(params: Any, part: dict) -> Any:
+    """`params` with every leaf that `part` holds replaced by it (the inverse of stored_part)."""
+    if not isinstance(part, dict):
+        return part
+    missing = [k for k in part if k not in params]
+    if missing:
+        raise UserError(f"the PEFT checkpoint holds {missing[0]!r}, which the model does not have: it was written "
+                        "by another PEFT method or architecture")
+    return {k: overlay(v, part[k]) if k in part else v for k, v in params.items()}
+
+
+def base_reference(config: ml_collections.ConfigDict, base_params: Any, source: str) -> dict:
+    """The checkpoint's record of its base: where it is and what its weights hash to."""
+    return {"init": config.init, "source": source, "fingerprint": fingerprint(base_params)}
+
+
+def check_base(reference: dict, base_params: Any, where: str) -> None:
+    found = fingerprint(base_params)
+    if found != reference.get("fingerprint"):
+        raise UserError(f"{where} was fine-tuned from {reference.get('source')} (fingerprint "
+                        f"{reference.get('fingerprint')}), but the base found at {reference.get('init')} has "
+                        f"fingerprint {found}: give the checkpoint it was trained from")
+
+
+def read_reference(directory: str, step: int) -> dict:
+    """The base reference stored with a PEFT checkpoint (one line if there is none)."""
+    data = checkpoints.restore_data(directory, step)
+    if not isinstance(data, dict) or "peft_base" not in data:
+        raise UserError(f"{directory}/{step} holds no PEFT base reference: it was not written by a PEFT run")
+    return data["peft_base"]
