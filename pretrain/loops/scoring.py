@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import os
 
+import flax
 import jax
 import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from pretrain.core import checkpoints, distributed, partitioning
+from pretrain.core import checkpoints, distributed, parameter_efficient, partitioning, pretrained
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import UserError
 from pretrain.data import finetune_data, tokenizers
@@ -118,6 +119,8 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
         wanted += expanded
     family = registry.for_config(config, task, tokenizers.from_config(config.tokenizer))
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
+    if config.get("peft", {}).get("method", "none") != "none":
+        params = with_peft_base(config, family, params, os.path.join(workdir, "checkpoints"), step, wanted[0])
     mesh = partitioning.create_mesh(config.mesh_shape)
     params = jax.device_put(params, partitioning.replicated(mesh))  # on every device of every process
     jit_predict = jax.jit(family.predict_fn(family.build_model()))
@@ -128,6 +131,22 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     if distributed.is_primary():
         workdirs.write_json_atomic(os.path.join(workdir, "eval_results.json"), out)
     return out
+
+
+def with_peft_base(config, family, part: dict, directory: str, step: int, split: str) -> dict:
+    """A PEFT checkpoint's trained parameters over the base it names (checked by fingerprint): the whole
+    tree of the fine-tuned model. `split` gives one example for the model's shapes."""
+    reference = parameter_efficient.read_reference(directory, step)
+    init = pretrained.load_pretrained(reference["init"], flag=f"the base of {directory}/{step}")
+    parameter_efficient.check_base(reference, init.params, f"{directory}/{step}")
+    data, _, _ = load_split(config, family, split, 1, subset=1)
+    example = {k: v[:1] for k, v in family.objective.model_inputs(data.batch(np.arange(1))).items()}
+    model = family.build_model()
+    abstract = flax.core.meta.unbox(jax.eval_shape(
+        lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
+    blank = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
+    merged, _ = family.merge_pretrained(blank, init)  # every base weight; the PEFT part and the head follow
+    return parameter_efficient.overlay(merged, part)
 
 
 def _finetuning_config(workdir: str) -> ml_collections.ConfigDict:

@@ -39,7 +39,6 @@ import torch
 import transformers
 from peft import LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
 
-from models.bert import BertConfig
 from models.convert.hf_bert import bert_params_from_hf, hf_config_to_bert
 from models.convert.hf_gpt2 import gpt_params_from_hf, hf_config_to_gpt
 from models.convert.hf_t5 import hf_config_to_t5, t5_params_from_hf
@@ -125,7 +124,8 @@ def ours_t5(hf, peft: PeftConfig | None) -> tuple[T5, dict]:
 def peft_configs(method: str, task: TaskType, *, rank: int = 8, alpha: float = 8.0):
     """(peft's config, ours) for the same settings. rank/alpha: LoRA's (peft's and our defaults: 8, 8)."""
     if method == "lora":
-        return LoraConfig(task_type=task, r=rank, lora_alpha=alpha), PeftConfig(method="lora", lora_rank=rank, lora_alpha=alpha)
+        return (LoraConfig(task_type=task, r=rank, lora_alpha=alpha),
+                PeftConfig(method="lora", lora_rank=rank, lora_alpha=alpha))
     if method == "prefix":
         return (PrefixTuningConfig(task_type=task, num_virtual_tokens=VIRTUAL),
                 PeftConfig(method="prefix", prefix_length=VIRTUAL, prefix_hidden_size=0))
