@@ -37,7 +37,8 @@ LORA_TARGETS = ("query", "key", "value", "out", "intermediate", "output")  # att
 PROMPT_INITS = ("vocab", "random")
 # Parameter names that only PEFT creates: whatever lies under one of them trains (and is all a PEFT
 # checkpoint stores, with the task head).
-PEFT_NAMES = ("lora_a", "lora_b", "adapter", "attention_adapter", "mlp_adapter", "prefix_encoder", "prompt")
+PEFT_NAMES = ("lora_a", "lora_b", "attention_adapter", "cross_attention_adapter", "mlp_adapter", "prefix_encoder",
+              "prompt")
 
 
 @dataclasses.dataclass(frozen=True)

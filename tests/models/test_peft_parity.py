@@ -6,7 +6,8 @@ Two things are compared, on tiny random models (float32, dropout off):
    (BERT `head`, GPT `score`; T5 has none), from `jax.eval_shape` of `model.init`. peft's: the numel of every
    `requires_grad` parameter of `get_peft_model(...)` on BertForSequenceClassification / GPT2ForSequenceClassification
    (task SEQ_CLS, which also trains a copy of the head) and T5ForConditionalGeneration (SEQ_2_SEQ_LM). Same
-   settings on both sides; the peft and Flax defaults for LoRA are both r=8, alpha=8, query/value.
+   settings on both sides; LoRA takes both libraries' defaults (r=8, alpha=8, query and value; GPT-2's fused
+   c_attn in peft).
 2. Forward passes. The HF base weights go through this repo's converters (models/convert/hf_*.py); random
    PEFT weights (LoRA B nonzero) are copied between the two, and the logits must agree within 1e-4. Each
    case also checks that the PEFT weights move the logits well beyond that, so that a method silently

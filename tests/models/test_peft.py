@@ -1,0 +1,196 @@
+"""The PEFT modules (models/peft.py) on their own: LoRA starts as the identity and merges exactly, the
+parameter counts follow the papers' formulas, scanned and looped stacks agree, prefixes decode like they
+teacher-force, and bad settings are one-line errors. Parity with the `peft` library: test_peft_parity.py."""
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import peft, stack, t5
+from models.bert import BertConfig
+from models.errors import ModelInputError
+from models.finetuning import BertForFineTuning
+from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
+from models.gpt_heads import GPTForSequenceClassification
+
+D, LAYERS, HEADS, FF = 32, 2, 4, 37
+IDS = jnp.array([[5, 6, 7, 8, 9, 1, 0, 0], [3, 4, 5, 6, 7, 8, 9, 1]], jnp.int32)
+MASK = (IDS != 0).astype(jnp.int32)
+
+
+def bert(method="none", **kw):
+    config = BertConfig(vocab_size=99, hidden_size=D, num_layers=LAYERS, num_heads=HEADS, intermediate_size=FF,
+                        max_position_embeddings=40, peft=peft.PeftConfig(method=method, **kw))
+    return BertForFineTuning(config, "classification", 3)
+
+
+def gpt(method="none", **kw):
+    return GPTConfig(vocab_size=99, d_model=D, num_layers=LAYERS, num_heads=HEADS, d_ff=FF, n_positions=40,
+                     peft=peft.PeftConfig(method=method, **kw))
+
+
+def t5_config(method="none", **kw):
+    return t5.T5Config(vocab_size=99, d_model=D, num_heads=HEADS, head_dim=8, d_ff=FF, num_encoder_layers=LAYERS,
+                       num_decoder_layers=3, peft=peft.PeftConfig(method=method, **kw))
+
+
+def apply_bert(model, params):
+    return model.apply({"params": params}, IDS, IDS * 0, MASK)["logits"]
+
+
+def peft_count(params) -> int:
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    return sum(np.size(leaf) for path, leaf in leaves if peft.is_peft_path([str(k.key) for k in path]))
+
+
+def init(model, *args):
+    return nn.unbox(model.init(jax.random.key(0), *args)["params"])
+
+
+def with_base(params, base):
+    """`params` with every leaf that `base` has at the same path taken from it (the PEFT leaves stay)."""
+    def take(path, leaf):
+        node = base
+        for key in path:
+            node = node.get(key.key) if isinstance(node, dict) else None
+        return leaf if node is None else node
+    return jax.tree_util.tree_map_with_path(take, params)
+
+
+# ------------------------------------------------------------------ LoRA: identity at step 0, exact merge
+@pytest.mark.parametrize("family", ["bert", "gpt", "t5"])
+def test_lora_with_b_zero_leaves_the_model_unchanged(family):
+    """Hu et al.: B = 0 at initialization, so the adapted model is the pretrained one, bitwise."""
+    if family == "bert":
+        base_model, lora_model, args = bert(), bert("lora", lora_targets=LORA_ALL), (IDS, IDS * 0, MASK)
+    elif family == "gpt":
+        base_model, lora_model = GPTForSequenceClassification(gpt(), 3), GPTForSequenceClassification(
+            gpt("lora", lora_targets=LORA_ALL), 3)
+        args = (IDS, MASK)
+    else:
+        base_model, lora_model, args = t5.T5(t5_config()), t5.T5(t5_config("lora", lora_targets=LORA_ALL)), (IDS, IDS)
+    base = init(base_model, *args)
+    params = with_base(init(lora_model, *args), base)
+    assert peft_count(params) > 0
+    assert all(not np.any(b) for b in _leaves_named(params, "lora_b"))
+    np.testing.assert_array_equal(lora_model.apply({"params": params}, *args)["logits"],
+                                  base_model.apply({"params": base}, *args)["logits"])
+
+
+LORA_ALL = ("query", "key", "value", "out", "intermediate", "output")
+
+
+def _leaves_named(params, name):
+    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+    return [leaf for path, leaf in leaves if str(path[-1].key) == name]
+
+
+def test_merged_lora_equals_the_adapted_model():
+    """merge_lora folds (alpha / r) A B into each kernel: the plain model then computes the same logits."""
+    model = bert("lora", lora_targets=LORA_ALL, lora_rank=4, lora_alpha=16.0)
+    params = init(model, IDS, IDS * 0, MASK)
+    rng = np.random.default_rng(0)
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, x: rng.normal(0, 0.2, x.shape).astype(x.dtype) if str(path[-1].key) == "lora_b" else x, params)
+    merged = peft.merge_lora(params, 16.0 / 4)
+    assert not _leaves_named(merged, "lora_a")
+    adapted, plain = apply_bert(model, params), apply_bert(bert(), merged)
+    unadapted = apply_bert(bert(), peft.merge_lora(params, 0.0))
+    assert np.abs(np.asarray(adapted) - np.asarray(unadapted)).max() > 1e-3  # the update matters here
+    np.testing.assert_allclose(plain, adapted, atol=2e-5)
+
+
+# ------------------------------------------------------------------ parameter counts: the papers' formulas
+def test_parameter_counts_follow_the_formulas():
+    m, r, p, h = 8, 4, 5, 16
+    counts = {method: peft_count(init(bert(method, adapter_size=m, lora_rank=r, prefix_length=p, prompt_length=p,
+                                           prefix_hidden_size=h, **kw), IDS, IDS * 0, MASK))
+              for method, kw in [("adapters", {}), ("lora", {}), ("prefix", {}), ("prompt", {})]}
+    assert counts["adapters"] == LAYERS * 2 * (2 * D * m + D + m)     # Houlsby: two adapters per layer
+    assert counts["lora"] == LAYERS * 2 * (D * r + r * D)             # query and value
+    out = LAYERS * 2 * D                                               # every layer's keys and values
+    assert counts["prefix"] == p * D + (D * h + h) + (h * out + out)  # P' [P, D] through the MLP
+    assert counts["prompt"] == p * D
+    pfeiffer = peft_count(init(bert("adapters", adapter_size=m, adapter_placement="pfeiffer"), IDS, IDS * 0, MASK))
+    assert pfeiffer == LAYERS * (2 * D * m + D + m)
+    no_mlp = peft_count(init(bert("prefix", prefix_length=p, prefix_hidden_size=0), IDS, IDS * 0, MASK))
+    assert no_mlp == p * out
+    # T5: adapters after self-attention and the FFN in the encoder, and after cross-attention too in the decoder
+    t5_adapters = peft_count(init(t5.T5(t5_config("adapters", adapter_size=m)), IDS, IDS))
+    assert t5_adapters == (LAYERS * 2 + 3 * 3) * (2 * D * m + D + m)
+
+
+# ------------------------------------------------------------------ layouts and decoding
+@pytest.mark.parametrize("method", ["lora", "adapters", "prefix", "prompt"])
+def test_scanned_and_looped_stacks_agree(method):
+    """Prefix-tuning gives each layer its own keys and values: the scanned stack must slice them per layer."""
+    kw = dict(prefix_length=3, prompt_length=3, adapter_size=8, prefix_hidden_size=0)
+    looped = bert(method, **kw)
+    scanned = looped.clone(config=dataclasses.replace(looped.config, scan_layers=True))
+    params = init(looped, IDS, IDS * 0, MASK)
+    params = jax.tree.map(lambda x: x + np.random.default_rng(1).normal(0, 0.05, x.shape).astype(x.dtype), params)
+    np.testing.assert_allclose(apply_bert(scanned, stack.stack_layers(params)), apply_bert(looped, params), atol=1e-5)
+
+
+def test_gpt_prefix_decodes_like_teacher_forcing():
+    """The prefix joins the key/value cache's keys at every step; positions start at P as in training."""
+    model = GPT(gpt("prefix", prefix_length=4, prefix_hidden_size=8))
+    ids = IDS[:, :6]
+    params = init(model, ids)
+    full = model.apply({"params": params}, ids)["logits"]
+    cache, step = init_cache(model, params, 2, 6), make_tokens_to_logits(model, params)
+    stepped = []
+    for t in range(6):
+        logits, cache = step(ids[:, t:t + 1], cache, t)
+        stepped.append(logits)
+    np.testing.assert_allclose(jnp.stack(stepped, 1), full, atol=1e-5)
+
+
+def test_t5_prefix_and_prompt_decode_like_teacher_forcing():
+    for method in ("prefix", "prompt"):
+        config = t5_config(method, prefix_length=4, prompt_length=3, prefix_hidden_size=8)
+        model = t5.T5(config)
+        decoder_ids = jnp.array([[0, 8, 9, 10], [0, 11, 12, 13]], jnp.int32)
+        params = init(model, IDS, decoder_ids)
+        full = model.apply({"params": params}, IDS, decoder_ids)["logits"]
+        encoded = model.apply({"params": params}, IDS, method=t5.T5.encode)
+        assert encoded.shape[1] == IDS.shape[1] + (3 if method == "prompt" else 0)
+        step = t5.make_tokens_to_logits(model, params, encoded, t5.encoder_segments_of(config, IDS, None) != 0)
+        cache, stepped = t5.init_cache(model, params, 2, 4), []
+        for t in range(4):
+            logits, cache = step(decoder_ids[:, t:t + 1], cache, t)
+            stepped.append(logits)
+        np.testing.assert_allclose(jnp.stack(stepped, 1), full, atol=1e-5)
+
+
+# ------------------------------------------------------------------ bad settings: one line each
+@pytest.mark.parametrize("build, message", [
+    (lambda: peft.PeftConfig(method="bitfit"), "peft.method='bitfit' is not one of"),
+    (lambda: peft.PeftConfig(method="lora", lora_targets=("query", "gate")), "peft.lora_targets"),
+    (lambda: bert("lora", lora_rank=33).config, "peft.lora_rank=33 exceeds the query projection's rank 32"),
+    (lambda: BertConfig(hidden_size=32, num_heads=4, intermediate_size=16, peft=peft.PeftConfig(
+        method="lora", lora_rank=20, lora_targets=("output",))), "exceeds the output projection's rank 16"),
+    (lambda: bert("adapters", adapter_size=64).config, "peft.adapter_size=64 is wider than the model (32)"),
+    (lambda: gpt("prefix", prefix_length=40), "peft.prefix_length=40 leaves no room"),
+    (lambda: gpt("prompt", prompt_length=50), "peft.prompt_length=50 leaves no room"),
+    (lambda: peft.PeftConfig(method="lora", lora_rank=0), "peft.lora_rank=0 must be a positive integer"),
+])
+def test_bad_settings_are_one_line_errors(build, message):
+    with pytest.raises(ModelInputError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
+        build()
+    assert "\n" not in str(info.value)
+
+
+def test_inputs_that_outgrow_the_positions_are_errors():
+    model = bert("prompt", prompt_length=35)  # 35 + 8 tokens > 40 positions
+    with pytest.raises(ModelInputError, match="8 tokens \\+ 35 virtual ones exceed the model's 40 positions"):
+        model.init(jax.random.key(0), IDS, IDS * 0, MASK)
+    prompted = GPT(gpt("prompt", prompt_length=3))
+    params = init(prompted, IDS)
+    with pytest.raises(ModelInputError, match="decode=True with prompt tuning is not supported"):
+        prompted.apply({"params": params}, IDS[:, :1], decode=True, mutable=["cache"])
