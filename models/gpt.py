@@ -234,10 +234,11 @@ def attention_mask(length: int, segment_ids: jax.Array | None = None, prefix_len
 def init_cache(model: GPT, params, batch_size: int, max_length: int) -> dict:
     """An empty cache for `batch_size` rows of up to `max_length` tokens (prompt included); every leaf has
     a leading batch axis. One sizing pass on zeros, compiled once per model and shape."""
-    room = model.config.n_positions - model.config.virtual_positions
-    if max_length > room:
-        raise ValueError(f"max_length={max_length} exceeds the model's {room} positions "
-                         "(generate fewer tokens or shorten the prompt)")
+    virtual = model.config.virtual_positions
+    if max_length + virtual > model.config.n_positions:
+        raise ValueError(f"max_length={max_length} exceeds the model's n_positions={model.config.n_positions}"
+                         + (f" less its {virtual} PEFT positions" if virtual else "")
+                         + " (generate fewer tokens or shorten the prompt)")
     return _sizing_pass(model, params, batch_size, max_length)
 
 
