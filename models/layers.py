@@ -6,6 +6,7 @@ Shapes use B = batch, L = query length, S = key length, D = embed, H = heads, K 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Any, Callable
@@ -14,10 +15,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, peft
+from models import attention
 
 Dtype = Any
 Initializer = Callable[..., jax.Array]
+PeftConfig = Any  # models.peft.PeftConfig (which imports this module): asked for `lora_for(projection name)`
 
 
 def truncated_normal(stddev: float) -> Initializer:
@@ -27,6 +29,40 @@ def truncated_normal(stddev: float) -> Initializer:
 
 def partitioned(init: Initializer, axes: tuple[str | None, ...]) -> Initializer:
     return nn.with_logical_partitioning(init, axes)
+
+
+# LoRA's low-rank update (Hu et al. 2021) lives beside the kernel it adapts; models/peft.py configures it.
+@dataclasses.dataclass(frozen=True)
+class LoraSpec:
+    rank: int
+    alpha: float
+    dropout: float
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+
+def kaiming_uniform_a(key, shape, dtype=jnp.float32):
+    """peft's init of A (torch's kaiming_uniform_ with a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the
+    input dimensions are every axis but the last (the rank)."""
+    bound = 1 / math.sqrt(math.prod(shape[:-1]))
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+
+def low_rank_update(module: nn.Module, x: jax.Array, spec: LoraSpec, axis: tuple[int, ...],
+                    in_axes: tuple[str | None, ...], features: tuple[int, ...], out_axes: tuple[str | None, ...],
+                    dtype, param_dtype, deterministic: bool) -> jax.Array:
+    """(alpha / r) dropout(x) A B, contracting x's `axis` dims; creates `lora_a` [*in, r] and `lora_b`
+    [r, *features] in `module` (a Dense: the update sits beside its kernel, as peft's query.lora_A)."""
+    a = module.param("lora_a", nn.with_logical_partitioning(kaiming_uniform_a, in_axes + (None,)),
+                     tuple(x.shape[i] for i in axis) + (spec.rank,), param_dtype)
+    b = module.param("lora_b", nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,) + out_axes),
+                     (spec.rank,) + features, param_dtype)
+    x = nn.Dropout(spec.dropout)(x, deterministic=deterministic or spec.dropout == 0)
+    h = jax.lax.dot_general(x.astype(dtype), jnp.asarray(a, dtype), ((axis, tuple(range(len(axis)))), ((), ())))
+    y = jax.lax.dot_general(h, jnp.asarray(b, dtype), (((h.ndim - 1,), (0,)), ((), ())))
+    return y * jnp.asarray(spec.scale, dtype)
 
 
 class Dense(nn.Module):
@@ -39,7 +75,7 @@ class Dense(nn.Module):
     axis: int | tuple[int, ...] = -1
     use_bias: bool = True
     kernel_init: Initializer = truncated_normal(0.02)
-    lora: peft.LoraSpec | None = None   # a low-rank update beside the kernel (models/peft.py)
+    lora: LoraSpec | None = None   # LoRA's update beside the kernel (models/peft.py)
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
@@ -57,7 +93,7 @@ class Dense(nn.Module):
                               features, self.param_dtype)
             y = y + jnp.asarray(bias, self.dtype)
         if self.lora is not None:
-            y = y + peft.low_rank_update(self, x, self.lora, axis, self.kernel_axes[:len(axis)], features,
+            y = y + low_rank_update(self, x, self.lora, axis, self.kernel_axes[:len(axis)], features,
                                          self.kernel_axes[len(axis):], self.dtype, self.param_dtype, deterministic)
         return y
 
@@ -208,7 +244,7 @@ class MultiHeadAttention(nn.Module):
     kernel_init: Initializer = truncated_normal(0.02)   # all projections, unless given below
     query_kernel_init: Initializer | None = None
     out_kernel_init: Initializer | None = None
-    peft: peft.PeftConfig | None = None   # LoRA on the projections it targets (models/peft.py)
+    peft: PeftConfig | None = None   # LoRA on the projections it targets (models/peft.py)
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
@@ -243,7 +279,7 @@ class MultiHeadAttention(nn.Module):
             k, v, mask = self._cached_keys_values(k, v, mask)
         if prefix is not None:  # prefix-tuning: P more keys and values, seen by every query (a dense mask)
             mask = attention.dense_mask(mask, q.shape[1], k.shape[1])
-            k, v, mask, bias = peft.attend_to_prefix(k, v, mask, bias, prefix)
+            k, v, mask, bias = attention.attend_to_prefix(k, v, mask, bias, prefix)
 
         dropout = None
         if self.dropout_rate > 0 and not deterministic:
@@ -291,7 +327,7 @@ class MLP(nn.Module):
     dropout_rate: float = 0.0
     kernel_init: Initializer = truncated_normal(0.02)
     output_kernel_init: Initializer | None = None   # default: kernel_init
-    peft: peft.PeftConfig | None = None   # LoRA on `intermediate` / `output` where it targets them
+    peft: PeftConfig | None = None   # LoRA on `intermediate` / `output` where it targets them
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 

@@ -22,7 +22,6 @@ Shapes: B batch, L length, D width, H heads, K head dim, P virtual tokens, r ran
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import flax.linen as nn
@@ -30,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from models.errors import ModelInputError
+from models.layers import Dense, LoraSpec
 
 METHODS = ("none", "adapters", "lora", "prefix", "prompt")
 PLACEMENTS = ("houlsby", "pfeiffer")
@@ -67,7 +67,7 @@ class PeftConfig:
             if getattr(self, name) < 1:
                 raise ModelInputError(f"peft.{name}={getattr(self, name)} must be a positive integer")
 
-    def lora_for(self, name: str) -> "LoraSpec | None":
+    def lora_for(self, name: str) -> LoraSpec | None:
         """The low-rank update of the projection `name`, or None where LoRA leaves it alone."""
         if self.method != "lora" or name not in self.lora_targets:
             return None
@@ -85,17 +85,6 @@ class PeftConfig:
     def virtual_tokens(self) -> int:
         """Input positions the prompt adds in front of every row (0 for the other methods)."""
         return self.prompt_length if self.method == "prompt" else 0
-
-
-@dataclasses.dataclass(frozen=True)
-class LoraSpec:
-    rank: int
-    alpha: float
-    dropout: float
-
-    @property
-    def scale(self) -> float:
-        return self.alpha / self.rank
 
 
 def check_fits(peft: PeftConfig | None, *, width: int, context: int | None, attention_width: int = 0,
@@ -133,28 +122,6 @@ def is_peft_path(names: tuple[str, ...] | list[str]) -> bool:
 # ---------------------------------------------------------------------------------------------
 # LoRA
 # ---------------------------------------------------------------------------------------------
-def kaiming_uniform_a(key, shape, dtype=jnp.float32):
-    """peft's init of A (torch's kaiming_uniform_ with a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the
-    input dimensions are every axis but the last (the rank)."""
-    bound = 1 / math.sqrt(math.prod(shape[:-1]))
-    return jax.random.uniform(key, shape, dtype, -bound, bound)
-
-
-def low_rank_update(module: nn.Module, x: jax.Array, spec: LoraSpec, axis: tuple[int, ...],
-                    in_axes: tuple[str | None, ...], features: tuple[int, ...], out_axes: tuple[str | None, ...],
-                    dtype, param_dtype, deterministic: bool) -> jax.Array:
-    """(alpha / r) dropout(x) A B, contracting x's `axis` dims; creates `lora_a` [*in, r] and `lora_b`
-    [r, *features] in `module` (a Dense: the update sits beside its kernel, as peft's query.lora_A)."""
-    a = module.param("lora_a", nn.with_logical_partitioning(kaiming_uniform_a, in_axes + (None,)),
-                     tuple(x.shape[i] for i in axis) + (spec.rank,), param_dtype)
-    b = module.param("lora_b", nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,) + out_axes),
-                     (spec.rank,) + features, param_dtype)
-    x = nn.Dropout(spec.dropout)(x, deterministic=deterministic or spec.dropout == 0)
-    h = jax.lax.dot_general(x.astype(dtype), jnp.asarray(a, dtype), ((axis, tuple(range(len(axis)))), ((), ())))
-    y = jax.lax.dot_general(h, jnp.asarray(b, dtype), (((h.ndim - 1,), (0,)), ((), ())))
-    return y * jnp.asarray(spec.scale, dtype)
-
-
 def merge_lora(params: Any, scale: float) -> Any:
     """A LoRA-trained parameter tree -> the plain tree of the base architecture: every kernel beside a
     `lora_a`/`lora_b` pair becomes kernel + scale * A B, and the pair is dropped (for export)."""
@@ -182,8 +149,6 @@ class Adapter(nn.Module):
     def __call__(self, h: jax.Array) -> jax.Array:
         init = nn.initializers.truncated_normal(1e-3)  # adapter-bert's init_scale: near the identity at start
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=init)
-        # imported here: models.layers imports this module for LoRA
-        from models.layers import Dense
         down = Dense(self.size, ("embed", "adapter"), name="down", **kw)(h)
         return h + Dense(h.shape[-1], ("adapter", "embed"), name="up", **kw)(nn.gelu(down, approximate=False))
 
@@ -210,7 +175,6 @@ class PrefixEncoder(nn.Module):
 
     @nn.compact
     def __call__(self) -> jax.Array:
-        from models.layers import Dense
         out = self.num_layers * 2 * self.num_heads * self.head_dim
         init = nn.initializers.normal(1.0)  # torch.nn.Embedding's init, as peft's
         if self.hidden_size:
@@ -248,19 +212,3 @@ def sample_vocabulary(embedding, length: int, seed: int, low: int = 0):
     import numpy as np
     rows = np.random.default_rng(seed).choice(np.arange(low, embedding.shape[0]), size=length, replace=False)
     return np.asarray(embedding)[rows]
-
-
-def attend_to_prefix(k: jax.Array, v: jax.Array, mask: jax.Array | None, bias: jax.Array | None,
-                     prefix: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
-    """Puts a layer's prefix [2, P, H, K] before its keys and values [B, S, H, K]: every query that attends at
-    all may attend to it; a dense mask [B|1, 1, L, S] grows P columns, and so does a bias [B|1, H, L, S]
-    (with 0) unless it already covers them ([B|1, H, L, P + S]: T5's relative positions)."""
-    batch, length = k.shape[0], prefix.shape[1]
-    keys = jnp.broadcast_to(prefix[0][None].astype(k.dtype), (batch,) + prefix.shape[1:])
-    values = jnp.broadcast_to(prefix[1][None].astype(v.dtype), (batch,) + prefix.shape[1:])
-    if mask is not None:
-        seen = jnp.any(mask, axis=-1, keepdims=True)  # padding queries keep attending to nothing
-        mask = jnp.concatenate([jnp.broadcast_to(seen, mask.shape[:-1] + (length,)), mask], axis=-1)
-    if bias is not None and bias.shape[-1] == k.shape[1]:
-        bias = jnp.pad(bias, [(0, 0)] * (bias.ndim - 1) + [(length, 0)])
-    return jnp.concatenate([keys, k], axis=1), jnp.concatenate([values, v], axis=1), mask, bias
