@@ -12,6 +12,8 @@ The methods themselves are modules (models/peft.py); here `config.peft` becomes 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from typing import Any, Callable
 
 import jax
@@ -20,7 +22,7 @@ import numpy as np
 import optax
 
 from models import peft as peft_modules
-from pretrain.core import checkpoints, freezing
+from pretrain.core import checkpoints, freezing, pretrained
 from pretrain.core.errors import ConfigError, UserError
 
 HEADLESS = ("t5",)  # families whose whole tree is the pretrained model (text to text: no new head)
@@ -154,3 +156,26 @@ def read_reference(directory: str, step: int) -> dict:
     if not isinstance(data, dict) or "peft_base" not in data:
         raise UserError(f"{directory}/{step} holds no PEFT base reference: it was not written by a PEFT run")
     return data["peft_base"]
+
+
+def peft_workdir(path: str) -> ml_collections.ConfigDict | None:
+    """The config of a pretrain.finetune workdir that trained a PEFT method; None for anything else."""
+    config_path = os.path.join(path, "config.json")
+    if not os.path.isfile(config_path):
+        return None
+    with open(config_path) as f:
+        stored = json.load(f)
+    if not isinstance(stored, dict) or "task" not in stored or stored.get("peft", {}).get("method", "none") == "none":
+        return None
+    return ml_collections.ConfigDict(stored)
+
+
+def load_stored(workdir: str) -> tuple[dict, pretrained.Pretrained]:
+    """A PEFT workdir's best checkpoint -> (its stored parameters, the base it names, fingerprint checked)."""
+    directory = os.path.join(workdir, "checkpoints")
+    part, step = checkpoints.restore_params(directory)
+    reference = read_reference(directory, step)
+    init = pretrained.load_pretrained(reference["init"], flag=f"the base of {directory}/{step}")
+    check_base(reference, init.params, f"{directory}/{step}")
+    return part, init
+

@@ -12,6 +12,10 @@ import json
 import os
 from typing import Any
 
+import jax
+import numpy as np
+
+from models import stack
 from pretrain.core import checkpoints
 from pretrain.core.errors import UserError
 
@@ -107,3 +111,28 @@ def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
     else:
         model = {k: v for k, v in config["model"].items() if k not in NOT_ARCHITECTURE}
     return Pretrained(family, model, params, tokenizer, f"orbax:{ckpt}/{step}")
+
+
+def merge_params(params: dict, pretrained_params: dict, source: str, prefix: str = "") -> tuple[dict, list[str]]:
+    """Pretrained weights into a fresh parameter tree (shapes must agree) -> (params, fresh names).
+
+    Every leaf of `params` found at the same path in `pretrained_params` is replaced; the others
+    (a new task head) keep their random init and are listed as fresh.
+    """
+    fresh = []
+    pretrained_params = stack.to_layout(pretrained_params, scan=stack.is_scanned(params))  # either layout loads
+
+    def take(path, current):
+        node = pretrained_params
+        for key in path:
+            node = node.get(key.key) if isinstance(node, dict) else None
+        name = prefix + "/".join(str(k.key) for k in path)
+        if node is None:
+            fresh.append(name)
+            return current
+        if tuple(np.shape(node)) != tuple(current.shape):
+            raise UserError(f"{source}: {name} has shape {tuple(np.shape(node))}, the model wants "
+                            f"{tuple(current.shape)}")
+        return np.asarray(node, current.dtype)
+
+    return jax.tree_util.tree_map_with_path(take, jax.device_get(params)), fresh

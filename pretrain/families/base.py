@@ -14,14 +14,11 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import flax.linen as nn
-import jax
 import numpy as np
 
 import models
-from models import stack
 from objectives.interface import StepObjective
-from pretrain.core import parameter_efficient
-from pretrain.core.errors import UserError
+from pretrain.core import parameter_efficient, pretrained
 from pretrain.core.pretrained import Pretrained
 from pretrain.data import finetune_data
 from pretrain.glue.tasks import Example, GlueTask
@@ -63,26 +60,4 @@ def model_config(config) -> Any:
     return models.model_config(config.model, peft=parameter_efficient.peft_config(config))
 
 
-def merge_pretrained(params: dict, pretrained_params: dict, source: str, prefix: str = "") -> tuple[dict, list[str]]:
-    """Pretrained weights into a fresh parameter tree (shapes must agree) -> (params, fresh names).
-
-    Every leaf of `params` found at the same path in `pretrained_params` is replaced; the others
-    (a new task head) keep their random init and are listed as fresh.
-    """
-    fresh = []
-    pretrained_params = stack.to_layout(pretrained_params, scan=stack.is_scanned(params))  # either layout loads
-
-    def take(path, current):
-        node = pretrained_params
-        for key in path:
-            node = node.get(key.key) if isinstance(node, dict) else None
-        name = prefix + "/".join(str(k.key) for k in path)
-        if node is None:
-            fresh.append(name)
-            return current
-        if tuple(np.shape(node)) != tuple(current.shape):
-            raise UserError(f"{source}: {name} has shape {tuple(np.shape(node))}, the model wants "
-                            f"{tuple(current.shape)}")
-        return np.asarray(node, current.dtype)
-
-    return jax.tree_util.tree_map_with_path(take, jax.device_get(params)), fresh
+merge_pretrained = pretrained.merge_params  # pretrained weights into a fresh tree (core/pretrained.py)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 import models
 from models import stack
 from models.gpt import GPT, GPTConfig
-from pretrain.core import pretrained
+from pretrain.core import parameter_efficient, pretrained
 from pretrain.core.errors import UserError
 from pretrain.data import tokenizers
 
@@ -36,20 +37,30 @@ class LanguageModel:
 
 def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "float32",
                         flag: str = "--init") -> LanguageModel:
-    """path: a GPT workdir (its latest checkpoint) or a Hugging Face GPT-2 directory. `tokenizer_path`
-    replaces the one the checkpoint names (a relative path there is relative to where it trained)."""
-    init = pretrained.load_pretrained(path, flag)
+    """path: a GPT workdir (its latest checkpoint), a Hugging Face GPT-2 directory, or a pretrain.finetune
+    workdir of a GPT with a PEFT method (its base, fingerprint checked, with the trained LoRA / prefix /
+    adapter weights; its task head is not used). `tokenizer_path` replaces the one the checkpoint names (a
+    relative path there is relative to where it trained)."""
+    peft_run = parameter_efficient.peft_workdir(path)
+    part, init = parameter_efficient.load_stored(path) if peft_run else (None, pretrained.load_pretrained(path, flag))
     if init.family != "gpt":
         raise UserError(f"{flag}={path} holds a {init.family} model; this needs a decoder-only GPT "
                         "(a configs/gpt2.py workdir or a Hugging Face GPT-2 directory)")
     config = models.model_config({**init.model, "name": "gpt"}, dropout_rate=0.0, attention_dropout_rate=0.0,
-                                 dtype=dtype)
+                                 dtype=dtype, peft=parameter_efficient.peft_config(peft_run) if peft_run else None)
     try:
         tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)
     except tokenizers.TokenizerError as e:  # the tokenizer names training's option; these tools have their own
         raise tokenizers.TokenizerError(str(e).replace("--config.tokenizer.path", "--tokenizer_path")) from None
-    params = jax.tree.map(jnp.asarray, stack.to_layout(init.params, scan=config.scan_layers))
-    return LanguageModel(GPT(config), params, tokenizer, init.source)
+    model = GPT(config)
+    if part is None:
+        params = stack.to_layout(init.params, scan=config.scan_layers)
+    else:  # a blank tree of the PEFT model, the base in it, the trained weights over both
+        abstract = flax.core.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
+        blank = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract["params"])
+        params, _ = pretrained.merge_params(blank, init.params, init.source)
+        params = parameter_efficient.overlay(params, part["gpt"])
+    return LanguageModel(model, jax.tree.map(jnp.asarray, params), tokenizer, init.source)
 
 
 @functools.partial(jax.jit, static_argnums=0)

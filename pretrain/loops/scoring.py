@@ -15,7 +15,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from pretrain.core import checkpoints, distributed, parameter_efficient, partitioning, pretrained
+from pretrain.core import checkpoints, distributed, parameter_efficient, partitioning
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import UserError
 from pretrain.data import finetune_data, tokenizers
@@ -120,7 +120,7 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     family = registry.for_config(config, task, tokenizers.from_config(config.tokenizer))
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
     if config.get("peft", {}).get("method", "none") != "none":
-        params = with_peft_base(config, family, params, os.path.join(workdir, "checkpoints"), step, wanted[0])
+        params = with_peft_base(config, family, workdir, wanted[0])
     mesh = partitioning.create_mesh(config.mesh_shape)
     params = jax.device_put(params, partitioning.replicated(mesh))  # on every device of every process
     jit_predict = jax.jit(family.predict_fn(family.build_model()))
@@ -133,12 +133,10 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     return out
 
 
-def with_peft_base(config, family, part: dict, directory: str, step: int, split: str) -> dict:
-    """A PEFT checkpoint's trained parameters over the base it names (checked by fingerprint): the whole
+def with_peft_base(config, family, workdir: str, split: str) -> dict:
+    """A PEFT workdir's trained parameters over the base it names (checked by fingerprint): the whole
     tree of the fine-tuned model. `split` gives one example for the model's shapes."""
-    reference = parameter_efficient.read_reference(directory, step)
-    init = pretrained.load_pretrained(reference["init"], flag=f"the base of {directory}/{step}")
-    parameter_efficient.check_base(reference, init.params, f"{directory}/{step}")
+    part, init = parameter_efficient.load_stored(workdir)
     data, _, _ = load_split(config, family, split, 1, subset=1)
     example = {k: v[:1] for k, v in family.objective.model_inputs(data.batch(np.arange(1))).items()}
     model = family.build_model()

@@ -268,3 +268,29 @@ def test_finetune_command_on_sst2_from_a_pretrained_gpt(tmp_path, tiny_gpt_workd
     assert losses[-1] < losses[0] - 0.02, losses
     rows = (workdir / "predictions" / "dev.tsv").read_text().splitlines()
     assert len(rows) == 1 + 872
+
+
+@pytest.mark.slow
+def test_lora_finetuned_gpt_loads_as_a_language_model(tmp_path, tiny_gpt_workdir):
+    """pretrain.generate / perplexity / fewshot load a GPT fine-tuned with LoRA as base + the trained weights
+    (pretrain/lm/language_model.py): its next-token scores are those of the base with the LoRA merged in."""
+    from models import peft
+    from pretrain.lm.language_model import load_language_model, next_token_log_probs
+    from pretrain.loops import finetuning
+    config = glue_config.get_config("task=sst2,model=gpt,peft=lora")
+    config.init, config.data.glue_dir = tiny_gpt_workdir, GLUE_DIR
+    config.data.max_train_examples, config.data.max_seq_length, config.num_epochs = 64, 64, 1
+    config.peft.lora.targets, config.peft.lora.rank = "query,value,intermediate", 4
+    config.write_test_predictions = False
+    workdir = tmp_path / "sst2_lora"
+    finetuning.finetune(config, str(workdir))
+
+    adapted, base = load_language_model(str(workdir)), load_language_model(tiny_gpt_workdir)
+    assert adapted.config.peft.method == "lora" and base.config.peft is None
+    lora_b = [x for path, x in jax.tree_util.tree_flatten_with_path(adapted.params)[0] if "lora_b" in str(path)]
+    assert len(lora_b) == 3 and all(np.any(np.asarray(b)) for b in lora_b)  # trained, so the scores move
+    ids = jnp.asarray([adapted.tokenizer.encode("it is a good film, and a fine one.")])
+    merged = peft.merge_lora(jax.device_get(adapted.params), config.peft.lora.alpha / config.peft.lora.rank)
+    ours = next_token_log_probs(adapted.model, adapted.params, ids)
+    np.testing.assert_allclose(ours, next_token_log_probs(base.model, merged, ids), atol=1e-5)
+    assert np.abs(np.asarray(ours) - np.asarray(next_token_log_probs(base.model, base.params, ids))).max() > 1e-4
