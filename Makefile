@@ -9,7 +9,7 @@ GLUE_DIR ?= ../shared/data/glue
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-tpu aot-table bench bench-glue bench-glue-quick bench-nanogpt bench-accelerator clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-quick bench-nanogpt bench-accelerator clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -110,6 +110,16 @@ bench-glue: $(STAMP)
 
 bench-glue-quick: $(STAMP)
 	$(PY) scripts/bench_glue.py --quick --output runs/bench_glue_quick.json
+
+# Full fine-tuning and each PEFT method (adapters, LoRA, prefix, prompt) beside Hugging Face peft, same
+# tasks and seeds (about 81 runs: hours on a CPU); the quick variant is MRPC, seed 0.
+bench-glue-peft: $(STAMP)
+	$(PY) scripts/bench_glue.py --peft none adapters lora prefix prompt --workdir runs/bench_glue_peft \
+	    --output runs/bench_glue_peft.json
+
+bench-glue-peft-quick: $(STAMP)
+	$(PY) scripts/bench_glue.py --quick --peft none adapters lora prefix prompt --workdir runs/bench_glue_peft \
+	    --output runs/bench_glue_peft_quick.json
 
 # nanoGPT's CPU recipe for shakespeare_char here and with transformers' GPT2LMHeadModel (~5 min):
 # validation loss (must be <= 1.90) and time per iteration, ours / HF.
