@@ -116,6 +116,16 @@ def save_hf_bert(directory: str, params: dict, config: BertConfig, *, vocab_file
     it holds nothing but files an export writes; anything else is refused, never deleted.
     """
     directory = check_export_target(directory)
+    tokenizer_files = bert_tokenizer_files(vocab_file, lowercase, config)
+    architecture = ("BertModel" if "mlm_head" not in params
+                    else "BertForPreTraining" if "nsp_head" in params else "BertForMaskedLM")
+    state_dict = hf_state_dict_from_bert(params, config, prefix="" if architecture == "BertModel" else "bert.")
+    write_export(directory, bert_config_to_hf(config, architecture), state_dict, tokenizer_files)
+
+
+def bert_tokenizer_files(vocab_file: str | None, lowercase: bool, config: BertConfig) -> Callable[[str], None]:
+    """The vocab.txt (checked: it exists, and fits the model's vocabulary) -> a writer of it and its
+    tokenizer_config.json into an export's directory (nothing without a vocab file)."""
     if vocab_file is not None:
         vocab_file = os.path.expanduser(vocab_file)
         if os.path.isdir(vocab_file):
@@ -128,9 +138,6 @@ def save_hf_bert(directory: str, params: dict, config: BertConfig, *, vocab_file
         if lines > config.vocab_size:
             raise ModelInputError(f"{vocab_file} has {lines} tokens but the model's vocab_size is {config.vocab_size} "
                                   "(give the vocab the model was trained with)")
-    architecture = ("BertModel" if "mlm_head" not in params
-                    else "BertForPreTraining" if "nsp_head" in params else "BertForMaskedLM")
-    state_dict = hf_state_dict_from_bert(params, config, prefix="" if architecture == "BertModel" else "bert.")
 
     def tokenizer_files(tmp: str) -> None:
         if vocab_file is not None:
@@ -138,7 +145,7 @@ def save_hf_bert(directory: str, params: dict, config: BertConfig, *, vocab_file
             with open(os.path.join(tmp, TOKENIZER_CONFIG), "w") as f:
                 json.dump({"do_lower_case": lowercase, "tokenizer_class": "BertTokenizer",
                            "model_max_length": config.max_position_embeddings}, f, indent=2)
-    write_export(directory, bert_config_to_hf(config, architecture), state_dict, tokenizer_files)
+    return tokenizer_files
 
 
 def check_export_target(directory: str) -> str:
@@ -154,17 +161,26 @@ def write_export(directory: str, hf_config: dict, state_dict: dict[str, np.ndarr
                  extra_files: Callable[[str], None] | None = None) -> None:
     """config.json + model.safetensors (+ what extra_files(tmp_dir) writes), renamed into place at the end."""
     import safetensors.numpy
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
-    try:
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; an export is meant to be shared
+
+    def fill(tmp: str) -> None:
         with open(os.path.join(tmp, CONFIG), "w") as f:
             json.dump(hf_config, f, indent=2)
         safetensors.numpy.save_file(state_dict, os.path.join(tmp, SAFETENSORS), metadata={"format": "pt"})
         if extra_files is not None:
             extra_files(tmp)
-        if os.path.isdir(directory):  # a previous export (checked by check_export_target): swap, then delete
+    replace_directory(directory, fill)
+
+
+def replace_directory(directory: str, fill: Callable[[str], None]) -> None:
+    """fill(a temporary directory beside `directory`), then renamed into place: an interrupted export never
+    leaves a directory that looks complete. A previous export (checked by the caller) is swapped, then deleted."""
+    parent = os.path.dirname(directory)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; an export is meant to be shared
+        fill(tmp)
+        if os.path.isdir(directory):
             old = tmp + ".old"
             os.rename(directory, old)
             os.rename(tmp, directory)

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Callable
 
 import flax.core.meta
 import jax.numpy as jnp
@@ -27,7 +24,7 @@ import numpy as np
 from models import peft
 from models.bert import BertConfig
 from models.convert.hf_bert import bert_config_to_hf, hf_state_dict_from_bert
-from models.convert.hf_io import TOKENIZER_CONFIG, VOCAB, check_export_target, write_export
+from models.convert.hf_io import bert_tokenizer_files, check_export_target, replace_directory, write_export
 from models.errors import ModelInputError
 from models.stack import to_layout
 
@@ -67,16 +64,7 @@ def save_hf_bert_classifier(directory: str, params: dict, config: BertConfig, la
     directory = check_export_target(directory)
     state_dict = {**hf_state_dict_from_bert({"bert": params["bert"]}, config), **classifier_tensors(params["head"])}
 
-    def tokenizer_files(tmp: str) -> None:  # as save_hf_bert writes them
-        if vocab_file is None:
-            return
-        if not os.path.isfile(vocab_file):
-            raise ModelInputError(f"vocab file not found: {vocab_file} (give the BERT vocab.txt the model was "
-                                  "trained with)")
-        shutil.copyfile(vocab_file, os.path.join(tmp, VOCAB))
-        with open(os.path.join(tmp, TOKENIZER_CONFIG), "w") as f:
-            json.dump({"do_lower_case": lowercase, "tokenizer_class": "BertTokenizer",
-                       "model_max_length": config.max_position_embeddings}, f, indent=2)
+    tokenizer_files = bert_tokenizer_files(vocab_file, lowercase, config)
     write_export(directory, classification_config(config, labels), state_dict, tokenizer_files)
 
 
@@ -99,7 +87,7 @@ def save_peft_bert(directory: str, params: dict, config: BertConfig, *, base: st
     writers = {"lora": _lora, "prefix": _prefix, "prompt": _prompt}
     if method not in writers:
         raise ModelInputError(f"peft.method={method!r} has no peft library format (it has {', '.join(writers)})")
-    params = to_layout(flax.core.meta.unbox(params), scan=False)  # boxes from model.init; scanned layers, one per HF layer
+    params = to_layout(flax.core.meta.unbox(params), scan=False)  # a scanned run's stacked layers: one per HF layer
     tensors, adapter_config = writers[method](params["bert"], config)
     head_prefix = "base_model.model." if method == "lora" else "base_model."  # prompt learning wraps no .model
     tensors.update(classifier_tensors(params["head"], head_prefix))
@@ -172,25 +160,4 @@ def _write_peft(directory: str, adapter_config: dict, tensors: dict[str, np.ndar
         with open(os.path.join(tmp, ADAPTER_CONFIG), "w") as f:
             json.dump(adapter_config, f, indent=2)
         safetensors.numpy.save_file(tensors, os.path.join(tmp, ADAPTER_WEIGHTS), metadata={"format": "pt"})
-    _replace_directory(directory, fill)
-
-
-def _replace_directory(directory: str, fill: Callable[[str], None]) -> None:
-    """fill(a temporary directory beside `directory`), then renamed into place: an interrupted export never
-    leaves a directory that looks complete (as hf_io.write_export)."""
-    parent = os.path.dirname(directory)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(directory)}.tmp-", dir=parent)
-    try:
-        os.chmod(tmp, 0o755)
-        fill(tmp)
-        if os.path.isdir(directory):
-            old = tmp + ".old"
-            os.rename(directory, old)
-            os.rename(tmp, directory)
-            shutil.rmtree(old)
-        else:
-            os.rename(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    replace_directory(directory, fill)

@@ -16,6 +16,7 @@ import json
 import os
 from typing import Any, Callable
 
+import flax
 import jax
 import ml_collections
 import numpy as np
@@ -170,12 +171,24 @@ def peft_workdir(path: str) -> ml_collections.ConfigDict | None:
     return ml_collections.ConfigDict(stored)
 
 
-def load_stored(workdir: str) -> tuple[dict, pretrained.Pretrained]:
-    """A PEFT workdir's best checkpoint -> (its stored parameters, the base it names, fingerprint checked)."""
+def load_stored(workdir: str, step: int | None = None) -> tuple[dict, pretrained.Pretrained, int]:
+    """A PEFT workdir's best checkpoint (or `step`) -> (its stored parameters, the base it names, fingerprint
+    checked, the step)."""
     directory = os.path.join(workdir, "checkpoints")
-    part, step = checkpoints.restore_params(directory)
+    part, step = checkpoints.restore_params(directory, step)
     reference = read_reference(directory, step)
     init = pretrained.load_pretrained(reference["init"], flag=f"the base of {directory}/{step}")
     check_base(reference, init.params, f"{directory}/{step}")
-    return part, init
+    return part, init, step
+
+
+def rebuild(model, example: dict, part: dict, init: pretrained.Pretrained, merge: Callable) -> dict:
+    """The whole parameter tree of a PEFT model: a blank tree of its shapes (from `example`, [1, ...] inputs),
+    the base weights in it (`merge(blank, init) -> (params, fresh)`: a family's merge_pretrained), the stored
+    trained weights over both."""
+    abstract = flax.core.meta.unbox(jax.eval_shape(
+        lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
+    blank = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
+    merged, _ = merge(blank, init)
+    return overlay(merged, part)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,7 +41,10 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
     adapter weights; its task head is not used). `tokenizer_path` replaces the one the checkpoint names (a
     relative path there is relative to where it trained)."""
     peft_run = parameter_efficient.peft_workdir(path)
-    part, init = parameter_efficient.load_stored(path) if peft_run else (None, pretrained.load_pretrained(path, flag))
+    if peft_run:
+        part, init, _ = parameter_efficient.load_stored(path)
+    else:
+        part, init = None, pretrained.load_pretrained(path, flag)
     if init.family != "gpt":
         raise UserError(f"{flag}={path} holds a {init.family} model; this needs a decoder-only GPT "
                         "(a configs/gpt2.py workdir or a Hugging Face GPT-2 directory)")
@@ -55,11 +57,11 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
     model = GPT(config)
     if part is None:
         params = stack.to_layout(init.params, scan=config.scan_layers)
-    else:  # a blank tree of the PEFT model, the base in it, the trained weights over both
-        abstract = flax.core.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
-        blank = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract["params"])
-        params, _ = pretrained.merge_params(blank, init.params, init.source)
-        params = parameter_efficient.overlay(params, part["gpt"])
+    else:  # the base + the trained weights of the fine-tuned body (its task head is left out)
+        def merge(blank, init):
+            return pretrained.merge_params(blank, init.params, init.source)
+        params = parameter_efficient.rebuild(model, {"input_ids": jnp.zeros((1, 8), jnp.int32)}, part["gpt"], init,
+                                             merge)
     return LanguageModel(model, jax.tree.map(jnp.asarray, params), tokenizer, init.source)
 
 

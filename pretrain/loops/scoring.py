@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 
-import flax
 import jax
 import ml_collections
 import numpy as np
@@ -136,15 +135,10 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
 def with_peft_base(config, family, workdir: str, split: str) -> dict:
     """A PEFT workdir's trained parameters over the base it names (checked by fingerprint): the whole
     tree of the fine-tuned model. `split` gives one example for the model's shapes."""
-    part, init = parameter_efficient.load_stored(workdir)
+    part, init, _ = parameter_efficient.load_stored(workdir)
     data, _, _ = load_split(config, family, split, 1, subset=1)
     example = {k: v[:1] for k, v in family.objective.model_inputs(data.batch(np.arange(1))).items()}
-    model = family.build_model()
-    abstract = flax.core.meta.unbox(jax.eval_shape(
-        lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
-    blank = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
-    merged, _ = family.merge_pretrained(blank, init)  # every base weight; the PEFT part and the head follow
-    return parameter_efficient.overlay(merged, part)
+    return parameter_efficient.rebuild(family.build_model(), example, part, init, family.merge_pretrained)
 
 
 def _finetuning_config(workdir: str) -> ml_collections.ConfigDict:

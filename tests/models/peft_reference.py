@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 import transformers
-from peft import LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType
+from peft import LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType, get_peft_model
 
 from models.convert.hf_bert import bert_params_from_hf, hf_config_to_bert
 from models.convert.hf_gpt2 import gpt_params_from_hf, hf_config_to_gpt
@@ -246,3 +246,17 @@ def run_ours(model, params, *inputs) -> np.ndarray:
 
 def torch_ints(*arrays):
     return [torch.from_numpy(np.asarray(a, np.int64)) for a in arrays]
+
+
+def logits(model: torch.nn.Module, inputs: dict) -> np.ndarray:
+    with torch.no_grad():
+        return model(**inputs).logits.numpy()
+
+
+def with_random_peft(hf: torch.nn.Module, peft_config, inputs: dict):
+    """-> (the base model's logits, the peft model built on it with random PEFT weights, in eval mode)."""
+    base = logits(hf, inputs)
+    peft_model = get_peft_model(hf, peft_config).eval()
+    randomize_peft_weights(peft_model)
+    return base, peft_model
+

@@ -38,39 +38,30 @@ from peft import LoraConfig, TaskType, get_peft_model
 from tests.models.peft_reference import (
     ALPHA, HEADS, HEAD_DIM, METHODS, RANK, T5_LAYERS, WIDTH, assert_close, assert_complete, bert_batch, copy_lora,
     copy_prefix_or_prompt, gpt2_batch, hf_bert, hf_gpt2, hf_t5, our_trainable_count, ours_bert, ours_gpt2,
-    ours_t5, peft_configs, peft_trainable_count, put, randomize_peft_weights, run_ours, t, t5_batch, torch_ints)
+    ours_t5, peft_configs, peft_trainable_count, put, run_ours, t, t5_batch, torch_ints,
+    logits, with_random_peft)
 
 
 # ---------------------------------------------------------------------------------------------
 # 1. Trainable-parameter counts
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("method", METHODS)
-def test_bert_trainable_parameters_match_peft(method):
-    theirs, ours = peft_configs(method, TaskType.SEQ_CLS)
-    hf = hf_bert()
-    model, _ = ours_bert(hf, ours)
-    expected = peft_trainable_count(get_peft_model(hf, theirs))
-    assert our_trainable_count(model, bert_batch(), head="head") == expected
+# family -> (the HF model, ours from it, peft's task type, a batch, our task head's name)
+COUNTED = {"bert": (hf_bert, ours_bert, TaskType.SEQ_CLS, bert_batch, "head"),
+           "gpt2": (hf_gpt2, ours_gpt2, TaskType.SEQ_CLS, lambda: gpt2_batch(padding=True), "score"),
+           "t5": (hf_t5, ours_t5, TaskType.SEQ_2_SEQ_LM, t5_batch, None)}
 
 
+@pytest.mark.parametrize("family", COUNTED)
 @pytest.mark.parametrize("method", METHODS)
-def test_gpt2_trainable_parameters_match_peft(method):
-    # LoRA: peft's default target is the fused c_attn [D -> 3D] at rank 8, r (D + 3D) per layer; ours is
+def test_trainable_parameters_match_peft(family, method):
+    # GPT-2's LoRA: peft's default target is the fused c_attn [D -> 3D] at rank 8, r (D + 3D) per layer; ours is
     # query and value at rank 8, 2 r (D + D) per layer: both 4 r D L (a different structure, the same count).
-    theirs, ours = peft_configs(method, TaskType.SEQ_CLS)
-    hf = hf_gpt2()
-    model, _ = ours_gpt2(hf, ours)
+    hf_model, ours_model, task, batch, head = COUNTED[family]
+    theirs, ours = peft_configs(method, task)
+    hf = hf_model()
+    model, _ = ours_model(hf, ours)
     expected = peft_trainable_count(get_peft_model(hf, theirs))
-    assert our_trainable_count(model, gpt2_batch(padding=True), head="score") == expected
-
-
-@pytest.mark.parametrize("method", METHODS)
-def test_t5_trainable_parameters_match_peft(method):
-    theirs, ours = peft_configs(method, TaskType.SEQ_2_SEQ_LM)
-    hf = hf_t5()
-    model, _ = ours_t5(hf, ours)
-    expected = peft_trainable_count(get_peft_model(hf, theirs))
-    assert our_trainable_count(model, t5_batch(), head=None) == expected
+    assert our_trainable_count(model, batch(), head=head) == expected
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,11 +74,8 @@ def test_bert_logits_match_peft(method):
     model, params = ours_bert(hf, ours)
     ids, segments, mask = bert_batch()
     inputs = dict(zip(("input_ids", "token_type_ids", "attention_mask"), torch_ints(ids, segments, mask)))
-    with torch.no_grad():
-        base = hf(**inputs).logits.numpy()
-        peft_model = get_peft_model(hf, theirs).eval()
-        randomize_peft_weights(peft_model)
-        expected = peft_model(**inputs).logits.numpy()
+    base, peft_model = with_random_peft(hf, theirs, inputs)
+    expected = logits(peft_model, inputs)
     if method == "lora":
         for i, layer in enumerate(peft_model.base_model.model.bert.encoder.layer):
             for name in ("query", "value"):
@@ -112,10 +100,7 @@ def test_gpt2_logits_match_peft(method):
     # the last position: that batch has none. The other methods keep the ids, and padding.
     ids, mask = gpt2_batch(padding=method != "prompt")
     inputs = dict(zip(("input_ids", "attention_mask"), torch_ints(ids, mask)))
-    with torch.no_grad():
-        base = hf(**inputs).logits.numpy()
-        peft_model = get_peft_model(hf, theirs).eval()
-        randomize_peft_weights(peft_model)
+    base, peft_model = with_random_peft(hf, theirs, inputs)
     if method == "lora":
         rng = np.random.default_rng(1)
         d, r = WIDTH, RANK
@@ -134,8 +119,7 @@ def test_gpt2_logits_match_peft(method):
     else:
         copy_prefix_or_prompt(params, ("gpt",), peft_model)
     put(params, ("score", "kernel"), t(peft_model.get_base_model().score.modules_to_save["default"].weight).T)
-    with torch.no_grad():
-        expected = peft_model(**inputs).logits.numpy()
+    expected = logits(peft_model, inputs)
     assert_complete(model, params, (ids, mask))
     assert_close(run_ours(model, params, ids, mask), expected, base)
 
@@ -161,11 +145,8 @@ def test_t5_logits_match_peft(method):
     encoder_ids, decoder_ids = t5_batch()
     inputs = dict(zip(("input_ids", "attention_mask", "decoder_input_ids"),
                       torch_ints(encoder_ids, encoder_ids != 0, decoder_ids)))
-    with torch.no_grad():
-        base = hf(**inputs).logits.numpy()
-        peft_model = get_peft_model(hf, theirs).eval()
-        randomize_peft_weights(peft_model)
-        expected = peft_model(**inputs).logits.numpy()
+    base, peft_model = with_random_peft(hf, theirs, inputs)
+    expected = logits(peft_model, inputs)
     if method == "lora":
         t5 = peft_model.base_model.model
         for i in range(T5_LAYERS):
