@@ -27,6 +27,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from models.errors import ModelInputError
 from models.layers import Dense, LoraSpec
@@ -34,7 +35,6 @@ from models.layers import Dense, LoraSpec
 METHODS = ("none", "adapters", "lora", "prefix", "prompt")
 PLACEMENTS = ("houlsby", "pfeiffer")
 LORA_TARGETS = ("query", "key", "value", "out", "intermediate", "output")  # attention and MLP projections
-PROMPT_INITS = ("vocab", "random")
 # Parameter names that only PEFT creates: whatever lies under one of them trains (and is all a PEFT
 # checkpoint stores, with the task head).
 PEFT_NAMES = ("lora_a", "lora_b", "attention_adapter", "cross_attention_adapter", "mlp_adapter", "prefix_encoder",
@@ -81,11 +81,6 @@ class PeftConfig:
     def adapters_after_mlp(self) -> bool:
         return self.method == "adapters"
 
-    @property
-    def virtual_tokens(self) -> int:
-        """Input positions the prompt adds in front of every row (0 for the other methods)."""
-        return self.prompt_length if self.method == "prompt" else 0
-
 
 def check_fits(peft: PeftConfig | None, *, width: int, context: int | None, attention_width: int = 0,
                mlp_width: int = 0) -> None:
@@ -98,10 +93,7 @@ def check_fits(peft: PeftConfig | None, *, width: int, context: int | None, atte
     if peft is None or peft.method == "none":
         return
     if peft.method == "lora":
-        for target in peft.lora_targets:
-            if target not in projections:
-                raise ModelInputError(f"peft.lora_targets names {target!r}, which this model does not have "
-                                      f"(its projections: {', '.join(projections)})")
+        for target in peft.lora_targets:  # PeftConfig checked the names
             if peft.lora_rank > projections[target]:
                 raise ModelInputError(f"peft.lora_rank={peft.lora_rank} exceeds the {target} projection's rank "
                                       f"{projections[target]}: use a rank of at most {projections[target]}")
@@ -123,8 +115,9 @@ def is_peft_path(names: tuple[str, ...] | list[str]) -> bool:
 # LoRA
 # ---------------------------------------------------------------------------------------------
 def merge_lora(params: Any, scale: float) -> Any:
-    """A LoRA-trained parameter tree -> the plain tree of the base architecture: every kernel beside a
-    `lora_a`/`lora_b` pair becomes kernel + scale * A B, and the pair is dropped (for export)."""
+    """A LoRA-trained parameter tree in the looped layout (`stack.to_layout(params, scan=False)`: a scanned
+    stack's leading layer axis would read as an input axis) -> the plain tree of the base architecture: every
+    kernel beside a `lora_a`/`lora_b` pair becomes kernel + scale * A B, and the pair is dropped (for export)."""
     if not isinstance(params, dict):
         return params
     out = {k: merge_lora(v, scale) for k, v in params.items() if k not in ("lora_a", "lora_b")}
@@ -207,8 +200,8 @@ class Prompt(nn.Module):
         return jnp.broadcast_to(jnp.asarray(table, self.dtype)[None], (batch, self.length, self.width))
 
 
-def sample_vocabulary(embedding, length: int, seed: int, low: int = 0):
-    """[V, D] embedding table -> [length, D]: rows of distinct token ids drawn uniformly from [low, V)."""
-    import numpy as np
-    rows = np.random.default_rng(seed).choice(np.arange(low, embedding.shape[0]), size=length, replace=False)
+def sample_vocabulary(embedding: np.ndarray, length: int, seed: int) -> np.ndarray:
+    """[V, D] embedding table -> [length, D]: the rows of `length` distinct token ids drawn uniformly (peft's
+    SAMPLE_VOCAB; Lester et al. drew from the 5,000 most common tokens, which a vocabulary file does not say)."""
+    rows = np.random.default_rng(seed).choice(embedding.shape[0], size=length, replace=False)
     return np.asarray(embedding)[rows]
