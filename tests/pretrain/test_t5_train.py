@@ -80,3 +80,23 @@ def test_text_to_text_glue_from_the_pretrained_t5(t5_workdir, tmp_path):
     run_module("pretrain.evaluate", [f"--workdir={workdir}", "--splits=dev"])
     again = json.loads((workdir / "eval_results.json").read_text())
     assert again["metrics"]["dev"] == pytest.approx(dev)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["lora", "prompt"])
+def test_text_to_text_glue_with_peft(t5_workdir, tmp_path, method):
+    """T5 with LoRA (encoder, decoder and cross-attention) or prompt tuning (the encoder's; greedy decoding then
+    reads the prompt states too): only the method's weights train, and pretrain.evaluate rebuilds base + PEFT
+    to the same dev numbers."""
+    from configs import glue as glue_config
+    from pretrain.loops import finetuning, scoring
+    config = glue_config.get_config(f"task=sst2,model=t5,peft={method}")
+    config.init, config.data.glue_dir = str(t5_workdir), GLUE_DIR
+    config.data.max_train_examples, config.num_epochs, config.batch_size = 64, 1, 16
+    config.data.max_seq_length, config.write_test_predictions, config.peft.prompt.length = 64, False, 4
+    workdir = tmp_path / method
+    results = finetuning.finetune(config, str(workdir))
+    expected = {"lora": (2 * 2 + 2 * 4) * 2 * 64 * 8, "prompt": 4 * 64}[method]  # q, v (+ cross in the decoder)
+    assert results["peft"] == method and results["trainable_parameters"] == expected
+    again = scoring.evaluate_workdir(str(workdir), ["dev"])
+    assert again["metrics"]["dev"] == pytest.approx(results["metrics"]["dev"])
