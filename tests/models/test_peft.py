@@ -194,3 +194,16 @@ def test_inputs_that_outgrow_the_positions_are_errors():
     params = init(prompted, IDS)
     with pytest.raises(ModelInputError, match="decode=True with prompt tuning is not supported"):
         prompted.apply({"params": params}, IDS[:, :1], decode=True, mutable=["cache"])
+
+
+@pytest.mark.parametrize("method", ["prompt", "prefix"])
+def test_token_level_heads_see_the_inputs_positions_only(method):
+    """Tagging, span and QA heads read one state per input token: prompt tuning's virtual positions are cut
+    off the sequence output (and prefix-tuning adds none), so the heads' shapes and gathers are unchanged."""
+    config = bert(method, prompt_length=3, prefix_length=3, prefix_hidden_size=0).config
+    spans = jnp.array([[[1, 2], [3, 5]], [[0, 0], [2, 7]]], jnp.int32)
+    for kind, args, shape in [("tagging", (), (2, 8, 5)), ("span", (spans,), (2, 2, 5)), ("qa", (), (2, 8))]:
+        model = BertForFineTuning(config, kind, 5)
+        params = init(model, IDS, IDS * 0, MASK, *args)
+        out = model.apply({"params": params}, IDS, IDS * 0, MASK, *args)
+        assert next(iter(out.values())).shape == shape, (kind, out)
