@@ -253,8 +253,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     # ----- Best checkpoint: predictions and results -----
     best_params, _ = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
-    if base is not None:  # the trained part over the base, which the run never changed
-        best_params = parameter_efficient.overlay(jax.device_get(state.params), best_params)
+    if base is not None:  # the trained part over the base, which the run never changed (left where it is)
+        best_params = parameter_efficient.overlay(state.params, best_params)
     params = jax.device_put(best_params, shardings.params)
     splits = list(task.dev_splits) + (list(task.test_splits) if config.write_test_predictions else [])
     with mesh:
