@@ -12,9 +12,9 @@ example order from the seed, dev evaluation after every epoch and the best epoch
         plain PyTorch loop with dynamic padding, also a subprocess (`--hf_cell`, scripts/bench_glue_hf.py).
 Both sides' metrics come from `pretrain.glue.metrics.compute_metrics`. Wall time is a whole run: process
 start, imports, data, model load, JAX compilation (ours), training and dev evaluations; peak memory is the
-run process's maximum resident set (ru_maxrss from os.wait4). The sides alternate per (task, method, seed)
-so machine noise hits both alike. A (task, method) passes when |our mean - HF mean| <= max(1.0, HF std,
-our std) points; the exit status is 1 when one fails or a run crashes. Finished runs are not rerun.
+run's maximum resident set (`run_process`). Sides alternate per (task, method, seed), so machine noise hits
+both alike. A (task, method) passes when |our mean - HF mean| <= max(1.0, HF std, our std) points; the exit
+status is 1 when one fails or a run crashes. Finished runs are not rerun.
 
 `--peft` (default none = full fine-tuning) makes the grid task x method x seed: ours runs
 `configs/glue.py:task=T,peft=M` with that file's defaults, HF the same settings through peft, which has no
@@ -25,9 +25,8 @@ prefix 5e-3, prompt 3e-2; PEFT needs larger ones) unless --peft_learning_rate ME
 The summary ends with a markdown table for the README: per task and method, trainable parameters (count,
 % of all), dev main score mean ± std per side, wall time and peak RSS per run (means), ours / HF.
 
-First and second run: our runs share JAX's compilation cache <workdir>/jax_cache, which starts empty.
-After the first (task, method, seed) both sides ran, ours runs it again in a new workdir ("ours, 2nd
-run"), loading what the first compiled; both wall times print beside HF's.
+Our runs share JAX's compilation cache <workdir>/jax_cache (empty at first); after the first (task, method,
+seed), ours runs it again in a new workdir ("ours, 2nd run"), loading what the first compiled.
 
   python scripts/bench_glue.py --quick                    # MRPC, seed 0 (about 15 min on 2 idle CPU cores)
   python scripts/bench_glue.py                            # MRPC, CoLA, SST-2 (8k) x seeds 0 1 2
@@ -42,16 +41,15 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # for `pretrain.*`, `configs.*`, `scripts.*`
 
 import numpy as np  # noqa: E402
 
-from scripts.bench_glue_hf import HF_METHODS, default_model_dir, hf_cell, max_train_for, write_json  # noqa: E402
+from scripts.bench_glue_hf import (HF_METHODS, default_model_dir, hf_cell, max_train_for, run_process,  # noqa: E402
+                                   write_json)
 
 SIDES = {"ours": "jax/flax (ours)", "hf": "pytorch/transformers"}
 METHODS = ("none", "adapters", "lora", "prefix", "prompt")
@@ -107,22 +105,6 @@ def cell_dir(args, side: str, task: str, method: str, seed: int, rerun: bool = F
 def cache_entries(args) -> int:
     directory = os.path.join(args.workdir, "jax_cache")
     return sum(name.endswith("-cache") for name in os.listdir(directory)) if os.path.isdir(directory) else 0
-
-
-def run_process(cmd: list[str], env: dict, log: str) -> tuple[int, float, int]:
-    """cmd to its end -> (exit status, wall s, peak RSS KiB). os.wait4 returns the child's own rusage
-    (ru_maxrss: its largest resident set, KiB on Linux), which subprocess.call drops."""
-    start = time.perf_counter()
-    with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        except BaseException:  # Ctrl-C: no orphan keeps the cores busy
-            proc.kill()
-            proc.wait()
-            raise
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
-    return proc.returncode, time.perf_counter() - start, usage.ru_maxrss
 
 
 def run_cell(side: str, args, task: str, method: str, seed: int, rerun: bool = False) -> dict | None:

@@ -17,9 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SST2_SUBSET = 8000
 HF_METHODS = ("none", "lora", "prefix", "prompt")  # peft's equivalents of ours; `adapters` has none
@@ -175,3 +179,32 @@ def hf_cell(args, task_name: str, seed: int, method: str, out_dir: str) -> None:
                "trainable_parameters": sum(p.numel() for _, p in trained), "parameters": total, "peft_note": note,
                "init": args.model_dir, "num_train_examples": len(train), "torch_threads": torch.get_num_threads()}
     write_json(os.path.join(out_dir, "results.json"), results)
+
+
+# Runs a command, writes its peak RSS (KiB) to argv[1]. Linux starts an exec'd child's ru_maxrss at its parent's
+# high-water mark: from a large parent (pytest holding JAX and torch) a small child read as gigabytes.
+MEASURE_RSS = ("import os, subprocess, sys\n"
+               "child = subprocess.Popen(sys.argv[2:])\n"
+               "_, status, usage = os.wait4(child.pid, 0)\n"
+               "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
+               "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
+def run_process(cmd: list[str], env: dict, log: str) -> tuple[int, float, int]:
+    """cmd to its end -> (exit status, wall s, peak RSS KiB: the child's largest resident set, from wait4's
+    rusage in a small middleman process, MEASURE_RSS)."""
+    start = time.perf_counter()
+    rss_path = log + ".rss"
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-c", MEASURE_RSS, rss_path, *cmd], cwd=REPO, env=env, stdout=f,
+                                stderr=subprocess.STDOUT)
+        try:
+            returncode = proc.wait()
+        except BaseException:  # Ctrl-C: no orphan keeps the cores busy
+            proc.kill()
+            proc.wait()
+            raise
+    with open(rss_path) as f:
+        rss = int(f.read() or 0)
+    os.remove(rss_path)
+    return returncode, time.perf_counter() - start, rss
