@@ -37,7 +37,7 @@ class BertConfig:
     attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
     scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
     remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
-    peft: peft.PeftConfig | None = None  # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
+    peft: peft.PeftConfig = peft.NONE    # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
         peft.check_fits(self.peft, width=self.hidden_size, context=self.max_position_embeddings,
@@ -46,10 +46,6 @@ class BertConfig:
     @property
     def kwargs(self) -> dict:
         return dict(dtype=jnp.dtype(self.dtype), param_dtype=jnp.dtype(self.param_dtype))
-
-
-def _prefix(c) -> bool:
-    return c.peft is not None and c.peft.method == "prefix"
 
 
 class BertEmbeddings(nn.Module):
@@ -100,13 +96,13 @@ class BertLayer(nn.Module):
                                       peft=c.peft, name="attention", **c.kwargs)(
             x, mask=mask, deterministic=deterministic, prefix=prefix)
         h = dropout(h, deterministic=deterministic)
-        if c.peft and c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
+        if c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
             h = peft.Adapter(c.peft.adapter_size, name="attention_adapter", **c.kwargs)(h)
         x = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)(x + h)
         h = layers.MLP(c.intermediate_size, layers.exact_gelu, kernel_init=init, peft=c.peft, name="mlp",
                        **c.kwargs)(x, deterministic)
         h = dropout(h, deterministic=deterministic)
-        if c.peft and c.peft.adapters_after_mlp:
+        if c.peft.adapters_after_mlp:
             h = peft.Adapter(c.peft.adapter_size, name="mlp_adapter", **c.kwargs)(h)
         return layers.LayerNorm(c.layer_norm_eps, name="output_norm", **c.kwargs)(x + h)
 
@@ -122,13 +118,9 @@ class BertModel(nn.Module):
                                    per_layer_argnums=(3,), config=c)
         self.pooler = layers.Dense(c.hidden_size, ("embed", "embed_out"),
                                    kernel_init=layers.truncated_normal(c.initializer_range), **c.kwargs)
-        method = c.peft.method if c.peft else "none"
-        if method == "prefix":
-            self.prefix_encoder = peft.PrefixEncoder(c.peft.prefix_length, c.num_layers, c.num_heads,
-                                                     c.hidden_size // c.num_heads, c.hidden_size,
-                                                     c.peft.prefix_hidden_size, **c.kwargs)
-        if method == "prompt":
-            self.prompt = peft.Prompt(c.peft.prompt_length, c.hidden_size, **c.kwargs)
+        self.prefix_encoder, self.prompt = peft.virtual_modules(
+            c.peft, num_layers=c.num_layers, num_heads=c.num_heads, head_dim=c.hidden_size // c.num_heads,
+            width=c.hidden_size, **c.kwargs)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array,
                  deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
@@ -137,10 +129,10 @@ class BertModel(nn.Module):
         c = self.config
         valid = input_mask.astype(jnp.int32)  # padding as segment ids: 1 = the row's tokens, 0 = padding
         prompt, prefix, first_position = None, None, 0
-        if c.peft and c.peft.method == "prompt":
+        if self.prompt is not None:
             prompt = self.prompt(input_ids.shape[0])
             valid = jnp.pad(valid, ((0, 0), (c.peft.prompt_length, 0)), constant_values=1)
-        if _prefix(c):
+        if self.prefix_encoder is not None:
             prefix, first_position = self.prefix_encoder(), c.peft.prefix_length
         mask = attention.SegmentMask(valid, valid)
         x = self.embeddings(input_ids, segment_ids, deterministic, prompt, first_position)

@@ -50,20 +50,12 @@ class GPTConfig:
     scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
     remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
     use_bias: bool = True                 # False: no biases in Linear layers and LayerNorms (nanoGPT's bias=False)
-    peft: peft.PeftConfig | None = None   # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
+    peft: peft.PeftConfig = peft.NONE     # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
         if self.d_model % self.num_heads:
             raise ModelInputError(f"GPTConfig.d_model={self.d_model} must be a multiple of num_heads={self.num_heads}")
         peft.check_fits(self.peft, width=self.d_model, context=self.n_positions, mlp_width=self.d_ff)
-
-    @property
-    def virtual_positions(self) -> int:
-        """Positions PEFT takes in front of the input: P for prefix-tuning (a Hugging Face GPT-2 given the
-        prefix as past keys and values numbers its tokens from P) and prompt tuning (P virtual tokens)."""
-        if self.peft is None:
-            return 0
-        return {"prefix": self.peft.prefix_length, "prompt": self.peft.prompt_length}.get(self.peft.method, 0)
 
     @property
     def kwargs(self) -> dict:
@@ -97,7 +89,7 @@ class GPTBlock(nn.Module):
                                       **c.kwargs)(h, mask=mask, deterministic=deterministic, decode=decode,
                                                   prefix=prefix)
         h = dropout(h, deterministic=deterministic)
-        if c.peft and c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
+        if c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
             h = peft.Adapter(c.peft.adapter_size, name="attention_adapter", **c.kwargs)(h)
         x = x + h
         h = layers.LayerNorm(c.layer_norm_eps, name="mlp_norm", use_bias=c.use_bias, **c.kwargs)(x)
@@ -105,7 +97,7 @@ class GPTBlock(nn.Module):
         h = layers.MLP(c.d_ff, layers.tanh_gelu, kernel_init=c.init(), output_kernel_init=c.init(residual_output=True),
                        use_bias=c.use_bias, peft=c.peft, name="mlp", **c.kwargs)(h, deterministic)
         h = dropout(h, deterministic=deterministic)
-        if c.peft and c.peft.adapters_after_mlp:
+        if c.peft.adapters_after_mlp:
             h = peft.Adapter(c.peft.adapter_size, name="mlp_adapter", **c.kwargs)(h)
         return x + h
 
@@ -123,12 +115,9 @@ class GPT(nn.Module):
         self.final_norm = layers.LayerNorm(c.layer_norm_eps, use_bias=c.use_bias, **c.kwargs)
         self.dropout = nn.Dropout(c.dropout_rate)
         self.decode_position = DecodePosition()
-        method = c.peft.method if c.peft else "none"
-        if method == "prefix":
-            self.prefix_encoder = peft.PrefixEncoder(c.peft.prefix_length, c.num_layers, c.num_heads, c.head_dim,
-                                                     c.d_model, c.peft.prefix_hidden_size, **c.kwargs)
-        if method == "prompt":
-            self.prompt = peft.Prompt(c.peft.prompt_length, c.d_model, **c.kwargs)
+        self.prefix_encoder, self.prompt = peft.virtual_modules(c.peft, num_layers=c.num_layers,
+                                                                num_heads=c.num_heads, head_dim=c.head_dim,
+                                                                width=c.d_model, **c.kwargs)
 
     def __call__(self, input_ids: jax.Array,                     # [B, L] int
                  segment_ids: jax.Array | None = None,           # [B, L]: 0 = padding, 1..n = packed documents
@@ -156,8 +145,8 @@ class GPT(nn.Module):
         start at P; prompt tuning's P embeddings go first at positions 0..P-1, in the row's first segment
         (and its prefix, for a prefix LM), and only the input's own positions come out."""
         c = self.config
-        shift = c.virtual_positions
-        prompt = self.prompt(input_ids.shape[0]) if c.peft and c.peft.method == "prompt" else None
+        shift = c.peft.virtual_positions
+        prompt = None if self.prompt is None else self.prompt(input_ids.shape[0])
         if decode:
             if any(a is not None for a in (segment_ids, positions, prefix_lengths, bidirectional_mask)):
                 raise ValueError("decode=True decodes one causal document per row: pass no segment ids, positions, "
@@ -172,10 +161,10 @@ class GPT(nn.Module):
                 raise ValueError(f"{input_ids.shape[1]} tokens" + (f" + {shift} virtual ones" if shift else "")
                                  + f" exceed the model's n_positions={c.n_positions}; crop or split the input")
             positions = jnp.arange(input_ids.shape[1])[None] if positions is None else positions
-            positions = positions + shift
-            if prompt is not None:  # the virtual tokens join the row's first segment and its prefix
-                positions = jnp.concatenate([jnp.broadcast_to(jnp.arange(shift), positions.shape[:1] + (shift,)),
-                                             positions], axis=1)
+            if prompt is None:  # prefix-tuning numbers the tokens from P
+                positions = positions + shift
+            else:  # the virtual tokens come first and join the row's first segment and its prefix
+                positions = peft.prepend_positions(positions, shift)
                 pad = lambda a, value: None if a is None else jnp.pad(a, ((0, 0), (shift, 0)),  # noqa: E731
                                                                       constant_values=value)
                 segment_ids, bidirectional_mask = pad(segment_ids, 1), pad(bidirectional_mask, True)
@@ -190,7 +179,7 @@ class GPT(nn.Module):
             x = jnp.concatenate([prompt.astype(x.dtype), x], axis=1)
         x = x + self.position_embedding(positions)
         x = self.dropout(x, deterministic=deterministic)
-        prefix = self.prefix_encoder() if c.peft and c.peft.method == "prefix" else None
+        prefix = None if self.prefix_encoder is None else self.prefix_encoder()
         x = self.blocks(x, mask, deterministic, decode, prefix)
         return self.final_norm(x)[:, x.shape[1] - input_ids.shape[1]:]
 
@@ -234,7 +223,7 @@ def attention_mask(length: int, segment_ids: jax.Array | None = None, prefix_len
 def init_cache(model: GPT, params, batch_size: int, max_length: int) -> dict:
     """An empty cache for `batch_size` rows of up to `max_length` tokens (prompt included); every leaf has
     a leading batch axis. One sizing pass on zeros, compiled once per model and shape."""
-    virtual = model.config.virtual_positions
+    virtual = model.config.peft.virtual_positions
     if max_length + virtual > model.config.n_positions:
         raise ValueError(f"max_length={max_length} exceeds the model's n_positions={model.config.n_positions}"
                          + (f" less its {virtual} PEFT positions" if virtual else "")

@@ -65,6 +65,11 @@ def low_rank_update(module: nn.Module, x: jax.Array, spec: LoraSpec, axis: tuple
     return y * jnp.asarray(spec.scale, dtype)
 
 
+def lora_for(peft: PeftConfig | None, name: str) -> LoraSpec | None:
+    """The LoRA update of projection `name` under a PEFT config (None: no config, or not a LoRA target)."""
+    return None if peft is None else peft.lora_for(name)
+
+
 class Dense(nn.Module):
     """y = x . kernel + bias over the `axis` input dimensions; kernel and bias carry logical axes.
 
@@ -94,7 +99,7 @@ class Dense(nn.Module):
             y = y + jnp.asarray(bias, self.dtype)
         if self.lora is not None:
             y = y + low_rank_update(self, x, self.lora, axis, self.kernel_axes[:len(axis)], features,
-                                         self.kernel_axes[len(axis):], self.dtype, self.param_dtype, deterministic)
+                                    self.kernel_axes[len(axis):], self.dtype, self.param_dtype, deterministic)
         return y
 
 
@@ -267,9 +272,8 @@ class MultiHeadAttention(nn.Module):
         heads = (self.num_heads, self.head_dim)
 
         def dense(name, axes, features, init, axis=-1):
-            lora = self.peft.lora_for(name) if self.peft else None
             module = Dense(features, axes, axis=axis, use_bias=self.use_bias, kernel_init=init or self.kernel_init,
-                           lora=lora, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+                           lora=lora_for(self.peft, name), dtype=self.dtype, param_dtype=self.param_dtype, name=name)
             return functools.partial(module, deterministic=deterministic)
 
         q = dense("query", ("embed", "heads", "kv"), heads, self.query_kernel_init)(x)   # [B, L, H, K]
@@ -334,15 +338,15 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:  # [B, L, D]
         kw = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype)
-        lora = (lambda name: self.peft.lora_for(name)) if self.peft else (lambda name: None)
-        h = self.activation(Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
-                                  lora=lora("intermediate"), name="intermediate", **kw)(x, deterministic))
+        h = Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
+                  lora=lora_for(self.peft, "intermediate"), name="intermediate", **kw)(x, deterministic)
+        h = self.activation(h)
         if self.gated:
             h = h * Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
                           name="intermediate_linear", **kw)(x)
         h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
         return Dense(x.shape[-1], ("mlp", "embed"), kernel_init=self.output_kernel_init or self.kernel_init,
-                     lora=lora("output"), name="output", **kw)(h, deterministic)
+                     lora=lora_for(self.peft, "output"), name="output", **kw)(h, deterministic)
 
 
 def exact_gelu(x: jax.Array) -> jax.Array:

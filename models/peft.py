@@ -81,8 +81,17 @@ class PeftConfig:
     def adapters_after_mlp(self) -> bool:
         return self.method == "adapters"
 
+    @property
+    def virtual_positions(self) -> int:
+        """Positions the method takes in front of the input: P for prefix-tuning (a Hugging Face model given
+        the prefix as past keys and values numbers the tokens from P) and for prompt tuning (P virtual tokens)."""
+        return {"prefix": self.prefix_length, "prompt": self.prompt_length}.get(self.method, 0)
 
-def check_fits(peft: PeftConfig | None, *, width: int, context: int | None, attention_width: int = 0,
+
+NONE = PeftConfig()  # the model configs' default: no PEFT method
+
+
+def check_fits(peft: PeftConfig, *, width: int, context: int | None, attention_width: int = 0,
                mlp_width: int = 0) -> None:
     """Errors for a PEFT config this model cannot take. A LoRA rank above the smaller of a projection's input
     and output widths (width D, attention H * K, feed-forward d_ff) is no low-rank update; `context` = the
@@ -90,8 +99,6 @@ def check_fits(peft: PeftConfig | None, *, width: int, context: int | None, atte
     attention_rank, mlp_rank = min(width, attention_width or width), min(width, mlp_width or width)
     projections = {**dict.fromkeys(("query", "key", "value", "out"), attention_rank),
                    "intermediate": mlp_rank, "output": mlp_rank}
-    if peft is None or peft.method == "none":
-        return
     if peft.method == "lora":
         for target in peft.lora_targets:  # PeftConfig checked the names
             if peft.lora_rank > projections[target]:
@@ -100,10 +107,9 @@ def check_fits(peft: PeftConfig | None, *, width: int, context: int | None, atte
     if peft.method == "adapters" and peft.adapter_size > width:
         raise ModelInputError(f"peft.adapter_size={peft.adapter_size} is wider than the model ({width}): a bottleneck "
                               f"must be at most {width}")
-    length = {"prefix": peft.prefix_length, "prompt": peft.prompt_length}.get(peft.method)
-    if length is not None and context is not None and length >= context:
-        raise ModelInputError(f"peft.{peft.method}_length={length} leaves no room in the model's context of {context} "
-                              f"positions: use fewer than {context}")
+    if peft.virtual_positions and context is not None and peft.virtual_positions >= context:
+        raise ModelInputError(f"peft.{peft.method}_length={peft.virtual_positions} leaves no room in the model's "
+                              f"context of {context} positions: use fewer than {context}")
 
 
 def is_peft_path(names: tuple[str, ...] | list[str]) -> bool:
@@ -198,6 +204,21 @@ class Prompt(nn.Module):
         table = self.param("embedding", nn.with_logical_partitioning(nn.initializers.normal(1.0), (None, "embed")),
                            (self.length, self.width), self.param_dtype)
         return jnp.broadcast_to(jnp.asarray(table, self.dtype)[None], (batch, self.length, self.width))
+
+
+def virtual_modules(peft: PeftConfig, *, num_layers: int, num_heads: int, head_dim: int, width: int,
+                    **kwargs) -> tuple[PrefixEncoder | None, Prompt | None]:
+    """The (prefix_encoder, prompt) a model family sets up: the one its PEFT method uses, None for the other."""
+    prefix = (PrefixEncoder(peft.prefix_length, num_layers, num_heads, head_dim, width, peft.prefix_hidden_size,
+                            **kwargs) if peft.method == "prefix" else None)
+    prompt = Prompt(peft.prompt_length, width, **kwargs) if peft.method == "prompt" else None
+    return prefix, prompt
+
+
+def prepend_positions(positions: jax.Array, length: int) -> jax.Array:
+    """[B|1, L] positions -> [B|1, P + L]: the P virtual positions 0..P-1 first, the input's moved up by P."""
+    virtual = jnp.broadcast_to(jnp.arange(length, dtype=positions.dtype), positions.shape[:1] + (length,))
+    return jnp.concatenate([virtual, positions + length], axis=1)
 
 
 def sample_vocabulary(embedding: np.ndarray, length: int, seed: int) -> np.ndarray:

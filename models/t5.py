@@ -49,16 +49,13 @@ class T5Config:
     attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
     scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
     remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
-    peft: peft.PeftConfig | None = None  # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
+    peft: peft.PeftConfig = peft.NONE    # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
         if self.feed_forward not in FEED_FORWARDS:
             raise ModelInputError(f"T5Config.feed_forward={self.feed_forward!r} is not one of {list(FEED_FORWARDS)}")
         peft.check_fits(self.peft, width=self.d_model, context=None, attention_width=self.num_heads * self.head_dim,
                         mlp_width=self.d_ff)
-
-    def peft_method(self, method: str) -> bool:
-        return self.peft is not None and self.peft.method == method
 
     @property
     def kwargs(self) -> dict:
@@ -85,7 +82,6 @@ class T5Block(nn.Module):
         c = self.config
         dropout = nn.Dropout(c.dropout_rate)
         norm = lambda name: layers.RMSNorm(c.layer_norm_eps, name=name, **c.kwargs)  # noqa: E731
-        adapters = c.peft.adapters_after_attention if c.peft else False
 
         def residual(x, h, adapter: str | None):  # Houlsby's adapters sit on the sub-layer's output
             h = dropout(h, deterministic=deterministic)
@@ -100,16 +96,16 @@ class T5Block(nn.Module):
 
         h = attention("self_attention")(norm("self_attention_norm")(x), mask=self_mask, bias=self_bias,
                                         deterministic=deterministic, decode=decode, prefix=prefix)
-        x = residual(x, h, "attention_adapter" if adapters else None)
+        x = residual(x, h, "attention_adapter" if c.peft.adapters_after_attention else None)
         if self.cross_attention:
             h = attention("cross_attention")(norm("cross_attention_norm")(x), encoded, mask=cross_mask,
                                              deterministic=deterministic)
-            x = residual(x, h, "cross_attention_adapter" if adapters else None)
+            x = residual(x, h, "cross_attention_adapter" if c.peft.adapters_after_attention else None)
         activation, gated = FEED_FORWARDS[c.feed_forward]
         h = layers.MLP(c.d_ff, activation, use_bias=False, gated=gated, dropout_rate=c.dropout_rate,
                        kernel_init=c.normal(c.d_model), output_kernel_init=c.normal(c.d_ff), peft=c.peft, name="mlp",
                        **c.kwargs)(norm("mlp_norm")(x), deterministic=deterministic)
-        return residual(x, h, "mlp_adapter" if c.peft and c.peft.adapters_after_mlp else None)
+        return residual(x, h, "mlp_adapter" if c.peft.adapters_after_mlp else None)
 
 
 class T5Stack(nn.Module):
@@ -130,11 +126,8 @@ class T5Stack(nn.Module):
         if decode:
             query_positions, key_positions = self._decode_positions(x)
         if prefix is not None:  # as a Hugging Face T5 given the prefix as past keys: they take positions 0..P-1
-            length = prefix.shape[2]
-            query_positions = query_positions + length
-            key_positions = jnp.concatenate([jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
-                                                              key_positions.shape[:1] + (length,)),
-                                             key_positions + length], axis=1)
+            query_positions = query_positions + prefix.shape[2]
+            key_positions = peft.prepend_positions(key_positions, prefix.shape[2])
         self_bias = layers.RelativePositionBias(
             c.num_heads, c.relative_attention_num_buckets, c.relative_attention_max_distance,
             bidirectional=not self.is_decoder, embedding_init=c.normal(c.d_model), name="relative_position_bias",
@@ -180,11 +173,9 @@ class T5(nn.Module):
             self.lm_head = layers.Dense(c.vocab_size, ("embed", "vocab"), use_bias=False,
                                         kernel_init=c.normal(c.d_model), **c.kwargs)
         # PEFT as peft does it for T5: prefix-tuning in the decoder's self-attention, prompt tuning in the encoder.
-        if c.peft_method("prefix"):
-            self.prefix_encoder = peft.PrefixEncoder(c.peft.prefix_length, c.num_decoder_layers, c.num_heads,
-                                                     c.head_dim, c.d_model, c.peft.prefix_hidden_size, **c.kwargs)
-        if c.peft_method("prompt"):
-            self.prompt = peft.Prompt(c.peft.prompt_length, c.d_model, **c.kwargs)
+        self.prefix_encoder, self.prompt = peft.virtual_modules(c.peft, num_layers=c.num_decoder_layers,
+                                                                num_heads=c.num_heads, head_dim=c.head_dim,
+                                                                width=c.d_model, **c.kwargs)
 
     def __call__(self, encoder_input_ids: jax.Array,              # [B, S] int
                  decoder_input_ids: jax.Array,                    # [B, L] int (targets shifted right, 0 first)
@@ -206,11 +197,9 @@ class T5(nn.Module):
         segments = encoder_segments_of(self.config, encoder_input_ids, encoder_segment_ids)
         positions = _positions_or_indices(encoder_input_ids, encoder_positions)
         x = self.shared(encoder_input_ids)
-        if self.config.peft_method("prompt"):
-            length = self.config.peft.prompt_length
+        if self.prompt is not None:
             x = jnp.concatenate([self.prompt(x.shape[0]).astype(x.dtype), x], axis=1)
-            positions = jnp.concatenate([jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32),
-                                                          positions.shape[:1] + (length,)), positions + length], axis=1)
+            positions = peft.prepend_positions(positions, self.config.peft.prompt_length)
         return self.encoder(x, positions, attention.SegmentMask(segments, segments), deterministic=deterministic)
 
     def decode(self, encoded: jax.Array,                          # [B, S, D]
@@ -234,7 +223,7 @@ class T5(nn.Module):
             self_mask = attention.SegmentMask(decoder_segment_ids, decoder_segment_ids, causal=True)
             cross_mask = attention.SegmentMask(decoder_segment_ids, encoder_segment_ids)
         positions = _positions_or_indices(decoder_input_ids, decoder_positions)
-        prefix = self.prefix_encoder() if self.config.peft_method("prefix") else None
+        prefix = None if self.prefix_encoder is None else self.prefix_encoder()
         x = self.decoder(self.shared(decoder_input_ids), positions, self_mask, encoded, cross_mask,
                          deterministic=deterministic, decode=decode, prefix=prefix)
         if self.config.tie_word_embeddings:  # Mesh TF rescales before reusing the embedding (Raffel et al. 2020)
@@ -253,7 +242,7 @@ def encoder_segments_of(config: T5Config, input_ids: jax.Array, segment_ids: jax
     """The segment ids of the encoder's states [B, S] ([B, P + S] with prompt tuning: the prompt joins the row's
     first segment), from the given ones or from the padding (id 0)."""
     segments = _segments_or_padding(input_ids, segment_ids)
-    if config.peft_method("prompt"):
+    if config.peft.method == "prompt":
         segments = jnp.pad(segments, ((0, 0), (config.peft.prompt_length, 0)), constant_values=1)
     return segments
 

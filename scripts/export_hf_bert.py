@@ -74,7 +74,7 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
                      peft: bool) -> str:
     """A pretrain.finetune workdir -> BertForSequenceClassification (LoRA merged), or with `peft` a peft
     directory; the PEFT methods' base is rebuilt from the reference in the checkpoint."""
-    method = config.get("peft", {}).get("method", "none")
+    method = parameter_efficient.peft_config(config).method
     _check_exportable(workdir, config.model.name, method, peft)
     task = glue.get_task(config.task)
     if method == "none":

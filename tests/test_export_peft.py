@@ -109,12 +109,14 @@ def test_lora_run_exports_merged_and_as_peft(lora_run, base_dir, tmp_path):
     from pretrain.families import registry
     from pretrain.families.base import model_config
     from pretrain.glue import tasks
+    from pretrain.core import parameter_efficient
     from pretrain.loops import scoring
     from scripts import export_hf_bert
     with open(os.path.join(lora_run, "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
     family = registry.for_config(config, tasks.get_task("mrpc"), tokenizers.from_config(config.tokenizer))
-    params = scoring.with_peft_base(config, family, lora_run, "dev")  # the repo's own rebuild, for comparison
+    part, init, _ = parameter_efficient.load_stored(lora_run)
+    params = scoring.with_peft_base(config, family, part, init, "dev")  # the repo's own rebuild, for comparison
     lora_b = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(params) if "lora_b" in str(p)]
     assert len(lora_b) == 4 and all(np.abs(b).max() > 1e-3 for b in lora_b)  # B trained away from zero
     inputs = _inputs(base_dir)
@@ -202,7 +204,7 @@ def test_peft_directories_give_our_logits(base_dir, tmp_path, method, settings):
     params = jax.tree_util.tree_map_with_path(
         lambda p, x: rng.normal(0, 0.3, x.shape).astype(x.dtype) if moved.search(str(p)) else x, params)
     ours = _ours(params, config, inputs)
-    without = _ours(_without_peft(params), dataclasses.replace(config, peft=None), inputs)
+    without = _ours(_without_peft(params), dataclasses.replace(config, peft=peft_modules.NONE), inputs)
     assert np.abs(without - ours).max() > 100 * TOLERANCE  # the PEFT weights matter
 
     out = str(tmp_path / method)

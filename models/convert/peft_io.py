@@ -83,7 +83,7 @@ def save_peft_bert(directory: str, params: dict, config: BertConfig, *, base: st
 
     `base` (a Hugging Face directory) goes into base_model_name_or_path, which AutoPeftModel* loads;
     PeftModel.from_pretrained takes the base model itself and ignores it."""
-    method = config.peft.method if config.peft else "none"
+    method = config.peft.method
     writers = {"lora": _lora, "prefix": _prefix, "prompt": _prompt}
     if method not in writers:
         raise ModelInputError(f"peft.method={method!r} has no peft library format (it has {', '.join(writers)})")

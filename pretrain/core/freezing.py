@@ -30,7 +30,8 @@ EMBEDDINGS = ("embeddings", "token_embedding", "position_embedding")  # BERT's b
 TOP = ("pooler", "final_norm")  # above the top layer: trains with the head under `gradual`
 
 
-def _names(path) -> list[str]:
+def path_names(path) -> list[str]:
+    """A tree path's dict keys, e.g. ['bert', 'layer_0', 'attention', 'query', 'kernel']."""
     return [str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey)]
 
 
@@ -50,7 +51,7 @@ def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers
     every = max(1, config.get("unfreeze_every_epochs", 1)) * steps_per_epoch
 
     def start_step(path, _) -> int:
-        names = _names(path)
+        names = path_names(path)
         if names[0] not in BODIES or strategy == "none":
             return 0                                   # the task head always trains
         part = names[1]
@@ -98,8 +99,12 @@ def freeze(tx: optax.GradientTransformation, unfreeze_at: Any) -> optax.Gradient
     return optax.GradientTransformation(init, update)
 
 
+def trainable_count(params: Any, unfreeze_at: Any, step: int) -> int:
+    """Parameters that train at `step`."""
+    starts = jax.tree.leaves(unfreeze_at)  # the same structure, so the leaves line up
+    return int(sum(p.size for p, s in zip(jax.tree.leaves(params), starts) if step >= s))
+
+
 def trainable_fraction(params: Any, unfreeze_at: Any, step: int) -> float:
     """Share of parameters that train at `step` (printed at start so a user sees the strategy act)."""
-    sizes = [p.size for p in jax.tree.leaves(params)]
-    starts = jax.tree.leaves(unfreeze_at)  # the same structure, so the leaves line up
-    return sum(n for n, s in zip(sizes, starts) if step >= s) / max(sum(sizes), 1)
+    return trainable_count(params, unfreeze_at, step) / max(sum(p.size for p in jax.tree.leaves(params)), 1)

@@ -29,11 +29,16 @@ from pretrain.core.errors import ConfigError, UserError
 HEADLESS = ("t5",)  # families whose whole tree is the pretrained model (text to text: no new head)
 
 
-def peft_config(config: ml_collections.ConfigDict) -> peft_modules.PeftConfig | None:
-    """config.peft -> the models' PeftConfig (None when absent or method 'none'); bad values are one line."""
-    p = config.get("peft")
-    if p is None or p.method == "none":
-        return None
+def is_peft(config: ml_collections.ConfigDict | dict) -> bool:
+    """Whether a (fine-tuning) config trains a PEFT method."""
+    return config.get("peft", {}).get("method", "none") != "none"
+
+
+def peft_config(config: ml_collections.ConfigDict | dict) -> peft_modules.PeftConfig:
+    """config.peft -> the models' PeftConfig (peft.NONE when absent or method 'none'); bad values are one line."""
+    if not is_peft(config):
+        return peft_modules.NONE
+    p = config["peft"]
     targets = tuple(t.strip() for t in p.lora.targets.split(",") if t.strip())
     try:
         return peft_modules.PeftConfig(
@@ -51,7 +56,7 @@ def trainable(params: Any, family: str, config: ml_collections.ConfigDict) -> An
     norms = config.peft.method == "adapters" and config.peft.adapters.train_norms
 
     def trains(path, _) -> bool:
-        names = [str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey)]
+        names = freezing.path_names(path)
         if peft_modules.is_peft_path(names):
             return True
         if family not in HEADLESS and names[0] not in freezing.BODIES:
@@ -166,7 +171,7 @@ def peft_workdir(path: str) -> ml_collections.ConfigDict | None:
         return None
     with open(config_path) as f:
         stored = json.load(f)
-    if not isinstance(stored, dict) or "task" not in stored or stored.get("peft", {}).get("method", "none") == "none":
+    if not isinstance(stored, dict) or "task" not in stored or not is_peft(stored):
         return None
     return ml_collections.ConfigDict(stored)
 
@@ -176,10 +181,15 @@ def load_stored(workdir: str, step: int | None = None) -> tuple[dict, pretrained
     checked, the step)."""
     directory = os.path.join(workdir, "checkpoints")
     part, step = checkpoints.restore_params(directory, step)
+    return part, load_base(directory, step), step
+
+
+def load_base(directory: str, step: int) -> pretrained.Pretrained:
+    """The base a PEFT checkpoint (checkpoints/ folder, step) names, checked against its fingerprint."""
     reference = read_reference(directory, step)
     init = pretrained.load_pretrained(reference["init"], flag=f"the base of {directory}/{step}")
     check_base(reference, init.params, f"{directory}/{step}")
-    return part, init, step
+    return init
 
 
 def rebuild(model, example: dict, part: dict, init: pretrained.Pretrained, merge: Callable) -> dict:

@@ -34,7 +34,7 @@ ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "in
                      "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
 # Training-time fields the fine-tuning config sets itself rather than inheriting.
 NOT_ARCHITECTURE = ("name", "dropout_rate", "attention_dropout_rate", "dtype", "param_dtype", "attention",
-                    "scan_layers", "remat")
+                    "scan_layers", "remat", "peft")  # peft: the fine-tuning config's own (config.peft)
 FAMILIES = ("bert", "t5", "gpt")
 
 

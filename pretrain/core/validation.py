@@ -213,8 +213,7 @@ def _peft_fits(config) -> None:
         raise ConfigError(f"config.peft.method={peft.method!r} adapts a pretrained model: give --config.init "
                           "(a pretrain.train workdir or a Hugging Face directory)")
     from pretrain.core import parameter_efficient
-    parameter_efficient.peft_config(config)  # the method's own checks, as one line
-    virtual = {"prefix": peft.prefix.length, "prompt": peft.prompt.length}.get(peft.method, 0)
+    virtual = parameter_efficient.peft_config(config).virtual_positions  # and the method's own checks, one line
     positions = config.model.get("max_position_embeddings", config.model.get("n_positions"))
     if virtual and positions is not None and config.data.max_seq_length + virtual > positions:
         raise ConfigError(f"config.peft.{peft.method}.length={virtual} + config.data.max_seq_length="

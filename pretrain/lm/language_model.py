@@ -49,7 +49,7 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
         raise UserError(f"{flag}={path} holds a {init.family} model; this needs a decoder-only GPT "
                         "(a configs/gpt2.py workdir or a Hugging Face GPT-2 directory)")
     config = models.model_config({**init.model, "name": "gpt"}, dropout_rate=0.0, attention_dropout_rate=0.0,
-                                 dtype=dtype, peft=parameter_efficient.peft_config(peft_run) if peft_run else None)
+                                 dtype=dtype, peft=parameter_efficient.peft_config(peft_run or {}))
     try:
         tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)
     except tokenizers.TokenizerError as e:  # the tokenizer names training's option; these tools have their own

@@ -87,7 +87,7 @@ def make_optimizer(config, params, steps_per_epoch: int, family):
     if opt.warmup_steps < 0:
         opt.warmup_steps = int(round(config.warmup_fraction * total))
     tx, schedule = optimizers.make_optimizer(opt, total), optimizers.learning_rate_schedule(opt, total)
-    if parameter_efficient.peft_config(config) is not None:
+    if parameter_efficient.is_peft(config):
         mask = parameter_efficient.trainable(params, family.name, config)
         return parameter_efficient.optimizer(tx, mask), schedule, parameter_efficient.unfreeze_steps(mask), mask
     unfreeze_at = freezing.unfreeze_steps(params, config.freezing, num_layers=family.num_layers,
@@ -263,17 +263,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                "metrics": best[2], "epochs": epochs, "wall_time_sec": time.perf_counter() - started,
                "train_time_sec": train_time, "seed": config.seed,
                "learning_rate": config.optimizer.learning_rate, "freezing": config.freezing.strategy,
-               "peft": config.peft.method, "trainable_parameters": _trainable_count(state.params, unfreeze_at),
-               "parameters": train_state.count_params(state.params),
+               "peft": config.peft.method, "parameters": train_state.count_params(state.params),
+               "trainable_parameters": freezing.trainable_count(state.params, unfreeze_at, 0),
                "init": init.source if init else "random", "train_examples": len(train_data)}
     if distributed.is_primary():  # one writer: processes racing on a shared disk would lose the rename
         workdirs.write_json_atomic(results_path, results)  # results.json marks a finished run: never half-written
         shutil.rmtree(resume.directory, ignore_errors=True)  # a finished run is never resumed
     return results
-
-
-def _trainable_count(params, unfreeze_at) -> int:
-    return int(sum(np.size(p) for p, start in zip(jax.tree.leaves(params), jax.tree.leaves(unfreeze_at)) if start == 0))
 
 
 def restore_position(resume: checkpoints.Checkpointer, ckpt: checkpoints.Checkpointer, state, shardings,

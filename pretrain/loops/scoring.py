@@ -118,8 +118,9 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
         wanted += expanded
     family = registry.for_config(config, task, tokenizers.from_config(config.tokenizer))
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
-    if config.get("peft", {}).get("method", "none") != "none":
-        params = with_peft_base(config, family, workdir, wanted[0])
+    if parameter_efficient.is_peft(config):  # `params` are the trained part: the base comes from its reference
+        params = with_peft_base(config, family, params, parameter_efficient.load_base(
+            os.path.join(workdir, "checkpoints"), step), wanted[0])
     mesh = partitioning.create_mesh(config.mesh_shape)
     params = jax.device_put(params, partitioning.replicated(mesh))  # on every device of every process
     jit_predict = jax.jit(family.predict_fn(family.build_model()))
@@ -132,10 +133,9 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     return out
 
 
-def with_peft_base(config, family, workdir: str, split: str) -> dict:
-    """A PEFT workdir's trained parameters over the base it names (checked by fingerprint): the whole
-    tree of the fine-tuned model. `split` gives one example for the model's shapes."""
-    part, init, _ = parameter_efficient.load_stored(workdir)
+def with_peft_base(config, family, part: dict, init, split: str) -> dict:
+    """A PEFT checkpoint's trained parameters over its base: the whole tree of the fine-tuned model. `split`
+    gives one example for the model's shapes."""
     data, _, _ = load_split(config, family, split, 1, subset=1)
     example = {k: v[:1] for k, v in family.objective.model_inputs(data.batch(np.arange(1))).items()}
     return parameter_efficient.rebuild(family.build_model(), example, part, init, family.merge_pretrained)

@@ -286,7 +286,7 @@ def test_lora_finetuned_gpt_loads_as_a_language_model(tmp_path, tiny_gpt_workdir
     finetuning.finetune(config, str(workdir))
 
     adapted, base = load_language_model(str(workdir)), load_language_model(tiny_gpt_workdir)
-    assert adapted.config.peft.method == "lora" and base.config.peft is None
+    assert adapted.config.peft.method == "lora" and base.config.peft.method == "none"
     lora_b = [x for path, x in jax.tree_util.tree_flatten_with_path(adapted.params)[0] if "lora_b" in str(path)]
     assert len(lora_b) == 3 and all(np.any(np.asarray(b)) for b in lora_b)  # trained, so the scores move
     ids = jnp.asarray([adapted.tokenizer.encode("it is a good film, and a fine one.")])
