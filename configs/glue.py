@@ -35,7 +35,12 @@ batch 32, which fits a CPU.
 Recipe (Devlin et al., 2019, Section 4.1 and Appendix A.3): max sequence length 128, batch 32,
 3 epochs, Adam with learning rate picked on dev from {5e-5, 4e-5, 3e-5, 2e-5}, 10% linear warmup
 then linear decay, dropout 0.1, weight decay 0.01, the classifier on the pooled [CLS] vector.
-`scripts/reproduce_glue_table.py` sweeps the learning rates and seeds.
+`scripts/reproduce_glue_table.py` sweeps the learning rates and seeds (get_sweep's `table`).
+
+Sweeps (`python -m pretrain.sweep --config=configs/glue.py:task=mrpc --sweep=NAME --workdir=DIR
+--config.init=PATH`; configs/sweeps.py): `lr_seed` the paper's four learning rates x seeds 0 1 2;
+`table` every task of Table 1 x those learning rates x seeds (the config string's task is swept);
+`lr_seed:LR,LR/SEED,SEED` (e.g. `lr_seed:2e-5,5e-5/0,1`) and `table:TASK,TASK` narrow them.
 
 GPT recipe (Radford et al. 2018, "Improving Language Understanding by Generative Pre-Training",
 Section 4.1 "Fine-tuning details", and the defaults of its code, openai/finetune-transformer-lm
@@ -50,6 +55,7 @@ import os
 import ml_collections
 
 from configs import common
+from configs.sweeps import product, sweep
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -107,6 +113,26 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.optimizer.learning_rate = PEFT_LEARNING_RATES[arg.peft]
     c.lock()
     return c
+
+
+PAPER_LEARNING_RATES = (5e-5, 4e-5, 3e-5, 2e-5)  # Devlin et al. 2019, Section 4.1: picked on dev per task
+PAPER_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")  # Table 1's columns
+
+
+def get_sweep(arg: str) -> list[dict]:
+    """--sweep=NAME[:VALUES] -> cells (configs/sweeps.py). lr_seed[:LRS/SEEDS]: learning rate x seed;
+    table[:TASKS]: task x the paper's learning rates x seeds 0 1 2, as Table 1 is reproduced."""
+    name, _, values = (arg or "lr_seed").partition(":")
+    if name == "lr_seed":
+        rates, _, seeds = values.partition("/")
+        return product(sweep("optimizer.learning_rate", [float(x) for x in rates.split(",")] if rates
+                             else list(PAPER_LEARNING_RATES)),
+                       sweep("seed", [int(x) for x in seeds.split(",")] if seeds else [0, 1, 2]))
+    if name == "table":
+        tasks = values.split(",") if values else list(PAPER_TASKS)
+        return product(sweep("arg.task", tasks), sweep("optimizer.learning_rate", list(PAPER_LEARNING_RATES)),
+                       sweep("seed", [0, 1, 2]))
+    raise ValueError(f"configs/glue.py: --sweep={arg!r} is not lr_seed[:LRS/SEEDS] or table[:TASKS]")
 
 
 PEFT_LEARNING_RATES = {"adapters": 3e-4, "lora": 5e-4, "prefix": 5e-3, "prompt": 3e-2}

@@ -1,14 +1,16 @@
 """Reproduce Table 1 of the BERT paper (GLUE) with this codebase's fine-tuning command.
 
-Runs every task x learning rate x seed through `python -m pretrain.finetune` into
-<output>/<task>/lr<lr>_seed<seed>/ (a cell whose results.json exists is not rerun), then, per task,
+Runs every task x learning rate x seed through `python -m pretrain.finetune` as a sweep (configs/glue.py's
+`table`, pretrain/ops/sweeps.py: cells in <output>/task=T_learning_rate=LR_seed=S/, --parallel at once,
+finished cells not rerun, a killed sweep resumed by the same command), then, per task,
 selects the learning rate with the best mean dev main metric over seeds (the paper selects on dev)
 and reports mean ± std over seeds at that learning rate (MNLI gives matched and mismatched). Prints a
 markdown table laid out like the paper's Table 1 -- the paper's rows are GLUE *test*-server scores,
-ours are *dev* scores -- and writes <output>/table.json with every cell and the selection.
+ours are *dev* scores -- and writes <output>/table.json with every cell and the selection. The same
+cells run with `python -m pretrain.sweep --config=configs/glue.py --sweep=table --workdir=<output> ...`.
 Defaults follow the paper (Section 4.1): batch 32, 3 epochs, lr in {5e-5, 4e-5, 3e-5, 2e-5}; the
-paper reports the best of several restarts, here we report the mean over seeds. Cells are keyed by
-task, lr and seed only: use another --output when changing --epochs, --max_train_examples or --init.
+paper reports the best of several restarts, here we report the mean over seeds. Changing --epochs,
+--max_train_examples or --init needs another --output (the sweep refuses to mix settings).
 
   python scripts/reproduce_glue_table.py --init=/path/to/bert-base-uncased      # HF directory
   python scripts/reproduce_glue_table.py --init=runs/bert_base --tasks mrpc rte --seeds 0
@@ -20,24 +22,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # for `pretrain.*`
 
 import numpy as np  # noqa: E402
 
+from configs.sweeps import product, sweep  # noqa: E402
 from pretrain.glue import metrics as glue_metrics  # noqa: E402
 from pretrain.glue import tasks as glue  # noqa: E402
+from pretrain.core.errors import EXIT_PREEMPTED, UserError  # noqa: E402
+from pretrain.ops import sweep_runner, sweeps  # noqa: E402
 
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
-
-
-def cell_dir(args, task: str, lr: float, seed: int) -> str:
-    return os.path.join(args.output, task, f"lr{lr:g}_seed{seed}")
 
 
 def data_problem(args, task_name: str) -> str:
@@ -53,36 +51,32 @@ def data_problem(args, task_name: str) -> str:
     return ""
 
 
-def run_cell(args, task: str, lr: float, seed: int) -> bool:
-    cell = cell_dir(args, task, lr, seed)
-    if os.path.exists(cell):
-        shutil.rmtree(cell)  # an unfinished run: start it over
-    os.makedirs(cell)
-    cmd = [sys.executable, "-m", "pretrain.finetune", f"--config=configs/glue.py:task={task}", f"--workdir={cell}",
-           f"--config.init={args.init}", f"--config.seed={seed}", f"--config.optimizer.learning_rate={lr}",
-           f"--config.num_epochs={args.epochs}", f"--config.batch_size={args.batch_size}",
-           f"--config.data.max_seq_length={args.max_seq_length}", f"--config.data.source={args.source}",
-           f"--config.data.glue_dir={args.glue_dir}", f"--config.data.tfds_data_dir={args.tfds_data_dir}",
-           f"--config.data.max_train_examples={args.max_train_examples}"]
-    log = cell + ".log"
-    print(f"  {task} lr {lr:g} seed {seed}: running (log {log})", flush=True)
-    start = time.perf_counter()
-    with open(log, "w") as f:
-        code = subprocess.call(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
-    if code != 0 or not os.path.exists(os.path.join(cell, "results.json")):
-        with open(log) as f:
-            print(f"  {task} lr {lr:g} seed {seed}: FAILED (exit {code}); end of {log}:\n{f.read()[-2000:]}")
-        return False
-    print(f"  {task} lr {lr:g} seed {seed}: done in {time.perf_counter() - start:.0f} s", flush=True)
-    return True
+def shared_flags(args) -> list[str]:
+    """What every cell's pretrain.finetune gets besides its task, learning rate and seed."""
+    return [f"--config.init={args.init}", f"--config.num_epochs={args.epochs}",
+            f"--config.batch_size={args.batch_size}",
+            f"--config.data.max_seq_length={args.max_seq_length}", f"--config.data.source={args.source}",
+            f"--config.data.glue_dir={args.glue_dir}", f"--config.data.tfds_data_dir={args.tfds_data_dir}",
+            f"--config.data.max_train_examples={args.max_train_examples}"]
 
 
-def load_cell(args, task: str, lr: float, seed: int) -> dict | None:
-    path = os.path.join(cell_dir(args, task, lr, seed), "results.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+def run_sweep(args, tasks: list[str]) -> tuple[dict[str, dict[float, list[dict]]], list[str]]:
+    """configs/glue.py's `table` sweep over these tasks, learning rates and seeds (pretrain/ops: resumable,
+    --parallel at once). -> ({task: {lr: finished runs' results.json}}, failed cell names)."""
+    values = product(sweep("arg.task", tasks), sweep("optimizer.learning_rate", args.learning_rates),
+                     sweep("seed", args.seeds))
+    cells = sweeps.build_cells("configs/glue.py", values, "finetune", shared_flags(args), args.output)
+    sweep_dir = sweeps.SweepDir(args.output)
+    sweep_dir.claim({"config": "configs/glue.py", "sweep": "table", "entry_point": "finetune",
+                     "shared_flags": shared_flags(args), "run_root": args.output, "launch": None,
+                     "cells": [c.values for c in cells]})
+    statuses = sweep_runner.run_cells(sweep_dir, cells, args.parallel, say=lambda line: print(line, flush=True))
+    found: dict[str, dict[float, list[dict]]] = {t: {lr: [] for lr in args.learning_rates} for t in tasks}
+    for cell in cells:
+        if sweep_dir.outcome(cell):
+            with open(os.path.join(args.output, cell.name, "results.json")) as f:
+                found[cell.values["arg.task"]][cell.values["optimizer.learning_rate"]].append(json.load(f))
+    return found, [name for name, code in statuses.items() if code != 0]
 
 
 def table_key(task: str, split: str) -> str:
@@ -124,29 +118,28 @@ def main() -> None:
                         help="official GLUE layout <glue_dir>/{CoLA,SST-2,MRPC,...}/ (for --source=dir)")
     parser.add_argument("--tfds_data_dir", default="", help="TFDS data_dir for --source=tfds ('' = TFDS default)")
     parser.add_argument("--max_train_examples", type=int, default=0, help="fixed train subset (smoke runs); 0 = all")
-    parser.add_argument("--output", default="runs/glue_table", help="cells go to <output>/<task>/lr<lr>_seed<seed>/")
+    parser.add_argument("--output", default="runs/glue_table",
+                        help="the sweep's directory: cells in <output>/task=T_learning_rate=LR_seed=S/")
+    parser.add_argument("--parallel", type=int, default=1, help="cells run at once")
     args = parser.parse_args()
     args.output, args.glue_dir = os.path.abspath(args.output), os.path.abspath(args.glue_dir)
     args.tfds_data_dir = os.path.abspath(args.tfds_data_dir) if args.tfds_data_dir else ""
     if os.path.exists(args.init):
         args.init = os.path.abspath(args.init)  # the command runs from the repo root
 
-    skipped, failed = {}, []
-    cells: dict[str, dict[float, list[dict]]] = {}
+    skipped = {}
     for task in args.tasks:
-        grid = [(lr, s) for lr in args.learning_rates for s in args.seeds]
-        todo = [(lr, s) for lr, s in grid if load_cell(args, task, lr, s) is None]
-        if todo and (problem := data_problem(args, task)):
+        if problem := data_problem(args, task):
             skipped[task] = problem
             print(f"{task}: skipped, no data ({problem})")
-            continue
-        if len(todo) < len(grid):
-            done = " ".join(f"lr{lr:g}_seed{s}" for lr, s in grid if (lr, s) not in todo)
-            print(f"{task}: skipped cells with a results.json: {done}")
-        for lr, seed in todo:
-            if not run_cell(args, task, lr, seed):
-                failed.append(f"{task}/lr{lr:g}_seed{seed}")
-        cells[task] = {lr: [r for s in args.seeds if (r := load_cell(args, task, lr, s))] for lr in args.learning_rates}
+    tasks = [t for t in args.tasks if t not in skipped]
+    try:
+        cells, failed = run_sweep(args, tasks) if tasks else ({}, [])
+    except UserError as e:
+        sys.exit(f"error: {e}")
+    except sweep_runner.SweepStopped as e:
+        print(e, file=sys.stderr)
+        sys.exit(EXIT_PREEMPTED)
 
     selection = {t: select(t, c) for t, c in cells.items() if any(c.values())}
     print("\nPer task: learning rate chosen by mean dev main metric over seeds; dev metrics x100, mean ± std")

@@ -21,19 +21,22 @@ MAX_LINES = 400
 
 # room -> the rooms it may import (besides itself and third-party libraries), each with the rooms
 # inside it. A module belongs to the longest room that prefixes its name; `pretrain` alone holds
-# the six entry points.
+# the entry points (the six commands of a run, and launch / sweep, which operate them).
 ALLOWED = {
     "configs": set(),
     "models": set(),
     "objectives": {"models"},
     "pretrain.core": {"objectives", "models"},
+    # Operating runs: TPU VMs through gcloud, sweeps of whole commands. They start the entry points as
+    # processes (locally or on a VM) and read the files those write: nothing of loops or models.
+    "pretrain.ops": {"pretrain.core"},
     "pretrain.data": {"pretrain.core", "objectives", "models"},
     "pretrain.glue": {"pretrain.data", "pretrain.core", "objectives", "models"},
     "pretrain.families": {"pretrain.glue", "pretrain.data", "pretrain.core", "objectives", "models"},
     "pretrain.lm": {"pretrain.glue", "pretrain.data", "pretrain.core", "objectives", "models"},
     "pretrain.loops": {"pretrain.families", "pretrain.glue", "pretrain.data", "pretrain.core", "objectives",
                        "models"},
-    "pretrain": {"pretrain.loops", "pretrain.families", "pretrain.lm", "pretrain.glue", "pretrain.data",
+    "pretrain": {"pretrain.ops", "pretrain.loops", "pretrain.families", "pretrain.lm", "pretrain.glue", "pretrain.data",
                  "pretrain.core", "objectives", "models"},
     "scripts": {"scripts", "pretrain", "objectives", "models", "configs"},
     "tests": {"tests", "scripts", "pretrain", "objectives", "models", "configs"},
