@@ -107,7 +107,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.objective = ml_collections.ConfigDict(dict(
         name="span_corruption",
-        mode="span_corruption",      # span_corruption | prefix_lm | iid_denoising (Section 3.3)
+        mode="span_corruption",      # span_corruption | prefix_lm | iid_denoising | bert_style (Section 3.3)
         noise_density=0.15, mean_noise_span_length=3.0,  # Section 3.3.4, Table 7
         corruption="replace_spans",  # iid_denoising only: Section 3.3.2, Table 5
         targets_length=0,            # decoder length; 0 = derived: 114 for 512 inputs, 29 for 128

@@ -1,4 +1,4 @@
-"""Encoder-decoder (T5) pretraining objectives: span corruption, prefix LM, i.i.d. denoising.
+"""Encoder-decoder (T5) pretraining objectives: span corruption, prefix LM, i.i.d. denoising, BERT-style.
 
 The objectives compared in Raffel et al. 2020 (JMLR 21), Section 3.3, with the T5 library's
 preprocessors (`span_corruption`, `prefix_lm`, `iid_denoising` in t5/data/preprocessors.py):
@@ -13,6 +13,10 @@ preprocessors (`span_corruption`, `prefix_lm`, `iid_denoising` in t5/data/prepro
                    `corruption` = "replace_spans" (T5's i.i.d. objective: each run of noise tokens
                    -> one sentinel in the inputs, each run of kept tokens -> one sentinel in the
                    targets) or "drop_tokens" (inputs without the noise tokens, targets = them).
+  bert_style       Section 3.3.1's "BERT-style" objective (Table 4): noise_density of the tokens i.i.d.,
+                   90% of them replaced by a mask token (the first sentinel, T5's `sentinel_id`) and 10%
+                   by a random token; the target is the whole original chunk (T5's `noise_token_to_
+                   random_token_or_sentinel` with random_prob 0.1, targets = the uncorrupted text).
 
 Instances (once per data epoch): the documents in a random order, each one's sentences
 concatenated, EOS between documents, cut into raw chunks (T5's reduce_concat_tokens +
@@ -35,7 +39,8 @@ from objectives import span_corruption as sc
 from objectives.interface import ObjectiveError
 from objectives.losses import token_cross_entropy
 
-MODES = ("span_corruption", "prefix_lm", "iid_denoising")
+MODES = ("span_corruption", "prefix_lm", "iid_denoising", "bert_style")
+BERT_STYLE_RANDOM = 0.1  # of the corrupted tokens, the share replaced by a random token (Section 3.3.1)
 IID_CORRUPTIONS = ("replace_spans", "drop_tokens")
 BATCH_KEYS = ("encoder_input_ids", "encoder_segment_ids", "encoder_positions", "decoder_input_ids",
               "decoder_target_ids", "decoder_segment_ids", "decoder_positions", "decoder_loss_weights")
@@ -73,7 +78,7 @@ class EncoderDecoderDenoising:
                                  "must be >= 1")
         if self.targets_length < 0 or self.z_loss < 0:
             raise ObjectiveError("config.objective.targets_length and config.objective.z_loss must be >= 0")
-        self.uses_sentinels = self.mode == "span_corruption" or (
+        self.uses_sentinels = self.mode in ("span_corruption", "bert_style") or (
             self.mode == "iid_denoising" and self.corruption == "replace_spans")
         num_extra_ids = getattr(tokenizer, "num_extra_ids", 0)
         if self.uses_sentinels and not num_extra_ids:
@@ -109,9 +114,9 @@ class EncoderDecoderDenoising:
         return inputs_length - 1  # + EOS = inputs_length (T5's split_tokens_to_inputs_length)
 
     def _derived_targets_length(self, raw: int) -> int:
-        """prefix_lm: the longest possible target. iid: mean + 6 sqrt(mean) (a row past it, about
-        never, is trimmed with its EOS kept), rounded up to a multiple of 8."""
-        if self.mode == "prefix_lm":
+        """prefix_lm: the longest possible target; bert_style: the whole chunk. iid: mean + 6 sqrt(mean)
+        (a row past it, about never, is trimmed with its EOS kept), rounded up to a multiple of 8."""
+        if self.mode in ("prefix_lm", "bert_style"):
             return raw + 1
         p = self.noise_density
         mean = raw * p + 1  # noise tokens + EOS
@@ -202,10 +207,20 @@ class EncoderDecoderDenoising:
                                                rng, width=width)
         else:
             noise = sc.iid_noise_mask(lengths, width, self.noise_density, rng)
+        if self.mode == "bert_style":
+            return (self._mask_or_random(tokens, noise, rng), lengths), (tokens, lengths)
         if self.uses_sentinels:
             return (sc.noise_span_to_unique_sentinel(tokens, lengths, noise, self.sentinel_ids),
                     sc.nonnoise_span_to_unique_sentinel(tokens, lengths, noise, self.sentinel_ids))
         return sc.drop_tokens(tokens, lengths, noise), sc.drop_tokens(tokens, lengths, ~noise)
+
+    def _mask_or_random(self, tokens: np.ndarray, noise: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """[B, W] -> the noise tokens replaced: by a random token of the vocabulary without its sentinels
+        with probability BERT_STYLE_RANDOM, else by the mask token (sentinel 0)."""
+        random = noise & (rng.random(tokens.shape) < BERT_STYLE_RANDOM)
+        vocabulary = int(min(self.sentinel_ids))  # the sentinels are the last ids
+        replaced = np.where(noise, self.sentinel_ids[0], tokens)
+        return np.where(random, rng.integers(0, vocabulary, tokens.shape), replaced).astype(tokens.dtype)
 
     # -----------------------------------------------------------------------------------------
     # Device side.

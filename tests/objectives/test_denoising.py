@@ -70,7 +70,8 @@ def rebuild(inputs, targets):
 # Batches
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode,corruption", [("span_corruption", "replace_spans"), ("prefix_lm", "replace_spans"),
-                                             ("iid_denoising", "replace_spans"), ("iid_denoising", "drop_tokens")])
+                                             ("iid_denoising", "replace_spans"), ("iid_denoising", "drop_tokens"),
+                                             ("bert_style", "replace_spans")])
 def test_batch_has_the_contract_keys_shapes_and_determinism(mode, corruption):
     obj = objective(mode, corruption=corruption)
     rng = np.random.default_rng(0)
@@ -189,6 +190,26 @@ def test_iid_denoising_rate_and_variants():
     assert abs(noise / (2000 * 127) - 0.15) < 0.005
     # The derived decoder length almost never trims: mean ~0.2775 * 127 + 2.
     assert (batch["decoder_segment_ids"][:, -1] > 0).mean() < 0.01
+
+
+def test_bert_style_masks_or_randomizes_and_targets_the_whole_text():
+    """Raffel et al. Section 3.3.1: 15% of the tokens corrupted, 90% of those -> mask, 10% -> random;
+    the target is the original chunk."""
+    obj = objective("bert_style")
+    assert obj.lengths(128) == (127, 128)
+    rng = np.random.default_rng(7)
+    ids = rng.integers(3, 32_000, (2000, 127)).astype(np.int32)
+    batch = obj.make_batch({"input_ids": ids, "length": np.full(2000, 127)}, rng)
+    enc, dec = batch["encoder_input_ids"][:, :127], batch["decoder_target_ids"][:, :127]
+    np.testing.assert_array_equal(dec, ids)  # the whole text, then EOS
+    assert (batch["decoder_target_ids"][:, 127] == EOS).all() and (batch["encoder_input_ids"][:, 127] == EOS).all()
+    masked, changed = enc == V - 1, enc != ids
+    randomized = changed & ~masked
+    corrupted = masked.sum() + randomized.sum() / 0.9  # a random draw may equal the token: rare (1 / 32k)
+    assert abs(corrupted / ids.size - 0.15) < 0.003
+    assert abs(randomized.sum() / (masked.sum() + randomized.sum()) - 0.1) < 0.01
+    assert not np.vectorize(is_sentinel)(enc[randomized]).any()  # random tokens are never sentinels
+    assert stats.chisquare(np.bincount(enc[randomized] // 4000, minlength=8)[:8]).pvalue > 1e-4  # uniform
 
 
 def test_config_and_tokenizer_errors():

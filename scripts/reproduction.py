@@ -1,0 +1,137 @@
+"""The harness of the reproduce_* scripts: pretrain a few arms the same way, fine-tune each over seeds, and
+print the paper's rows beside ours with the wall time and the machine.
+
+A reproduction is a sweep whose cells are whole runs (pretrain/ops: resumable, `--parallel` at once, a
+killed script resumed by the same command): `<output>/pretrain_<arm>/` workdirs of `pretrain.train`, then
+`<output>/<arm>_<task>_seed<k>/` workdirs of `pretrain.finetune` from them (or from random weights of the
+same architecture: `random_init_flags`). The corpus and tokenizer are `make demo`'s (built here into
+`<output>/assets` when not given), so the numbers are small at CPU scale; a config and its overrides are
+all that changes at another scale.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # for `pretrain.*`, `configs.*`, `scripts.*`
+
+import numpy as np  # noqa: E402
+
+from configs import glue  # noqa: E402
+from pretrain.ops import sweep_runner, sweeps  # noqa: E402
+
+GLUE_DIR = os.path.join(REPO, "..", "shared", "data", "glue")
+
+
+def add_common_flags(parser, output: str) -> None:
+    parser.add_argument("--output", default=output, help="the reproduction's directory (resumable)")
+    parser.add_argument("--quick", action="store_true", help="fewer steps, examples and seeds (minutes)")
+    parser.add_argument("--corpus", default="", help="pretraining text (default: make demo's, built in --output)")
+    parser.add_argument("--tokenizer", default="", help="SentencePiece model (default: make demo's, built too)")
+    parser.add_argument("--glue_dir", default=GLUE_DIR, help="official GLUE layout")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once")
+
+
+def demo_assets(args) -> tuple[str, str]:
+    """(corpus, tokenizer): the given ones, or `make demo`'s recipe into <output>/assets (4 MB of CPython's
+    docs and an 8,000-piece SentencePiece model, as the tiny configs expect)."""
+    if args.corpus and args.tokenizer:
+        return os.path.abspath(args.corpus), os.path.abspath(args.tokenizer)
+    from scripts import train_tokenizer
+    from scripts.build_demo_corpus import build_corpus
+    assets = os.path.join(os.path.abspath(args.output), "assets")
+    corpus, model = os.path.join(assets, "corpus.txt"), os.path.join(assets, "spm.model")
+    if not os.path.exists(model):
+        os.makedirs(assets, exist_ok=True)
+        build_corpus(corpus, max_mb=4.0)
+        train_tokenizer.train_sentencepiece(corpus, os.path.join(assets, "spm"), vocab_size=8000)
+    return corpus, model
+
+
+def machine() -> str:
+    """'<CPU model>, N cores, <OS>' (and the JAX platform the runs use)."""
+    model = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
+        model = names[0] if names else model
+    return f"{model}, {os.cpu_count()} cores, {platform.system()}; JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS', '')}"
+
+
+class Reproduction:
+    """The runs of one reproduction in one sweep directory."""
+
+    def __init__(self, args, settings: list[str]):
+        self.output = os.path.abspath(args.output)
+        self.parallel = args.parallel
+        self.sweep = sweeps.SweepDir(self.output)
+        # Another --quick, corpus or step count in the same directory would mix two experiments: refused.
+        self.sweep.claim({"config": os.path.basename(sys.argv[0]), "entry_point": "reproduction",
+                          "shared_flags": settings, "run_root": self.output, "launch": None, "cells": []})
+        self.started = time.perf_counter()
+
+    def workdir(self, name: str) -> str:
+        return os.path.join(self.output, name)
+
+    def pretrain_cell(self, arm: str, config: str, flags: list[str]) -> sweeps.Cell:
+        name = f"pretrain_{arm}"
+        return sweeps.Cell(name, {"arm": arm}, config, (sys.executable, "-m", "pretrain.train", f"--config={config}",
+                                                        f"--workdir={self.workdir(name)}", *flags))
+
+    def finetune_cell(self, arm: str, task: str, seed: int, config: str, flags: list[str]) -> sweeps.Cell:
+        name = f"{arm}_{task}_seed{seed}"
+        return sweeps.Cell(name, {"arm": arm, "task": task, "seed": seed}, config,
+                           (sys.executable, "-m", "pretrain.finetune", f"--config={config}",
+                            f"--workdir={self.workdir(name)}", f"--config.seed={seed}", *flags))
+
+    def run(self, cells: list[sweeps.Cell]) -> None:
+        """The cells not done before; exits 1 naming a failed one (its log has why)."""
+        statuses = sweep_runner.run_cells(self.sweep, cells, self.parallel, say=lambda line: print(line, flush=True))
+        failed = [name for name, code in statuses.items() if code != 0]
+        if failed:
+            sys.exit(f"error: runs failed: {', '.join(failed)} (logs in {self.output}/logs)")
+
+    def results(self, cell: sweeps.Cell) -> dict:
+        with open(os.path.join(self.workdir(cell.name), "results.json")) as f:
+            return json.load(f)
+
+    def last_metric(self, cell: sweeps.Cell, key: str) -> float:
+        """The last logged value of `key` in a pretraining cell's metrics.jsonl."""
+        value = float("nan")
+        with open(os.path.join(self.workdir(cell.name), "metrics.jsonl")) as f:
+            for line in f:
+                record = json.loads(line)
+                value = record.get(key, value) if record.get(key) is not None else value
+        return value
+
+    def footer(self) -> str:
+        minutes = (time.perf_counter() - self.started) / 60
+        return f"Ran in {minutes:.1f} min (this invocation; finished runs are not rerun) on {machine()}."
+
+
+def random_init_flags(pretrained_workdir: str, task: str, model: str) -> list[str]:
+    """--config.model.* and --config.tokenizer.* of a pretraining workdir, for fine-tuning the same
+    architecture from random weights (config.init = ''). Keys the fine-tuning config lacks (BERT's
+    next_sentence) are left out."""
+    with open(os.path.join(pretrained_workdir, "config.json")) as f:
+        stored = json.load(f)
+    target = glue.get_config(f"task={task},model={model}")
+    flags = []
+    for section in ("model", "tokenizer"):
+        for key, value in stored[section].items():
+            if key in target[section]:
+                text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+                flags.append(f"--config.{section}.{key}={text}")
+    return flags
+
+
+def mean_std(values: list[float]) -> str:
+    return f"{100 * np.mean(values):.1f} ± {100 * np.std(values, ddof=1) if len(values) > 1 else 0.0:.1f}"
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
