@@ -98,7 +98,7 @@ def build_cells(config: str, cells: list[dict[str, Any]], entry: str, shared_fla
     for values in cells:
         name = cell_name(values)
         overrides = [f"--config.{k}={format_value(v)}" for k, v in values.items() if not k.startswith(ARG_PREFIX)]
-        run = ["python" if launch else sys.executable, "-m", ENTRY_POINTS[entry],
+        run = ["python3" if launch else sys.executable, "-m", ENTRY_POINTS[entry],
                f"--config={cell_config(config, values)}", f"--workdir={run_root.rstrip('/')}/{name}",
                *shared_flags, *overrides]
         out.append(Cell(name, dict(values), cell_config(config, values), tuple((launch or []) + run)))

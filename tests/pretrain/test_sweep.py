@@ -58,7 +58,7 @@ def test_cells_names_configs_and_commands():
     (remote,) = sweeps.build_cells("configs/bert.py", [{"seed": 0}], "train", [], "gs://b/s/", launch)
     assert remote.command[:7] == (sys.executable, "-m", "pretrain.launch", "run", "--name=my-v4",
                                   "--zone=us-central2-b", "--")
-    assert remote.command[7:10] == ("python", "-m", "pretrain.train") and "--workdir=gs://b/s/seed=0" in remote.command
+    assert remote.command[7:10] == ("python3", "-m", "pretrain.train") and "--workdir=gs://b/s/seed=0" in remote.command
     with pytest.raises(UserError, match="tpu:NAME"):
         sweeps.launch_prefix("gpu:x", "")
 
