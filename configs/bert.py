@@ -2,7 +2,7 @@
 
 Launch (demo corpus and tokenizer come from `make demo`):
   python -m pretrain.train --config=configs/bert.py:size=tiny --workdir=runs/bert_tiny
-  python -m pretrain.train --config=configs/bert.py:size=base --workdir=gs://bucket/bert_base \
+  python -m pretrain.train --config=configs/bert.py:size=base --workdir=/gcs/bucket/bert_base \
       --config.data.source=tfds --config.data.tfds_name=wikipedia/20230601.en \
       --config.tokenizer.kind=wordpiece --config.tokenizer.path=vocab.txt
 

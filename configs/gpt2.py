@@ -2,7 +2,7 @@
 
 Launch:
   python -m pretrain.train --config=configs/gpt2.py:size=nano_shakespeare_char_cpu --workdir=runs/shakespeare
-  python -m pretrain.train --config=configs/gpt2.py:size=small --workdir=gs://bucket/gpt2_small \
+  python -m pretrain.train --config=configs/gpt2.py:size=small --workdir=/gcs/bucket/gpt2_small \
       --config.data.path='owt/*.txt' --config.tokenizer.path=gpt2/
 
 Config string: `size=small|medium|large|xl|nano_shakespeare_char|nano_shakespeare_char_cpu|tiny`.

@@ -2,7 +2,7 @@
 
 Launch (demo corpus and tokenizer come from `make demo`):
   python -m pretrain.train --config=configs/spanbert.py:size=tiny --workdir=runs/spanbert_tiny
-  python -m pretrain.train --config=configs/spanbert.py:size=large --workdir=gs://bucket/spanbert_large \
+  python -m pretrain.train --config=configs/spanbert.py:size=large --workdir=/gcs/bucket/spanbert_large \
       --config.data.source=tfds --config.data.tfds_name=wikipedia/20230601.en \
       --config.tokenizer.kind=wordpiece --config.tokenizer.path=vocab.txt
 

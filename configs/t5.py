@@ -2,7 +2,7 @@
 
 Launch (the demo corpus and tokenizer come from `make demo`):
   python -m pretrain.train --config=configs/t5.py:size=tiny --workdir=runs/t5_tiny
-  python -m pretrain.train --config=configs/t5.py:size=base --workdir=gs://bucket/t5_base \
+  python -m pretrain.train --config=configs/t5.py:size=base --workdir=/gcs/bucket/t5_base \
       --config.tokenizer.path=gs://t5-data/vocabs/cc_all.32000/sentencepiece.model
 
 Config string: `size=tiny|small|base|large|3b|11b` (1.1 also `xl|xxl`; 3b and 11b are their

@@ -2,7 +2,7 @@
 
   python -m pretrain.launch create --name=bert-v4 --zone=us-central2-b --accelerator_type=v4-32 --spot
   python -m pretrain.launch run --name=bert-v4 --zone=us-central2-b -- \\
-      python3 -m pretrain.train --config=configs/bert.py:size=base --workdir=gs://BUCKET/bert-base
+      python3 -m pretrain.train --config=configs/bert.py:size=base --workdir=/gcs/BUCKET/bert-base
   python -m pretrain.launch status --name=bert-v4 --zone=us-central2-b --queued
   python -m pretrain.launch logs --name=bert-v4
   python -m pretrain.launch delete --name=bert-v4 --zone=us-central2-b --queued
@@ -78,7 +78,7 @@ def build_parser() -> OneLineParser:
     run = subcommand("run", "Ship the code, install it, run the command after -- on every worker, follow it.",
                      usage="python -m pretrain.launch run --name=NAME [--zone=ZONE] [flags] -- COMMAND [ARGS...]",
                      epilog="COMMAND runs as given on every worker, in the shipped code's folder, e.g. -- python3 -m "
-                     "pretrain.train --config=configs/bert.py:size=base --workdir=gs://BUCKET/bert-base (python3: "
+                     "pretrain.train --config=configs/bert.py:size=base --workdir=/gcs/BUCKET/bert-base (python3: "
                      "Ubuntu's TPU VM images may have no `python`; a gs:// workdir: every worker must see the "
                      "checkpoints). "
                      "gcloud reaches several workers at once only with your key in ssh-agent: "

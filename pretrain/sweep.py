@@ -4,7 +4,7 @@
       --config.init=PATH [--parallel=2] [--metric=f1]
   python -m pretrain.sweep --config=configs/glue.py --sweep=table:mrpc,cola --workdir=runs/table --config.init=PATH
   python -m pretrain.sweep --config=configs/bert.py:size=base --sweep=NAME --workdir=runs/sweep \
-      --launch=tpu:my-v4-32 --launch_flags="--zone=us-central2-b" --remote_workdir=gs://BUCKET/sweep
+      --launch=tpu:my-v4-32 --launch_flags="--zone=us-central2-b" --remote_workdir=/gcs/BUCKET/sweep
 
 Each cell runs `python -m pretrain.finetune` (a config with a task) or `pretrain.train` with the cell's
 values as --config.KEY=VALUE (or config-string arguments, `arg.NAME`) after the --config.* flags given
@@ -32,8 +32,9 @@ _SWEEP = flags.DEFINE_string("sweep", None, "The argument of the config file's g
 _PARALLEL = flags.DEFINE_integer("parallel", 1, "Cells run at once (locally).", lower_bound=1)
 _LAUNCH = flags.DEFINE_string("launch", "", "tpu:NAME: run each cell on that TPU VM through pretrain.launch.")
 _LAUNCH_FLAGS = flags.DEFINE_string("launch_flags", "", "Flags for `pretrain.launch run` (e.g. --zone=...).")
-_REMOTE_WORKDIR = flags.DEFINE_string("remote_workdir", "", "With --launch: where the cells' workdirs go "
-                                      "(gs://...: the workers and this machine both read it).")
+_REMOTE_WORKDIR = flags.DEFINE_string("remote_workdir", "", "With --launch: where the cells' workdirs go, a "
+                                      "path the workers and this machine share (a bucket mounted with gcsfuse "
+                                      "at the same path, e.g. /gcs/BUCKET/sweep).")
 _METRIC = flags.DEFINE_string("metric", "", "What the table and plot show (default: best_score for fine-tuning, "
                               "eval_loss for pretraining; a results.json or metrics.jsonl key, or its last part).")
 _COMMAND = flags.DEFINE_enum("command", "auto", ["auto", "finetune", "train"],
@@ -57,7 +58,8 @@ def main(argv: list[str]) -> None:
         config_string = config_flags.get_config_filename(flags.FLAGS["config"])
         entry = sweeps.entry_point(_CONFIG.value) if _COMMAND.value == "auto" else _COMMAND.value
         if _LAUNCH.value and not _REMOTE_WORKDIR.value:
-            raise errors.UserError("--launch needs --remote_workdir (e.g. gs://BUCKET/sweep) for the cells' workdirs")
+            raise errors.UserError("--launch needs --remote_workdir for the cells' workdirs (a path the workers "
+                                   "share with this machine, e.g. a bucket mounted with gcsfuse at /gcs/BUCKET)")
         launch = sweeps.launch_prefix(_LAUNCH.value, _LAUNCH_FLAGS.value) if _LAUNCH.value else None
         run_root = _REMOTE_WORKDIR.value or workdir
         shared = shared_config_flags()

@@ -33,9 +33,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     rp.add_common_flags(parser, "runs/reproduce_bert_nsp")
     args = parser.parse_args()
-    steps, examples, epochs, seeds = (300, 2000, 1, [0]) if args.quick else (1200, 8000, 3, [0, 1, 2])
+    steps, examples, epochs, seeds = (300, 4000, 2, [0]) if args.quick else (1200, 8000, 3, [0, 1, 2])
     corpus, spm = rp.demo_assets(args)
-    run = rp.Reproduction(args, [f"quick={args.quick}", corpus, spm])
+    run = rp.Reproduction(args, [f"steps={steps}", f"examples={examples}", f"epochs={epochs}", corpus, spm])
 
     assets = [f"--config.data.path={corpus}", f"--config.tokenizer.path={spm}", f"--config.num_train_steps={steps}"]
     pretraining = {arm: run.pretrain_cell(arm, config, assets) for arm, config in ARMS.items()}

@@ -39,9 +39,9 @@ def main() -> None:
     rp.add_common_flags(parser, "runs/reproduce_pretraining_helps")
     parser.add_argument("--families", nargs="+", choices=list(FAMILIES), default=list(FAMILIES))
     args = parser.parse_args()
-    steps, examples, epochs, seeds = (200, 2000, 1, [0]) if args.quick else (600, 8000, 3, [0, 1, 2])
+    steps, examples, epochs, seeds = (300, 4000, 2, [0]) if args.quick else (600, 8000, 3, [0, 1, 2])
     corpus, spm = rp.demo_assets(args)
-    run = rp.Reproduction(args, [f"quick={args.quick}", corpus, spm])
+    run = rp.Reproduction(args, [f"steps={steps}", f"examples={examples}", f"epochs={epochs}", corpus, spm])
 
     assets = [f"--config.data.path={corpus}", f"--config.tokenizer.path={spm}", f"--config.num_train_steps={steps}"]
     pretraining = {f: run.pretrain_cell(f, config, assets + flags) for f, (config, flags, _) in FAMILIES.items()

@@ -36,6 +36,9 @@ FIXED_EXCEPTIONS = ("optimizer.name",)  # the optimizer state's structure depend
 
 def prepare(workdir: str, flag: str = "--workdir") -> str:
     """Creates `workdir` if needed; a one-line UserError when it is a file or cannot be written. -> abspath."""
+    if "://" in workdir:  # os.path would make gs://b/x a local folder 'gs:/b/x': refuse instead of losing the run
+        raise UserError(f"{flag}={workdir}: remote workdirs are not written directly yet; mount the bucket "
+                        "(gcsfuse, e.g. at /gcs/BUCKET) and give its local path")
     path = os.path.abspath(workdir)
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{flag}={workdir} is a file, not a directory; give a directory (new or a run's workdir)")

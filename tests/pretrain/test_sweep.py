@@ -55,10 +55,10 @@ def test_cells_names_configs_and_commands():
                                 f"--workdir=/runs/s/{cell.name}", "--config.init=/m", "--config.seed=7",
                                 "--config.optimizer.learning_rate=2e-05", "--config.seed=1")  # the cell's seed wins
     launch = sweeps.launch_prefix("tpu:my-v4", "--zone=us-central2-b")
-    (remote,) = sweeps.build_cells("configs/bert.py", [{"seed": 0}], "train", [], "gs://b/s/", launch)
+    (remote,) = sweeps.build_cells("configs/bert.py", [{"seed": 0}], "train", [], "/gcs/b/s/", launch)
     assert remote.command[:7] == (sys.executable, "-m", "pretrain.launch", "run", "--name=my-v4",
                                   "--zone=us-central2-b", "--")
-    assert remote.command[7:10] == ("python3", "-m", "pretrain.train") and "--workdir=gs://b/s/seed=0" in remote.command
+    assert remote.command[7:10] == ("python3", "-m", "pretrain.train") and "--workdir=/gcs/b/s/seed=0" in remote.command
     with pytest.raises(UserError, match="tpu:NAME"):
         sweeps.launch_prefix("gpu:x", "")
 
