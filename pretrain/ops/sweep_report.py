@@ -120,7 +120,7 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 
 
 def plot(path: str, rows: list[dict], swept: list[str], key: str, title: str) -> None:
-    """The metric over the first numeric swept key (log scale across a decade or more), one line per
+    """The metric over the first numeric swept key (log scale across a factor of 3 or more), one line per
     combination of the other non-seed keys: the mean over seeds, the seeds as dots."""
     import matplotlib
     matplotlib.use("Agg")
@@ -140,9 +140,12 @@ def plot(path: str, rows: list[dict], swept: list[str], key: str, title: str) ->
         if x_key:
             ax.scatter([r[x_key] for r in members], [r[key] for r in members], s=12, alpha=0.5, color=line.get_color())
     if x_key:
-        values = [r[x_key] for r in rows]
-        if min(values) > 0 and max(values) / min(values) >= 10:
+        values = sorted({r[x_key] for r in rows})
+        if min(values) > 0 and max(values) / min(values) >= 3:
             ax.set_xscale("log")
+        if len(values) <= 12:  # the swept values themselves as ticks, written as the cells name them
+            ax.set_xticks(values, [format_value(v) for v in values])
+            ax.minorticks_off()
         ax.set_xlabel(x_key)
     else:
         ax.set_xlabel("cell")
