@@ -22,6 +22,7 @@ sys.path.insert(0, REPO)  # for `pretrain.*`, `configs.*`, `scripts.*`
 import numpy as np  # noqa: E402
 
 from configs import glue  # noqa: E402
+from pretrain.core.errors import EXIT_PREEMPTED, UserError  # noqa: E402
 from pretrain.ops import sweep_runner, sweeps  # noqa: E402
 
 GLUE_DIR = os.path.join(REPO, "..", "shared", "data", "glue")
@@ -69,8 +70,11 @@ class Reproduction:
         self.parallel = args.parallel
         self.sweep = sweeps.SweepDir(self.output)
         # Another --quick, corpus or step count in the same directory would mix two experiments: refused.
-        self.sweep.claim({"config": os.path.basename(sys.argv[0]), "entry_point": "reproduction",
-                          "shared_flags": settings, "run_root": self.output, "launch": None, "cells": []})
+        try:
+            self.sweep.claim({"config": os.path.basename(sys.argv[0]), "entry_point": "reproduction",
+                              "shared_flags": settings, "run_root": self.output, "launch": None, "cells": []})
+        except UserError as e:
+            sys.exit(f"error: {e}")
         self.started = time.perf_counter()
 
     def workdir(self, name: str) -> str:
@@ -89,7 +93,12 @@ class Reproduction:
 
     def run(self, cells: list[sweeps.Cell]) -> None:
         """The cells not done before; exits 1 naming a failed one (its log has why)."""
-        statuses = sweep_runner.run_cells(self.sweep, cells, self.parallel, say=lambda line: print(line, flush=True))
+        try:
+            statuses = sweep_runner.run_cells(self.sweep, cells, self.parallel,
+                                              say=lambda line: print(line, flush=True))
+        except sweep_runner.SweepStopped as e:
+            print(e, file=sys.stderr)
+            sys.exit(EXIT_PREEMPTED)
         failed = [name for name, code in statuses.items() if code != 0]
         if failed:
             sys.exit(f"error: runs failed: {', '.join(failed)} (logs in {self.output}/logs)")
