@@ -10,7 +10,7 @@ The paper's numbers (GLUE average on dev, T5-Base pretrained 2^35 tokens on C4, 
 Here: configs/t5.py:size=tiny with objective.mode = bert_style | prefix_lm | iid_denoising | span_corruption
 (objectives/denoising.py) on `make demo`'s corpus, the same steps and seed for each; then SST-2 as text to
 text (configs/glue.py:task=sst2,model=t5; Adafactor, constant lr 1e-3) over seeds, dev accuracy. Kendall's
-tau compares the two rankings (1: the same order).
+tau-b compares the two rankings (1: the same order; tied scores share their mean rank).
 
   python scripts/reproduce_t5_objectives.py            # 4 objectives x 3 seeds
   python scripts/reproduce_t5_objectives.py --quick    # fewer steps and examples, seed 0 (minutes)
@@ -37,13 +37,9 @@ OBJECTIVES = {  # arm -> (label, objective flags, paper GLUE average, paper tabl
 }
 
 
-def ranks(values: list[float]) -> list[int]:
-    """1 = the highest."""
-    order = np.argsort(-np.asarray(values), kind="stable")
-    out = [0] * len(values)
-    for rank, index in enumerate(order, 1):
-        out[index] = rank
-    return out
+def ranks(values: list[float]) -> list[float]:
+    """1 = the highest; tied values share their mean rank (scipy's rankdata)."""
+    return [float(r) for r in stats.rankdata([-v for v in values], method="average")]
 
 
 def main() -> None:
@@ -76,9 +72,9 @@ def main() -> None:
     means = [float(np.mean(ours[arm])) for arm in OBJECTIVES]
     paper = [OBJECTIVES[arm][2] for arm in OBJECTIVES]
     our_rank, paper_rank = ranks(means), ranks(paper)
-    rows = [[OBJECTIVES[arm][0], rp.mean_std(ours[arm]), str(our_rank[i]),
+    rows = [[OBJECTIVES[arm][0], rp.mean_std(ours[arm]), f"{our_rank[i]:g}",
              f"{run.last_metric(pretraining[arm], 'eval_loss'):.3f}", f"{paper[i]:.2f} ({OBJECTIVES[arm][3]})",
-             str(paper_rank[i])] for i, arm in enumerate(OBJECTIVES)]
+             f"{paper_rank[i]:g}"] for i, arm in enumerate(OBJECTIVES)]
     print(f"\nOurs: SST-2 dev accuracy x100 as text to text, mean ± std over seeds {seeds} ({examples} training "
           f"examples, {epochs} epochs) after {steps} pretraining steps ({length}-token inputs) of the tiny T5 on "
           f"{os.path.basename(corpus)}. Paper: GLUE average, T5-Base.\n")

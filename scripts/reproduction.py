@@ -76,6 +76,7 @@ class Reproduction:
         except UserError as e:
             sys.exit(f"error: {e}")
         self.started = time.perf_counter()
+        self.cells: list[sweeps.Cell] = []
 
     def workdir(self, name: str) -> str:
         return os.path.join(self.output, name)
@@ -93,6 +94,7 @@ class Reproduction:
 
     def run(self, cells: list[sweeps.Cell]) -> None:
         """The cells not done before; exits 1 naming a failed one (its log has why)."""
+        self.cells += cells
         try:
             statuses = sweep_runner.run_cells(self.sweep, cells, self.parallel,
                                               say=lambda line: print(line, flush=True))
@@ -117,8 +119,11 @@ class Reproduction:
         return value
 
     def footer(self) -> str:
+        """How long: this invocation, and the runs' own wall times summed (over earlier invocations too)."""
         minutes = (time.perf_counter() - self.started) / 60
-        return f"Ran in {minutes:.1f} min (this invocation; finished runs are not rerun) on {machine()}."
+        runs = sum(self.sweep.outcome(c)["wall_sec"] for c in self.cells) / 60
+        return (f"Ran in {minutes:.1f} min (this invocation); its {len(self.cells)} runs took {runs:.1f} min in all, "
+                f"one after another unless --parallel; on {machine()}.")
 
 
 def random_init_flags(pretrained_workdir: str, task: str, model: str) -> list[str]:
