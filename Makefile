@@ -75,13 +75,13 @@ demo-gpt-glue: $(STAMP)
 
 # Every test, the slow end-to-end ones included (what CI runs).
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" --durations=15 $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m slow --durations=15 $(PYTEST_ARGS)
 
 # The tests that compile for a TPU slice with libtpu, in a venv of their own: with libtpu installed JAX
 # probes for a TPU at start-up, which the rest of the suite must not do.
