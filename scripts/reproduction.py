@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 
 from configs import glue  # noqa: E402
 from pretrain.core.errors import EXIT_PREEMPTED, UserError  # noqa: E402
-from pretrain.ops import sweep_runner, sweeps  # noqa: E402
+from pretrain.ops import sweep_report, sweep_runner, sweeps  # noqa: E402
 
 GLUE_DIR = os.path.join(REPO, "..", "shared", "data", "glue")
 
@@ -111,12 +111,7 @@ class Reproduction:
 
     def last_metric(self, cell: sweeps.Cell, key: str) -> float:
         """The last logged value of `key` in a pretraining cell's metrics.jsonl."""
-        value = float("nan")
-        with open(os.path.join(self.workdir(cell.name), "metrics.jsonl")) as f:
-            for line in f:
-                record = json.loads(line)
-                value = record.get(key, value) if record.get(key) is not None else value
-        return value
+        return sweep_report.run_metrics(self.workdir(cell.name), "train").get(key, float("nan"))
 
     def footer(self) -> str:
         """How long: this invocation, and the runs' own wall times summed (over earlier invocations too)."""

@@ -84,11 +84,12 @@ def stored_config(workdir: str) -> dict | None:
         return None
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1} (tuples as lists): config.json and results.json key by key."""
     if isinstance(tree, dict):
         out = {}
         for key, value in tree.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
+            out.update(flatten(value, f"{prefix}{key}."))
         return out
     return {prefix[:-1]: list(tree) if isinstance(tree, tuple) else tree}
 
@@ -113,8 +114,8 @@ def check_resume(workdir: str, config: ml_collections.ConfigDict) -> list[str]:
     stored = stored_config(workdir)
     if stored is None:
         return []
-    old = _flatten(stored)
-    new = _flatten(json.loads(config.to_json_best_effort()))
+    old = flatten(stored)
+    new = flatten(json.loads(config.to_json_best_effort()))
     # Keys on one side only are a version's new or retired fields, not a change of this run.
     differ = {k: (old[k], new[k]) for k in sorted(set(old) & set(new)) if old[k] != new[k]}
     listed = {kind: "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in differ.items() if _kind(k) == kind)

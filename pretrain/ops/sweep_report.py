@@ -18,17 +18,17 @@ import numpy as np
 from etils import epath  # local paths and gs:// alike (Orbax's dependency)
 
 from pretrain.core.errors import UserError
+from pretrain.core.workdir import flatten
 from pretrain.ops.sweeps import Cell, SweepDir, format_value
 
 DEFAULT_METRICS = {"finetune": "best_score", "train": "eval_loss"}
 SEED_KEYS = ("seed",)
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, float]:
-    if isinstance(tree, dict):
-        return {k: v for key, value in tree.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
-    is_number = isinstance(tree, (int, float)) and not isinstance(tree, bool)
-    return {prefix[:-1]: float(tree)} if is_number else {}
+def _numbers(tree: Any) -> dict[str, float]:
+    """The numeric leaves of a JSON record, keyed 'a.b' (workdir.flatten)."""
+    return {k: float(v) for k, v in flatten(tree).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def run_metrics(run_dir: str, entry: str) -> dict[str, float]:
@@ -36,12 +36,12 @@ def run_metrics(run_dir: str, entry: str) -> dict[str, float]:
     root = epath.Path(run_dir)
     if entry == "finetune":
         path = root / "results.json"
-        return _flatten(json.loads(path.read_text())) if path.exists() else {}
+        return _numbers(json.loads(path.read_text())) if path.exists() else {}
     path, last = root / "metrics.jsonl", {}
     if path.exists():
         for line in path.read_text().splitlines():
             if line.strip():
-                last.update({k: v for k, v in _flatten(json.loads(line)).items() if k != "step"})
+                last.update({k: v for k, v in _numbers(json.loads(line)).items() if k != "step"})
     return last
 
 
