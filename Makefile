@@ -8,6 +8,11 @@ DEMO   ?= demo_out
 GLUE_DIR ?= ../shared/data/glue
 # Pytest options, e.g. `make test PYTEST_ARGS="-k mlm"`.
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist): one per core, at most 4 (each holds its own JAX and compiled models);
+# `make test TEST_WORKERS=0` runs in this process alone. Each worker takes a whole file at a time, so a
+# file's module fixtures are built once; the 15 slowest tests are listed at the end.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 .PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-quick bench-nanogpt bench-accelerator clean
 
@@ -75,13 +80,13 @@ demo-gpt-glue: $(STAMP)
 
 # Every test, the slow end-to-end ones included (what CI runs).
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" --durations=15 $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow --durations=15 $(PYTEST_ARGS)
+	$(PYTEST) -m slow $(PYTEST_ARGS)
 
 # The tests that compile for a TPU slice with libtpu, in a venv of their own: with libtpu installed JAX
 # probes for a TPU at start-up, which the rest of the suite must not do.

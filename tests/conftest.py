@@ -1,6 +1,8 @@
-"""Shared fixtures: a small offline corpus + SentencePiece model, and the real train command."""
+"""Shared fixtures: a small offline corpus + SentencePiece model, finished tiny runs that several test files
+read (trained once per session), and the real train command; the `tpu` mark's bookkeeping."""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import subprocess
@@ -21,11 +23,21 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if not item.get_closest_marker("tpu")]
         config.hook.pytest_deselected(items=deselected)
         config._tpu_deselected = len(deselected)
+        if hasattr(config, "workeroutput"):  # a pytest-xdist worker: the controller prints the summary
+            config.workeroutput["tpu_deselected"] = len(deselected)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller (make test runs one worker per core): every worker deselects the same tests."""
+    count = getattr(node, "workeroutput", {}).get("tpu_deselected", 0)
+    node.config._tpu_deselected = max(getattr(node.config, "_tpu_deselected", 0), count)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if getattr(config, "_tpu_deselected", 0):
         terminalreporter.write_line(f"{config._tpu_deselected} test(s) marked tpu deselected: {TPU_REASON}")
+
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
@@ -41,6 +53,76 @@ def corpus_and_tokenizer(tmp_path_factory) -> tuple[str, str]:
     build_corpus(corpus, max_mb=0.5)
     model = train_tokenizer.train_sentencepiece(corpus, str(root / "spm"), vocab_size=1000)
     return corpus, model
+
+
+def _digest(directory: str) -> str:
+    digest = hashlib.sha256()
+    for root, dirs, files in sorted(os.walk(directory)):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            digest.update(os.path.relpath(path, directory).encode())
+            with open(path, "rb") as f:
+                digest.update(f.read())
+    return digest.hexdigest()
+
+
+def _read_only(directory: str):
+    """Yields `directory`; at the session's end, fails if any test changed a file of it."""
+    before = _digest(directory)
+    yield directory
+    assert _digest(directory) == before, f"a test wrote into the shared run {directory}: copy it first"
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_workdir(corpus_and_tokenizer, tmp_path_factory):
+    """A finished `pretrain.train` run of the tiny BERT (tiny_overrides: 6 steps, checkpoints 3 and 6), trained
+    once for every test that starts from it or copies it. Read only (checked at the session's end)."""
+    directory = str(tmp_path_factory.mktemp("tiny_bert") / "run")
+    run_train(directory, tiny_overrides(*corpus_and_tokenizer))
+    yield from _read_only(directory)
+
+
+GPT_CHAR = "configs/gpt2.py:size=nano_shakespeare_char_cpu"
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt_workdir(tmp_path_factory):
+    """A finished `pretrain.train` run of a 1-layer char GPT on tinyshakespeare (10 steps, a 32-token context),
+    trained once for every test that reads it. Read only (checked at the session's end)."""
+    shakespeare = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
+    directory = str(tmp_path_factory.mktemp("tiny_gpt") / "run")
+    run_train(directory, [
+        "--config.num_train_steps=10", "--config.model.num_layers=1", "--config.model.d_model=32",
+        "--config.model.num_heads=2", "--config.model.d_ff=64", "--config.model.n_positions=32",
+        "--config.data.max_seq_length=32", "--config.eval_every=0", "--config.checkpoint_every=10",
+        f"--config.data.path={shakespeare}", f"--config.tokenizer.path={shakespeare}"], config=GPT_CHAR)
+    yield from _read_only(directory)
+
+
+@pytest.fixture(scope="session")
+def char_gpt_glue_workdir(tmp_path_factory):
+    """A 30-step Shakespeare GPT (1 layer, the nano config's 64-character context) whose char vocabulary also
+    holds SST-2's text and the few-shot prompt templates: the honest way to make GLUE readable for a
+    character model (its training text is Shakespeare alone). For fine-tuning and few-shot tests. Read only."""
+    from pretrain.glue import prompts
+    shakespeare = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
+    root = tmp_path_factory.mktemp("char_gpt_glue")
+    parts = [open(shakespeare, encoding="utf-8").read()]
+    for split in ("train", "dev"):
+        with open(os.path.join(SHARED_DATA, "glue", "SST-2", f"{split}.tsv"), encoding="utf-8") as f:
+            parts.append(f.read())
+    parts += [prompts.instruction_text(f) for f in prompts.FORMATS.values()]
+    vocabulary = root / "vocabulary.txt"
+    vocabulary.write_text("".join(parts), encoding="utf-8")
+    vocab_size = len(set(vocabulary.read_text(encoding="utf-8")))
+    directory = str(root / "gpt")
+    run_train(directory, [
+        "--config.num_train_steps=30", "--config.model.num_layers=1", "--config.model.d_model=32",
+        "--config.model.num_heads=2", "--config.model.d_ff=64", "--config.eval_every=0",
+        "--config.checkpoint_every=30", f"--config.data.path={shakespeare}", f"--config.tokenizer.path={vocabulary}",
+        f"--config.model.vocab_size={vocab_size}"], config=GPT_CHAR)
+    yield from _read_only(directory)
 
 
 def tiny_overrides(corpus: str, spm_model: str, **extra) -> list[str]:
@@ -71,3 +153,4 @@ def run_module(module: str, args: list[str], *, env: dict | None = None,
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
+

@@ -3,12 +3,13 @@
 Each case runs the real command (`python -m pretrain.<entry> ...`) on copies of three finished workdirs
 (a tiny BERT pretraining run, an MRPC fine-tuning run from it, a tiny GPT run) and asserts the exit
 status, that stderr is exactly one line matching the case's pattern, and that no file of the workdirs
-changed. The cases run a few at a time in one fixture; most fail before anything is compiled.
+changed. The cases run three at a time in one fixture, each a process forked from one that imported JAX
+once (tests/command_server.py); most fail before anything is compiled.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, SHARED_DATA, run_module, run_train, tiny_overrides
+from tests.conftest import REPO, SHARED_DATA, run_module, tiny_overrides
 
 GLUE = os.path.join(SHARED_DATA, "glue")
 SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
@@ -156,28 +157,25 @@ def _snapshot(*directories: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def workdirs(corpus_and_tokenizer, tmp_path_factory) -> dict[str, str]:
-    """Finished runs whose every file the cases must leave as they found it."""
+def workdirs(corpus_and_tokenizer, tiny_bert_workdir, tiny_gpt_workdir, tmp_path_factory) -> dict[str, str]:
+    """Finished runs whose every file the cases must leave as they found it: the session's tiny BERT and GPT
+    runs (tests/conftest.py), and an MRPC fine-tuning run from that BERT."""
     corpus, spm = corpus_and_tokenizer
     root = tmp_path_factory.mktemp("bad_inputs")
-    bert, ft, gpt = str(root / "bert"), str(root / "ft"), str(root / "gpt")
-    run_train(bert, tiny_overrides(corpus, spm))
-    run_module("pretrain.finetune", [f"--config={MRPC}", f"--workdir={ft}", f"--config.init={bert}", *FT_SMALL])
-    run_train(gpt, ["--config.num_train_steps=2", "--config.model.num_layers=1", "--config.model.d_model=32",
-                    "--config.model.num_heads=2", "--config.model.d_ff=64", "--config.model.n_positions=32",
-                    "--config.data.max_seq_length=32", "--config.checkpoint_every=2",
-                    f"--config.data.path={SHAKESPEARE}", f"--config.tokenizer.path={SHAKESPEARE}"],
-              config="configs/gpt2.py:size=nano_shakespeare_char_cpu")
+    ft = str(root / "ft")
+    run_module("pretrain.finetune", [f"--config={MRPC}", f"--workdir={ft}", f"--config.init={tiny_bert_workdir}",
+                                     *FT_SMALL])
     glue_copy = root / "glue_without_test" / "MRPC"
     glue_copy.mkdir(parents=True)
     for split in ("train", "dev"):
         shutil.copy(os.path.join(GLUE, "MRPC", f"{split}.tsv"), glue_copy / f"{split}.tsv")
-    return {"bert": bert, "ft": ft, "gpt": gpt, "corpus": corpus, "spm": spm, "root": str(root),
-            "glue_copy": str(glue_copy.parent)}
+    return {"bert": tiny_bert_workdir, "ft": ft, "gpt": tiny_gpt_workdir, "corpus": corpus, "spm": spm,
+            "root": str(root), "glue_copy": str(glue_copy.parent)}
 
 
-def _run_case(name: str, workdirs: dict[str, str]) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The case's command on fresh copies of the workdirs -> (process, the files it changed)."""
+def _prepare_case(name: str, workdirs: dict[str, str]) -> tuple[str, list[str], list[str]]:
+    """Fresh copies of the workdirs for the case -> (its directory, its command, the directories it must
+    leave unchanged)."""
     case_dir = os.path.join(workdirs["root"], "cases", re.sub(r"\W+", "_", name))
     shutil.rmtree(case_dir, ignore_errors=True)
     values = {"binary": sys.executable, "tiny": None, "corpus": workdirs["corpus"], "glue_copy": workdirs["glue_copy"],
@@ -188,30 +186,40 @@ def _run_case(name: str, workdirs: dict[str, str]) -> tuple[subprocess.Completed
     os.makedirs(values["damaged"])
     with open(os.path.join(values["damaged"], "config.json"), "w") as f:
         f.write('{"task": "mrpc", ')  # cut short
-    command, _, _ = CASES[name]
-    args = []
+    command = CASES[name][0]
+    args = [command[0]]
     for arg in command[1:]:
         if arg == "{tiny}":
             args += tiny_overrides(workdirs["corpus"], workdirs["spm"])
         else:
             args.append(arg.format(**values))
-    watched = [values[k] for k in ("bert", "ft", "gpt", "damaged")]
-    before = _snapshot(*watched)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    env.pop("LMPRETRAIN_TRACEBACK", None)
-    proc = subprocess.run([sys.executable, "-m", command[0], *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-    after = _snapshot(*watched)
-    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
-    return proc, changed
+    return case_dir, args, [values[k] for k in ("bert", "ft", "gpt", "damaged")]
 
 
 @pytest.fixture(scope="module")
 def outcomes(workdirs) -> dict[str, tuple[subprocess.CompletedProcess, list[str]]]:
-    """Every case, three at a time (each is mostly interpreter start-up and imports)."""
-    with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        futures = {name: pool.submit(_run_case, name, workdirs) for name in CASES}
-        return {name: future.result() for name, future in futures.items()}
+    """Every case -> (its process, the files it changed). Each command is its own process, forked three at a
+    time from one that imported JAX & co. once (tests/command_server.py: the same `python -m` entry, flags,
+    exit status and output, without ~60 interpreter start-ups)."""
+    cases = {name: _prepare_case(name, workdirs) for name in CASES}
+    before = {name: _snapshot(*watched) for name, (_, _, watched) in cases.items()}
+    requests = [{"module": args[0], "args": args[1:], "stdout": os.path.join(case_dir, "stdout"),
+                 "stderr": os.path.join(case_dir, "stderr")} for case_dir, args, _ in cases.values()]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("LMPRETRAIN_TRACEBACK", None)
+    server = subprocess.run([sys.executable, "-m", "tests.command_server", "3"], cwd=REPO, env=env, text=True,
+                            input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, timeout=900)
+    assert server.returncode == 0, server.stderr[-3000:]
+    status = {r["index"]: r["returncode"] for r in map(json.loads, server.stdout.splitlines())}
+    assert sorted(status) == list(range(len(CASES))), server.stdout
+    out = {}
+    for i, (name, (case_dir, args, watched)) in enumerate(cases.items()):
+        after = _snapshot(*watched)
+        changed = sorted(p for p in set(before[name]) | set(after) if before[name].get(p) != after.get(p))
+        with open(os.path.join(case_dir, "stdout")) as f_out, open(os.path.join(case_dir, "stderr")) as f_err:
+            proc = subprocess.CompletedProcess(["python", "-m", *args], status[i], f_out.read(), f_err.read())
+        out[name] = (proc, changed)
+    return out
 
 
 def test_there_are_forty_cases_across_the_six_entry_points():
@@ -240,6 +248,18 @@ def test_bad_input(name, outcomes):
 def test_help_lists_the_flags_and_print_config_prints_every_key(outcomes):
     help_text = outcomes["train/--help"][0].stdout
     assert "--workdir" in help_text and "--print_config" in help_text and "--config.KEY=VALUE" in help_text
-    import json
     printed = json.loads(outcomes["train/--print_config"][0].stdout)
     assert printed["batch_size"] == 3 and printed["model"]["name"] == "bert" and "mask_prob" in printed["objective"]
+
+
+def test_a_forked_command_prints_and_exits_as_the_started_one(outcomes, tmp_path):
+    """tests/command_server.py stands in for `python -m`: the same output and exit status, byte for byte, as
+    the real command started afresh (cases whose output names no case directory; --help lists every absl flag
+    defined in the process, so a preloaded module that defines flags would show here)."""
+    for name in ("train/config argument unknown", "finetune/--help", "generate/--help"):
+        command = CASES[name][0]
+        args = [arg.replace("{bert}", str(tmp_path / "w")) for arg in command[1:]]
+        started = run_module(command[0], args, env={"LMPRETRAIN_TRACEBACK": ""}, check=False)
+        forked = outcomes[name][0]
+        assert (started.returncode, started.stdout, started.stderr) == (forked.returncode, forked.stdout,
+                                                                         forked.stderr), name

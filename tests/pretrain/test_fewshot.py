@@ -319,26 +319,10 @@ def test_user_errors(char_tokenizer, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def char_workdir(tmp_path_factory) -> str:
-    """A 30-step Shakespeare GPT whose char vocabulary also holds SST-2's text and the prompt template: the
-    honest way to make GLUE readable for a character model (its training text is Shakespeare alone)."""
-    root = tmp_path_factory.mktemp("fewshot")
-    shakespeare = os.path.join(conftest.SHARED_DATA, "tinyshakespeare/input.txt")
-    parts = [open(shakespeare, encoding="utf-8").read()]
-    for split in ("train", "dev"):
-        with open(os.path.join(conftest.SHARED_DATA, "glue/SST-2", f"{split}.tsv"), encoding="utf-8") as f:
-            parts.append(f.read())
-    parts += [prompts.instruction_text(f) for f in prompts.FORMATS.values()]
-    vocabulary = root / "vocabulary.txt"
-    vocabulary.write_text("".join(parts), encoding="utf-8")
-    vocab_size = len(set(vocabulary.read_text(encoding="utf-8")))
-    workdir = root / "gpt"
-    conftest.run_train(workdir, [
-        "--config.num_train_steps=30", "--config.model.num_layers=1", "--config.model.d_model=32",
-        "--config.model.num_heads=2", "--config.model.d_ff=64", "--config.eval_every=0",
-        "--config.checkpoint_every=30", f"--config.data.path={shakespeare}", f"--config.tokenizer.path={vocabulary}",
-        f"--config.model.vocab_size={vocab_size}"], config="configs/gpt2.py:size=nano_shakespeare_char_cpu")
-    return str(workdir)
+def char_workdir(char_gpt_glue_workdir) -> str:
+    """A 30-step Shakespeare GPT whose char vocabulary also holds SST-2's text and the prompt template
+    (the session's, tests/conftest.py)."""
+    return char_gpt_glue_workdir
 
 
 @pytest.mark.slow

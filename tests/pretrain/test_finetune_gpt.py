@@ -26,7 +26,7 @@ from pretrain.data.tokenizers import CharTokenizer
 from pretrain.core.errors import UserError
 from pretrain.families.gpt import GPTFamily, LastTokenObjective
 from pretrain.core.train_state import unbox
-from tests.conftest import SHARED_DATA, run_module, run_train
+from tests.conftest import SHARED_DATA, run_module
 from tests.models.test_gpt import random_params
 
 CONFIG = GPTConfig(vocab_size=64, n_positions=32, d_model=32, num_layers=2, num_heads=4, d_ff=128,
@@ -230,22 +230,11 @@ def test_freezing_strategies_name_the_gpt_body(char_tokenizer, strategy):
 # The real commands: pretrain a tiny GPT, fine-tune it on SST-2.
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def tiny_gpt_workdir(tmp_path_factory) -> str:
-    """A 1-layer char GPT pretrained by `pretrain.train` on tinyshakespeare + the SST-2 text: the vocabulary
-    must hold GLUE's characters, which shakespeare's 65 do not."""
-    root = tmp_path_factory.mktemp("gpt_sst2")
-    corpus = root / "shakespeare_and_sst2.txt"
-    texts = [open(SHAKESPEARE, encoding="utf-8").read()]
-    texts += [open(os.path.join(GLUE_DIR, "SST-2", f), encoding="utf-8").read() for f in ("train.tsv", "dev.tsv")]
-    corpus.write_text("\n".join(texts), encoding="utf-8")
-    workdir = root / "pretrain"
-    vocab_size = CharTokenizer(str(corpus)).vocab_size
-    run_train(workdir, [f"--config.data.path={corpus}", f"--config.tokenizer.path={corpus}",
-                        f"--config.model.vocab_size={vocab_size}",
-                        "--config.num_train_steps=30", "--config.model.num_layers=1", "--config.model.d_model=32",
-                        "--config.model.num_heads=2", "--config.model.d_ff=64", "--config.eval_every=0",
-                        "--config.checkpoint_every=30"], config="configs/gpt2.py:size=nano_shakespeare_char_cpu")
-    return str(workdir)
+def tiny_gpt_workdir(char_gpt_glue_workdir) -> str:
+    """A 1-layer char GPT pretrained by `pretrain.train` on tinyshakespeare whose vocabulary also holds SST-2's
+    characters, which shakespeare's 65 do not (the session's, tests/conftest.py, shared with the few-shot
+    command's test)."""
+    return char_gpt_glue_workdir
 
 
 @pytest.mark.slow

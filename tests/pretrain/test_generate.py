@@ -217,15 +217,9 @@ def test_user_errors(char_lm, tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("gpt_workdir")
-    conftest.run_train(directory, [
-        "--config.num_train_steps=10", "--config.model.num_layers=1", "--config.model.d_model=32",
-        "--config.model.num_heads=2", "--config.model.d_ff=64", "--config.model.n_positions=32",
-        "--config.data.max_seq_length=32", "--config.eval_every=0", "--config.checkpoint_every=10",
-        f"--config.data.path={SHAKESPEARE}", f"--config.tokenizer.path={SHAKESPEARE}"],
-        config="configs/gpt2.py:size=nano_shakespeare_char_cpu")
-    return str(directory)
+def workdir(tiny_gpt_workdir):
+    """The session's 1-layer char GPT trained 10 steps by the real command (tests/conftest.py)."""
+    return tiny_gpt_workdir
 
 
 HEADER = re.compile(r"^----- prompt (\d+)/(\d+), sample (\d+)/(\d+) \((eos|stop|length)\) -----$", re.M)

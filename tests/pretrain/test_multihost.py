@@ -87,22 +87,21 @@ def assert_only_process_0_speaks(procs):
 
 
 def test_bert_two_processes_match_one_and_resume_together(tmp_path, corpus_and_tokenizer):
-    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=20, checkpoint_every=10, log_every=1,
-                           **STREAMS)
+    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=8, checkpoint_every=4, log_every=1, **STREAMS)
     one, two = tmp_path / "one", tmp_path / "two"
     config = "configs/bert.py:size=tiny"
     _, procs = finish(start(config, one, flags, 1), start(config, two, flags, 2))
     assert_only_process_0_speaks(procs)
-    assert_same_losses(one, two, list(range(1, 21)))
-    assert saved_steps(two) == [10, 20]
+    assert_same_losses(one, two, list(range(1, 9)))
+    assert saved_steps(two) == [4, 8]
     assert os.path.isfile(two / "config.json") and not list(two.glob("*.tmp*"))
 
-    # Both processes restore checkpoint 20 and train on; the single process does the same.
-    more = tiny_overrides(*corpus_and_tokenizer, num_train_steps=25, checkpoint_every=10, log_every=1, **STREAMS)
+    # Both processes restore checkpoint 8 and train on; the single process does the same.
+    more = tiny_overrides(*corpus_and_tokenizer, num_train_steps=10, checkpoint_every=4, log_every=1, **STREAMS)
     _, procs = finish(start(config, one, more, 1), start(config, two, more, 2))
-    assert f"Resumed from {two}/checkpoints/20" in procs[0].stdout and procs[1].stdout == ""
-    assert_same_losses(one, two, list(range(1, 26)))
-    assert saved_steps(two) == [10, 20, 25]
+    assert f"Resumed from {two}/checkpoints/8" in procs[0].stdout and procs[1].stdout == ""
+    assert_same_losses(one, two, list(range(1, 11)))
+    assert saved_steps(two) == [4, 8, 10]
 
 
 def t5_overrides(corpus: str, spm_model: str) -> list[str]:

@@ -193,20 +193,18 @@ def _without_times(results: dict) -> str:
 
 
 @pytest.mark.slow
-def test_sigterm_saves_where_finetuning_is_and_the_rerun_gives_the_same_results(tmp_path, corpus_and_tokenizer):
-    pre = tmp_path / "pretrain"
-    run_train(pre, tiny_overrides(*corpus_and_tokenizer, num_train_steps=3))
-    args = ["--config=configs/glue.py:task=wnli", f"--config.init={pre}",
+def test_sigterm_saves_where_finetuning_is_and_the_rerun_gives_the_same_results(tmp_path, tiny_bert_workdir):
+    args = ["--config=configs/glue.py:task=wnli", f"--config.init={tiny_bert_workdir}",
             f"--config.data.glue_dir={os.path.join(SHARED_DATA, 'glue')}", "--config.batch_size=4",
-            "--config.num_epochs=3", "--config.data.max_seq_length=64", "--config.write_test_predictions=False",
-            "--config.log_every=1"]
+            "--config.data.max_train_examples=192", "--config.num_epochs=3", "--config.data.max_seq_length=64",
+            "--config.write_test_predictions=False", "--config.log_every=1"]
     workdir = tmp_path / "preempted"
     proc = start("pretrain.finetune", [f"--workdir={workdir}", *args])
-    # 159 steps per epoch: the SIGTERM comes in the second epoch, after a best-epoch checkpoint
-    step = preempted_step(*sigterm_after(proc, workdir / "metrics.jsonl", 200), workdir / "resume")
-    assert 159 < step < 318, step
+    # 48 steps per epoch: the SIGTERM comes early in the second epoch, after a best-epoch checkpoint
+    step = preempted_step(*sigterm_after(proc, workdir / "metrics.jsonl", 60), workdir / "resume")
+    assert 48 < step < 96, step
     assert os.listdir(workdir / "resume") == [str(step)] and not (workdir / "results.json").exists()
-    assert os.listdir(workdir / "checkpoints") == ["159"]  # the best epoch so far, kept apart
+    assert os.listdir(workdir / "checkpoints") == ["48"]  # the best epoch so far, kept apart
 
     resumed = run_module("pretrain.finetune", [f"--workdir={workdir}", *args])
     assert f"Resumed from {workdir / 'resume'}/{step}" in resumed.stdout

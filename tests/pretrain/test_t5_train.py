@@ -82,21 +82,34 @@ def test_text_to_text_glue_from_the_pretrained_t5(t5_workdir, tmp_path):
     assert again["metrics"]["dev"] == pytest.approx(dev)
 
 
+@pytest.fixture(scope="module")
+def short_dev_glue(tmp_path_factory) -> str:
+    """A GLUE folder whose SST-2 dev.tsv keeps its first 128 rows (train.tsv whole): the PEFT checks below hold
+    on any dev set, and each greedy decoding of the full 872 rows costs seconds."""
+    root = tmp_path_factory.mktemp("glue")
+    (root / "SST-2").mkdir()
+    for split, rows in (("train", None), ("dev", 1 + 128)):
+        with open(os.path.join(GLUE_DIR, "SST-2", f"{split}.tsv"), "rb") as f:
+            (root / "SST-2" / f"{split}.tsv").write_bytes(b"".join(f.readlines()[:rows]))
+    return str(root)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["lora", "prompt"])
-def test_text_to_text_glue_with_peft(t5_workdir, tmp_path, method):
+def test_text_to_text_glue_with_peft(t5_workdir, tmp_path, method, short_dev_glue):
     """T5 with LoRA (encoder, decoder and cross-attention) or prompt tuning (the encoder's; greedy decoding then
     reads the prompt states too): only the method's weights train, and pretrain.evaluate rebuilds base + PEFT
     to the same dev numbers."""
     from configs import glue as glue_config
     from pretrain.loops import finetuning, scoring
     config = glue_config.get_config(f"task=sst2,model=t5,peft={method}")
-    config.init, config.data.glue_dir = str(t5_workdir), GLUE_DIR
+    config.init, config.data.glue_dir = str(t5_workdir), short_dev_glue
     config.data.max_train_examples, config.num_epochs, config.batch_size = 64, 1, 16
     config.data.max_seq_length, config.write_test_predictions, config.peft.prompt.length = 64, False, 4
     workdir = tmp_path / method
     results = finetuning.finetune(config, str(workdir))
     expected = {"lora": (2 * 2 + 2 * 4) * 2 * 64 * 8, "prompt": 4 * 64}[method]  # q, v (+ cross in the decoder)
     assert results["peft"] == method and results["trainable_parameters"] == expected
+    assert len((workdir / "predictions" / "dev.tsv").read_text().splitlines()) == 1 + 128  # the short dev copy
     again = scoring.evaluate_workdir(str(workdir), ["dev"])
     assert again["metrics"]["dev"] == pytest.approx(results["metrics"]["dev"])

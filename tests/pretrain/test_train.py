@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,9 +34,20 @@ def final_params(workdir, step=None):
     return step, restored
 
 
-def test_one_step_smoke_run_writes_every_output(tmp_path, corpus_and_tokenizer):
-    workdir = tmp_path / "run"
-    proc = run_train(workdir, tiny_overrides(*corpus_and_tokenizer, num_train_steps=1, checkpoint_every=1))
+def one_step_flags(corpus_and_tokenizer) -> list[str]:
+    return tiny_overrides(*corpus_and_tokenizer, num_train_steps=1, checkpoint_every=1)
+
+
+@pytest.fixture(scope="module")
+def one_step(corpus_and_tokenizer, tmp_path_factory):
+    """(workdir, process) of one step of the tiny BERT through the real command, shared by the tests that read
+    it (those that run a command on it take a copy)."""
+    workdir = tmp_path_factory.mktemp("one_step") / "run"
+    return workdir, run_train(workdir, one_step_flags(corpus_and_tokenizer))
+
+
+def test_one_step_smoke_run_writes_every_output(one_step):
+    workdir, proc = one_step
     train, evals = read_metrics(workdir)
     assert len(train) == 1 and REQUIRED_METRICS <= set(train[0])
     assert np.isfinite(train[0]["loss"]) and train[0]["tokens_per_sec"] > 0
@@ -90,7 +102,7 @@ def prepare_tiny_corpus(corpus: str, spm_model: str, directory) -> str:
 @pytest.mark.parametrize("source", ["text", "prepared"])
 def test_sigkill_and_resume_ends_bitwise_equal(tmp_path, corpus_and_tokenizer, source):
     """Through data.source=prepared with Grain worker processes, too: the stream positions are checkpointed."""
-    steps, every = 150, 10
+    steps, every = 80, 10  # killed once checkpoint 20 exists: 60 steps of margin before the end
     corpus, spm_model = corpus_and_tokenizer
     extra = {}
     if source == "prepared":
@@ -146,12 +158,10 @@ def test_eight_fake_devices_match_one(tmp_path, corpus_and_tokenizer):
         np.testing.assert_allclose(losses, loss_one, rtol=0, atol=1e-5, err_msg=run)
 
 
-def test_gradient_accumulation_matches_full_batch(tmp_path, corpus_and_tokenizer):
+def test_gradient_accumulation_matches_full_batch(tmp_path, corpus_and_tokenizer, one_step):
     """2 micro-batches of 4 give the same first-step loss as one batch of 8 (before any update)."""
-    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=1, checkpoint_every=1)
-    run_train(tmp_path / "full", flags)
-    run_train(tmp_path / "accum", flags + ["--config.grad_accum_steps=2"])
-    full, accum = read_metrics(tmp_path / "full")[0][0], read_metrics(tmp_path / "accum")[0][0]
+    run_train(tmp_path / "accum", one_step_flags(corpus_and_tokenizer) + ["--config.grad_accum_steps=2"])
+    full, accum = read_metrics(one_step[0])[0][0], read_metrics(tmp_path / "accum")[0][0]
     # MLM accuracy/loss are per-micro-batch means, so compare NSP (one label per sequence) exactly
     assert accum["nsp_loss"] == pytest.approx(full["nsp_loss"], abs=2e-2)
     assert accum["loss"] == pytest.approx(full["loss"], abs=5e-2)
@@ -185,10 +195,10 @@ def test_errors_are_one_line(tmp_path, corpus_and_tokenizer):
     assert "vocab_size" in msg
 
 
-def test_checkpoint_of_another_shape_is_a_clear_error(tmp_path, corpus_and_tokenizer):
+def test_checkpoint_of_another_shape_is_a_clear_error(tmp_path, corpus_and_tokenizer, one_step):
     workdir = tmp_path / "run"
-    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=1, checkpoint_every=1)
-    run_train(workdir, flags)
+    shutil.copytree(one_step[0], workdir)
+    flags = one_step_flags(corpus_and_tokenizer)
     proc = run_train(workdir, flags + ["--config.model.hidden_size=64", "--config.num_train_steps=2"], check=False)
     msg = one_line_error(proc)
     assert "another model" in msg and "model.hidden_size: 32 -> 64" in msg and "config.json" in msg

@@ -17,12 +17,10 @@ from tests.conftest import run_train, tiny_overrides
 
 
 @pytest.fixture(scope="module")
-def finished(corpus_and_tokenizer, tmp_path_factory) -> str:
-    """6 steps of the tiny BERT, checkpoints at 3 and 6."""
-    directory = str(tmp_path_factory.mktemp("finished") / "run")
-    run_train(directory, tiny_overrides(*corpus_and_tokenizer))
-    assert sorted(os.listdir(os.path.join(directory, "checkpoints"))) == ["3", "6"]
-    return directory
+def finished(tiny_bert_workdir) -> str:
+    """6 steps of the tiny BERT, checkpoints at 3 and 6 (the session's run, tests/conftest.py: read only)."""
+    assert sorted(os.listdir(os.path.join(tiny_bert_workdir, "checkpoints"))) == ["3", "6"]
+    return tiny_bert_workdir
 
 
 @pytest.fixture
