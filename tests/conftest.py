@@ -2,6 +2,7 @@
 read (trained once per session), and the real train command; the `tpu` mark's bookkeeping."""
 from __future__ import annotations
 
+import collections
 import hashlib
 import importlib.util
 import os
@@ -14,8 +15,10 @@ TPU_REASON = "libtpu is not installed: `make test-tpu` runs them in a venv of it
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `tpu` need libtpu (the `tpu` extra), which the main venv must not have (JAX would probe
-    for a TPU at start-up): without it they are deselected, and said so at the end, never skipped."""
+    """Files with the most `slow` tests first (see _slow_files_first); tests marked `tpu` need libtpu (the
+    `tpu` extra), which the main venv must not have (JAX would probe for a TPU at start-up): without it they
+    are deselected, and said so at the end, never skipped."""
+    _slow_files_first(items)
     if importlib.util.find_spec("libtpu") is not None:
         return
     deselected = [item for item in items if item.get_closest_marker("tpu")]
@@ -25,6 +28,14 @@ def pytest_collection_modifyitems(config, items):
         config._tpu_deselected = len(deselected)
         if hasattr(config, "workeroutput"):  # a pytest-xdist worker: the controller prints the summary
             config.workeroutput["tpu_deselected"] = len(deselected)
+
+
+def _slow_files_first(items) -> None:
+    """pytest-xdist (make test) hands whole files to its workers in collection order, the next file to the
+    first worker free: the files with the most end-to-end tests start first, so that no worker is left alone
+    with a long file at the end. Within a file the order stays as written (a stable sort)."""
+    slow = collections.Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])
 
 
 @pytest.hookimpl(optionalhook=True)
