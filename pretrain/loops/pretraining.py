@@ -19,8 +19,8 @@ from tqdm import tqdm
 
 import models
 import objectives
-from pretrain.core import (checkpoints, distributed, guards, optimizers, partitioning, preemption, train_state,
-                           validation)
+from pretrain.core import (checkpoints, distributed, guards, optimizers, partitioning, preemption, storage,
+                           train_state, validation)
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError
 from pretrain.core.metric_writers import MetricWriter
@@ -92,7 +92,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             raise
         print(f"Resumed from {ckpt.directory}/{start_step}")
     print(f"Model {config.model.name}: {train_state.count_params(state.params):,} parameters; "
-          f"mesh {dict(mesh.shape)}; workdir {os.path.abspath(workdir)}")
+          f"mesh {dict(mesh.shape)}; workdir {storage.absolute(workdir)}")
 
     # ----- Jitted steps -----
     schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)

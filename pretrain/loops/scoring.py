@@ -14,7 +14,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from pretrain.core import checkpoints, distributed, parameter_efficient, partitioning
+from pretrain.core import checkpoints, distributed, parameter_efficient, partitioning, storage
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import UserError
 from pretrain.data import finetune_data, tokenizers
@@ -54,7 +54,7 @@ def write_predictions(path: str, task: glue.GlueTask, ids: np.ndarray, predictio
     """A readable dev file: index, prediction, label (label names for classification)."""
     def name(v):  # a class id < 0: a T5 output that names no class
         return f"{float(v):.4f}" if task.is_regression else (task.labels[int(v)] if v >= 0 else "(invalid)")
-    with open(path, "w") as f:
+    with storage.open_file(path, "w") as f:
         f.write("index\tprediction\tlabel\n")
         for i, p, y in zip(ids, predictions, labels):
             f.write(f"{i}\t{name(p)}\t{name(y)}\n")
@@ -76,7 +76,7 @@ def score_splits(config, family, jit_predict, params, mesh, splits, workdir: str
                 raise
             print(f"Skipped test predictions for {split}: {e}")
     if primary:
-        os.makedirs(os.path.join(workdir, "predictions"), exist_ok=True)
+        storage.makedirs(os.path.join(workdir, "predictions"))
     for split, (data, labels, ids) in loaded:
         predictions = predict(jit_predict, family, params, data, mesh)
         if split in task.test_splits:
@@ -143,13 +143,14 @@ def with_peft_base(config, family, part: dict, init, split: str) -> dict:
 
 def _finetuning_config(workdir: str) -> ml_collections.ConfigDict:
     """WORKDIR/config.json of a pretrain.finetune run (one line for anything else)."""
+    if storage.is_url(workdir):
+        storage.check_url(workdir, "--workdir")
     config_path = os.path.join(workdir, "config.json")
     what = "--workdir must be a directory written by pretrain.finetune"
-    if not os.path.isfile(config_path):
+    if not storage.isfile(config_path):
         raise UserError(f"{config_path} not found: {what}")
     try:
-        with open(config_path) as f:
-            stored = json.load(f)
+        stored = json.loads(storage.read_text(config_path))
     except ValueError as e:
         raise UserError(f"{config_path} is not valid JSON ({e}): {what}") from None
     if not isinstance(stored, dict) or "task" not in stored:
