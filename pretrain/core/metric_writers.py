@@ -23,9 +23,26 @@ import sys
 import time
 
 import numpy as np
-from tensorboardX import SummaryWriter
 
 from pretrain.core import distributed, storage
+
+
+def _import_summary_writer():
+    """tensorboardX's SummaryWriter, imported without torch when torch is not loaded yet: tensorboardX imports
+    torch whenever it can (half of a command's import time, ~2 s, only to accept torch tensors), and these
+    writers get Python floats. `import torch` fails for that one import (tensorboardX catches ImportError)."""
+    if "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+        return SummaryWriter
+    sys.modules["torch"] = None  # an ImportError for `import torch` until removed
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
+
+
+SummaryWriter = _import_summary_writer()
 
 FLUSH_SECS = 30.0  # metrics.jsonl in a bucket: at most this long between uploads
 
