@@ -59,7 +59,8 @@ def machine() -> str:
     if os.path.exists("/proc/cpuinfo"):
         names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
         model = names[0] if names else model
-    return f"{model}, {os.cpu_count()} cores, {platform.system()}; JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS', '')}"
+    platforms = os.environ.get("JAX_PLATFORMS") or "unset (the runs use JAX's default backend)"
+    return f"{model}, {os.cpu_count()} cores, {platform.system()}; JAX_PLATFORMS={platforms}"
 
 
 class Reproduction:
