@@ -21,12 +21,13 @@ import runpy
 import sys
 import tempfile
 
-# What the entry points import before they can judge their input (the loops' metric writers import
-# tensorboardX, which imports torch: most of a one-line error's start-up). Never a module that defines absl
+# What the entry points import before they can judge their input (most of a one-line error's start-up). Not
+# tensorboardX: pretrain.core.metric_writers imports it without torch, which a preloaded tensorboardX (or
+# torch) would change in every command. Never a module that defines absl
 # flags (Orbax, Grain, pretrain.core.distributed): a command's --help lists the flags defined in its process,
 # so it would list those too; _preload refuses them.
 PRELOAD = ("numpy", "absl.app", "absl.flags", "absl.logging", "ml_collections", "ml_collections.config_flags",
-           "jax", "jax.numpy", "flax.linen", "optax", "sentencepiece", "torch", "tensorboardX",
+           "jax", "jax.numpy", "flax.linen", "optax", "sentencepiece",
            "pretrain.core.cli", "pretrain.core.errors", "pretrain.core.validation")
 ABSL_OWN = {"absl.app", "absl.flags", "absl.logging"}
 
