@@ -10,9 +10,11 @@ GLUE_DIR ?= ../shared/data/glue
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist): one per core, at most 4 (each holds its own JAX and compiled models);
 # `make test TEST_WORKERS=0` runs in this process alone. Each worker takes a whole file at a time, so a
-# file's module fixtures are built once; the 15 slowest tests are listed at the end.
+# file's module fixtures are built once, in the order tests/conftest.py collects them (longest files
+# first; xdist's own reordering by test count would start the minutes-long ones last); the 15 slowest
+# tests are listed at the end.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 .PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-quick bench-nanogpt bench-accelerator clean
 

@@ -45,7 +45,7 @@ setup(
         # tensorboard: its EventAccumulator checks that a resumed run's curves do not double back.
         # transformers <5.24: 5.24.0 breaks peft 0.21's prefix tuning ("Model does not support past key values").
         # pytest-xdist: `make test` runs the test files on every core (one file per worker at a time).
-        "test": ["pytest>=8,<10", "pytest-xdist>=3.5,<4", "tensorflow-datasets>=4.9.6,<4.10", "importlib-resources>=6",
+        "test": ["pytest>=8,<10", "pytest-xdist>=3.7,<4", "tensorflow-datasets>=4.9.6,<4.10", "importlib-resources>=6",
                  "tensorboard>=2.15,<3",
                  "torch==2.13.0", "transformers>=4.44,<5.24",
                  # Hugging Face's PEFT library: the reference of the parameter-efficient methods (models/peft.py)

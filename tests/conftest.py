@@ -13,6 +13,36 @@ import pytest
 
 TPU_REASON = "libtpu is not installed: `make test-tpu` runs them in a venv of its own"
 
+# The suite's programs are tiny, so compiling them costs more than running them, and most of a compile is
+# LLVM optimising the generated machine code: a 4-step tiny-BERT `pretrain.train` takes 16 CPU-s at XLA's
+# backend optimisation level 0 and 30 at its default. So the suite (this process, its pytest-xdist workers
+# and every command it starts, through subprocess_env) compiles at level 0: the same HLO programs, slower
+# machine code that may round a last bit differently (comparisons inside the suite see one level). Tests
+# that run a real model for minutes are marked `xla_optimized` and run their commands at XLA's default;
+# LMPRETRAIN_TEST_XLA_LEVEL=default runs the whole suite as users' jobs run.
+XLA_LEVEL_ENV = "LMPRETRAIN_TEST_XLA_LEVEL"
+USER_XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
+if os.environ.get(XLA_LEVEL_ENV, "0") != "default":
+    os.environ["XLA_FLAGS"] = " ".join(filter(None, [
+        USER_XLA_FLAGS, f"--xla_backend_optimization_level={int(os.environ.get(XLA_LEVEL_ENV, '0'))}"]))
+
+
+def subprocess_env(extra: dict | None = None, *, xla_optimized: bool = False) -> dict:
+    """os.environ for a command the tests start, on the CPU, plus `extra`; extra's XLA_FLAGS (a fake device
+    count) add to the suite's instead of replacing them. xla_optimized: at XLA's default level (a fixture
+    that runs a real model for minutes; a test says it with the `xla_optimized` mark)."""
+    extra = extra or {}
+    suite_flags = USER_XLA_FLAGS if xla_optimized else os.environ.get("XLA_FLAGS", "")
+    return {**os.environ, "JAX_PLATFORMS": "cpu", **extra,
+            "XLA_FLAGS": " ".join(filter(None, [suite_flags, extra.get("XLA_FLAGS", "")]))}
+
+
+@pytest.fixture(autouse=True)
+def _xla_optimized(request, monkeypatch):
+    """`xla_optimized` tests: their commands compile at XLA's default level (what the suite set aside)."""
+    if request.node.get_closest_marker("xla_optimized"):
+        monkeypatch.setenv("XLA_FLAGS", USER_XLA_FLAGS)
+
 
 def pytest_collection_modifyitems(config, items):
     """Files with the most `slow` tests first (see _slow_files_first); tests marked `tpu` need libtpu (the
@@ -32,10 +62,12 @@ def pytest_collection_modifyitems(config, items):
 
 def _slow_files_first(items) -> None:
     """pytest-xdist (make test) hands whole files to its workers in collection order, the next file to the
-    first worker free: the files with the most end-to-end tests start first, so that no worker is left alone
-    with a long file at the end. Within a file the order stays as written (a stable sort)."""
+    first worker free: the files with the longest tests (`xla_optimized`: minutes each) and then those with
+    the most end-to-end tests start first, so that no worker is left alone with a long file at the end.
+    Within a file the order stays as written (a stable sort)."""
     slow = collections.Counter(item.path for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[item.path])
+    longest = {item.path for item in items if item.get_closest_marker("xla_optimized")}
+    items.sort(key=lambda item: (item.path not in longest, -slow[item.path]))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -150,17 +182,17 @@ def tiny_overrides(corpus: str, spm_model: str, **extra) -> list[str]:
 
 
 def run_train(workdir, overrides: list[str], *, env: dict | None = None, check: bool = True,
-              config: str = "configs/bert.py:size=tiny") -> subprocess.CompletedProcess:
+              config: str = "configs/bert.py:size=tiny", xla_optimized: bool = False) -> subprocess.CompletedProcess:
     return run_module("pretrain.train", [f"--config={config}", f"--workdir={workdir}", *overrides],
-                      env=env, check=check)
+                      env=env, check=check, xla_optimized=xla_optimized)
 
 
-def run_module(module: str, args: list[str], *, env: dict | None = None,
-               check: bool = True) -> subprocess.CompletedProcess:
-    """`python -m module args...` from the repo root, as a user runs it."""
+def run_module(module: str, args: list[str], *, env: dict | None = None, check: bool = True,
+               xla_optimized: bool = False) -> subprocess.CompletedProcess:
+    """`python -m module args...` from the repo root, as a user runs it (subprocess_env's environment)."""
     cmd = [sys.executable, "-m", module, *args]
-    full_env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
-    proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(env, xla_optimized=xla_optimized),
+                          capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc

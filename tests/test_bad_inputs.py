@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, SHARED_DATA, run_module, tiny_overrides
+from tests.conftest import REPO, SHARED_DATA, run_module, subprocess_env, tiny_overrides
 
 GLUE = os.path.join(SHARED_DATA, "glue")
 SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
@@ -205,7 +205,7 @@ def outcomes(workdirs) -> dict[str, tuple[subprocess.CompletedProcess, list[str]
     before = {name: _snapshot(*watched) for name, (_, _, watched) in cases.items()}
     requests = [{"module": args[0], "args": args[1:], "stdout": os.path.join(case_dir, "stdout"),
                  "stderr": os.path.join(case_dir, "stderr")} for case_dir, args, _ in cases.values()]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env = subprocess_env()
     env.pop("LMPRETRAIN_TRACEBACK", None)
     server = subprocess.run([sys.executable, "-m", "tests.command_server", "3"], cwd=REPO, env=env, text=True,
                             input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, timeout=900)

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, SHARED_DATA, tiny_overrides
+from tests.conftest import REPO, SHARED_DATA, subprocess_env, tiny_overrides
 
 pytestmark = pytest.mark.slow  # every test here starts the real command in subprocesses
 
@@ -36,8 +36,7 @@ def start(config: str, workdir, overrides: list[str], processes: int) -> list[su
     """`python -m pretrain.train` as `processes` processes sharing DEVICES fake CPU devices (one process
     runs without the distributed flags)."""
     args = [sys.executable, "-m", "pretrain.train", f"--config={config}", f"--workdir={workdir}", *overrides]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES // processes}"}
+    env = subprocess_env({"XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES // processes}"})
     port = free_port()
     flags = [[] if processes == 1 else
              [f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={processes}", f"--process_id={i}",

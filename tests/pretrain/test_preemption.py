@@ -17,7 +17,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from pretrain.core import errors, preemption
-from tests.conftest import REPO, SHARED_DATA, run_module, run_train, tiny_overrides
+from tests.conftest import REPO, SHARED_DATA, run_module, run_train, subprocess_env, tiny_overrides
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path, c
         port = s.getsockname()[1]
     workdir = tmp_path / "two"
     flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=200, checkpoint_every=1000, log_every=1)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    env = subprocess_env({"XLA_FLAGS": "--xla_force_host_platform_device_count=4"})
     procs = [subprocess.Popen([sys.executable, "-m", "pretrain.train", "--config=configs/bert.py:size=tiny",
                                f"--workdir={workdir}", *flags, f"--coordinator_address=127.0.0.1:{port}",
                                "--num_processes=2", f"--process_id={i}", "--initialization_timeout=120"],
