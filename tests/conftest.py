@@ -188,11 +188,11 @@ def run_train(workdir, overrides: list[str], *, env: dict | None = None, check: 
 
 
 def run_module(module: str, args: list[str], *, env: dict | None = None, check: bool = True,
-               xla_optimized: bool = False) -> subprocess.CompletedProcess:
+               xla_optimized: bool = False, timeout: int = 600) -> subprocess.CompletedProcess:
     """`python -m module args...` from the repo root, as a user runs it (subprocess_env's environment)."""
     cmd = [sys.executable, "-m", module, *args]
     proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(env, xla_optimized=xla_optimized),
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc

@@ -22,19 +22,21 @@ def _leaves(tree) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
-def _finetune(workdir, task: str, init: str, *extra: str, check: bool = True, config_arg: str = ""):
+def _finetune(workdir, task: str, init: str, *extra: str, check: bool = True, config_arg: str = "",
+              timeout: int = 600):
     arg = f"task={task}" + (f",{config_arg}" if config_arg else "")
     return run_module("pretrain.finetune", [f"--config=configs/glue.py:{arg}", f"--workdir={workdir}",
                                             f"--config.init={init}", f"--config.data.glue_dir={GLUE_DIR}", *extra],
-                      check=check)
+                      check=check, timeout=timeout)
 
 
 @pytest.mark.slow
 @pytest.mark.xla_optimized  # 94 steps of the real 22M-parameter model: at XLA's level 0 it runs 2x slower
 def test_mrpc_from_minilm_beats_majority_and_keeps_best_epoch(tmp_path):
     workdir = tmp_path / "mrpc"
+    # 94 steps: about 4 min alone, over 10 beside the other pytest-xdist worker's multi-process tests
     _finetune(workdir, "mrpc", _minilm_dir(), "--config.data.max_train_examples=1000", "--config.num_epochs=3",
-              "--config.optimizer.learning_rate=1e-4", "--config.data.max_seq_length=64")
+              "--config.optimizer.learning_rate=1e-4", "--config.data.max_seq_length=64", timeout=1200)
     results = json.loads((workdir / "results.json").read_text())
     dev = results["metrics"]["dev"]
 
