@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-quick bench-nanogpt bench-accelerator clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-quick bench-nanogpt bench-accelerator clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -80,9 +80,13 @@ demo-gpt-glue: $(STAMP)
 	    --config.write_test_predictions=false
 	$(PY) -m pretrain.fewshot --init=$(DEMO)/gpt_tiny --task=sst2 --k=4 --max_examples=200 --glue_dir="$(GLUE_DIR)"
 
-# Every test, the slow end-to-end ones included (what CI runs).
+# Every test, the slow end-to-end ones included (what CI runs), but the minutes-long `long` ones, which
+# faster tests cover (the end of the run says how many it left out).
 test: $(STAMP)
-	$(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) -m "not long" $(PYTEST_ARGS)
+
+test-long: $(STAMP)
+	$(PYTEST) -m long $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS)

@@ -1,5 +1,5 @@
 """Shared fixtures: a small offline corpus + SentencePiece model, finished tiny runs that several test files
-read (trained once per session), and the real train command; the `tpu` mark's bookkeeping."""
+read (trained once per session), and the real train command; the `tpu` and `long` marks' bookkeeping."""
 from __future__ import annotations
 
 import collections
@@ -12,6 +12,12 @@ import sys
 import pytest
 
 TPU_REASON = "libtpu is not installed: `make test-tpu` runs them in a venv of its own"
+# Why a mark's tests can be deselected, said at the end of the run whenever they are (never silently).
+DESELECTED_BECAUSE = {
+    "tpu": TPU_REASON,
+    "long": "minutes-long end-to-end runs, each covered by a faster test that `make test` runs; "
+            "`make test-long` runs them",
+}
 
 # The suite's programs are tiny, so compiling them costs more than running them, and most of a compile is
 # LLVM optimising the generated machine code: a 4-step tiny-BERT `pretrain.train` takes 16 CPU-s at XLA's
@@ -21,7 +27,9 @@ TPU_REASON = "libtpu is not installed: `make test-tpu` runs them in a venv of it
 # that run a real model for minutes are marked `xla_optimized` and run their commands at XLA's default;
 # LMPRETRAIN_TEST_XLA_LEVEL=default runs the whole suite as users' jobs run.
 XLA_LEVEL_ENV = "LMPRETRAIN_TEST_XLA_LEVEL"
-USER_XLA_FLAGS = os.environ.get("XLA_FLAGS", "")
+# The flags before the suite added its own: pytest-xdist's workers inherit the controller's environment, in
+# which XLA_FLAGS already has level 0, so the controller passes the user's flags on in an environment variable.
+USER_XLA_FLAGS = os.environ.setdefault("LMPRETRAIN_USER_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
 if os.environ.get(XLA_LEVEL_ENV, "0") != "default":
     os.environ["XLA_FLAGS"] = " ".join(filter(None, [
         USER_XLA_FLAGS, f"--xla_backend_optimization_level={int(os.environ.get(XLA_LEVEL_ENV, '0'))}"]))
@@ -55,9 +63,16 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         items[:] = [item for item in items if not item.get_closest_marker("tpu")]
         config.hook.pytest_deselected(items=deselected)
-        config._tpu_deselected = len(deselected)
+
+
+def pytest_deselected(items):
+    """Counts the deselected tests of each DESELECTED_BECAUSE mark (by `-m` or by the hook above)."""
+    for item in items:
+        config = item.config
+        counts = config.__dict__.setdefault("_deselected_by_mark", collections.Counter())
+        counts.update(mark for mark in DESELECTED_BECAUSE if item.get_closest_marker(mark))
         if hasattr(config, "workeroutput"):  # a pytest-xdist worker: the controller prints the summary
-            config.workeroutput["tpu_deselected"] = len(deselected)
+            config.workeroutput["deselected_by_mark"] = dict(counts)
 
 
 def _slow_files_first(items) -> None:
@@ -73,13 +88,15 @@ def _slow_files_first(items) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     """pytest-xdist's controller (make test runs one worker per core): every worker deselects the same tests."""
-    count = getattr(node, "workeroutput", {}).get("tpu_deselected", 0)
-    node.config._tpu_deselected = max(getattr(node.config, "_tpu_deselected", 0), count)
+    counts = node.config.__dict__.setdefault("_deselected_by_mark", collections.Counter())
+    for mark, count in getattr(node, "workeroutput", {}).get("deselected_by_mark", {}).items():
+        counts[mark] = max(counts[mark], count)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if getattr(config, "_tpu_deselected", 0):
-        terminalreporter.write_line(f"{config._tpu_deselected} test(s) marked tpu deselected: {TPU_REASON}")
+    for mark, count in sorted(getattr(config, "_deselected_by_mark", {}).items()):
+        if count:
+            terminalreporter.write_line(f"{count} test(s) marked {mark} deselected: {DESELECTED_BECAUSE[mark]}")
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
