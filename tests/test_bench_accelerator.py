@@ -14,7 +14,6 @@ from tests import conftest
 
 
 @pytest.mark.slow
-@pytest.mark.xla_optimized  # the benchmark measures steps: compiled as users' jobs are
 def test_bench_accelerator_cpu_smoke(tmp_path):
     out = tmp_path / "bench.json"
     cmd = [sys.executable, "scripts/bench_accelerator.py", "--size=tiny", "--batch=2", "--seq=32", "--steps=3",
