@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-quick bench-nanogpt bench-accelerator clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-nanogpt bench-accelerator clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -128,6 +128,11 @@ bench-glue-quick: $(STAMP)
 bench-glue-peft: $(STAMP)
 	$(PY) scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 \
 	    --workdir runs/bench_glue_peft --output runs/bench_glue_peft.json
+
+# The table from the runs bench-glue-peft finished so far (runs nothing; it takes ~10 h, resumably).
+bench-glue-peft-report: $(STAMP)
+	$(PY) scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 --report \
+	    --workdir runs/bench_glue_peft --output runs/bench_glue_peft_report.json
 
 bench-glue-peft-quick: $(STAMP)
 	$(PY) scripts/bench_glue.py --quick --peft none adapters lora prefix prompt --workdir runs/bench_glue_peft \

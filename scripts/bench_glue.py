@@ -34,6 +34,8 @@ seed), ours runs it again in a new workdir ("ours, 2nd run"), loading what the f
   python scripts/bench_glue.py --peft lora prompt --quick                 # MRPC, seed 0, those methods
   python scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0
                                                     # the README's methods table (ours only; make bench-glue-peft)
+  python scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 --report
+                                                    # runs nothing: that table from the runs finished so far
   python scripts/bench_glue.py --tasks mrpc --seeds 0 --epochs 1 --max_train_examples 64 --max_seq_length 32 \
       --peft lora prefix prompt                                           # smoke
 """
@@ -48,12 +50,10 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # for `pretrain.*`, `configs.*`, `scripts.*`
 
-import numpy as np  # noqa: E402
-
 from scripts.bench_glue_hf import (HF_METHODS, default_model_dir, hf_cell, max_train_for, run_process,  # noqa: E402
                                    write_json)
-
-SIDES = {"ours": "jax/flax (ours)", "hf": "pytorch/transformers"}
+from scripts.bench_glue_summary import (SIDES, markdown_table, print_rerun, print_summary, rerun_summary,  # noqa: E402
+                                        summarize)
 METHODS = ("none", "adapters", "lora", "prefix", "prompt")
 
 
@@ -147,6 +147,18 @@ def run_cell(side: str, args, task: str, method: str, seed: int, rerun: bool = F
     return load_cell(results_path, bench_path)
 
 
+def finished_cell(side: str, args, task: str, method: str, seed: int) -> dict | None:
+    """--report: a run that finished with these settings (its bench.json's command line), or None; runs nothing."""
+    cell = cell_dir(args, side, task, method, seed)
+    results_path, bench_path = os.path.join(cell, "results.json"), os.path.join(cell, "bench.json")
+    if not (os.path.exists(results_path) and os.path.exists(bench_path)):
+        return None
+    with open(bench_path) as f:
+        if json.load(f)["command"][1:] != command(side, args, task, method, seed, cell)[1:]:
+            return None
+    return load_cell(results_path, bench_path)
+
+
 def load_cell(results_path: str, bench_path: str) -> dict:
     """A finished run's results.json with the driver's measurements (bench.json) added."""
     with open(results_path) as f:
@@ -163,135 +175,9 @@ def load_cell(results_path: str, bench_path: str) -> dict:
     return results
 
 
-# ----------------------------------------------------------------------------------------------
-# Summaries: per (task, method), each side over seeds; ours / HF.
-
-LABELS = {"cola": "CoLA", "sst2": "SST-2", "stsb": "STS-B"}  # the others: upper case
-
-
-def pm(mean_std: tuple[float, float], digits: int = 1) -> str:
-    return f"{mean_std[0]:.{digits}f} ± {mean_std[1]:.{digits}f}"
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-
-
-def side_summary(results: list[dict], split: str, names: list[str]) -> dict:
-    """One side's runs of one (task, method): each metric's mean/std over seeds (x100), time, memory, size."""
-    rss = [r["peak_rss_mib"] for r in results if r.get("peak_rss_mib") is not None]
-    trainable, total = results[0].get("trainable_parameters"), results[0].get("parameters")
-    return {"seeds": [r["seed"] for r in results],
-            "metrics": {m: mean_std([100 * r["metrics"][split][m] for r in results]) for m in names},
-            "best_epochs": [r["best_epoch"] for r in results],
-            "wall_sec": mean_std([r["bench_wall_sec"] for r in results]),
-            "train_sec": mean_std([r["train_time_sec"] for r in results]),
-            "peak_rss_mib": mean_std(rss) if rss else None,  # runs from before it was measured: None
-            "trainable_parameters": trainable, "parameters": total,
-            "trainable_percent": 100 * trainable / total if trainable and total else None}
-
-
-def summarize(task_name: str, method: str, lr: float, runs: dict[str, list[dict]]) -> dict:
-    """Per side: side_summary; with both sides the main-metric check and the ratios ours / HF."""
-    from pretrain.glue import tasks as glue
-    task = glue.get_task(task_name)
-    split = task.dev_splits[0]
-    out = {"method": method, "learning_rate": lr, "main_metric": task.main_metric, "split": split,
-           "sides": {side: side_summary(results, split, list(task.metrics)) for side, results in runs.items()}}
-    if "hf" not in runs:
-        out["passed"] = None  # nothing to compare with (adapters)
-        return out
-    ours, hf = out["sides"]["ours"], out["sides"]["hf"]
-    mine, ref = ours["metrics"][task.main_metric], hf["metrics"][task.main_metric]
-    out["difference"] = mine[0] - ref[0]
-    out["tolerance"] = max(1.0, ref[1], mine[1])
-    out["passed"] = abs(out["difference"]) <= out["tolerance"]
-    for key in ("wall_sec", "train_sec", "peak_rss_mib"):
-        out[key.rsplit("_", 1)[0] + "_ratio"] = ours[key][0] / hf[key][0] if ours[key] and hf[key] else None
-    return out
-
-
-def rerun_summary(task: str, method: str, seed: int, first: dict, second: dict, hf: dict) -> dict:
-    """Wall time of our first run (empty cache) and second run (warm), beside HF's same (task, method, seed)."""
-    return {"task": task, "method": method, "seed": seed, "hf_wall_sec": hf["bench_wall_sec"],
-            "first_wall_sec": first["bench_wall_sec"], "first_cache_entries": first.get("cache_entries_before"),
-            "second_wall_sec": second["bench_wall_sec"], "second_cache_entries": second.get("cache_entries_before"),
-            "first_ratio": first["bench_wall_sec"] / hf["bench_wall_sec"],
-            "second_ratio": second["bench_wall_sec"] / hf["bench_wall_sec"]}
-
-
-def print_rerun(r: dict) -> None:
-    cold = "empty cache" if r["first_cache_entries"] == 0 else f"cache held {r['first_cache_entries']} entries"
-    print(f"\nfirst and second run, {r['task']} {r['method']} seed {r['seed']} (wall s; ours / HF in brackets):")
-    print(f"  ours, 1st run ({cold}): {r['first_wall_sec']:.0f} s ({r['first_ratio']:.2f})")
-    print(f"  ours, 2nd run ({r['second_cache_entries']} cache entries): {r['second_wall_sec']:.0f} s "
-          f"({r['second_ratio']:.2f})")
-    print(f"  {SIDES['hf']}: {r['hf_wall_sec']:.0f} s")
-
-
-def count(side: dict) -> str:
-    n, pct = side["trainable_parameters"], side["trainable_percent"]
-    return "n/a" if n is None else f"{n:,}" + (f" ({pct:.3g}%)" if pct is not None else "")
-
-
-def print_summary(summary: dict[str, dict[str, dict]], args) -> None:
-    print(f"\nGLUE dev, {args.epochs} epochs, batch {args.batch_size}, max length {args.max_seq_length}, seeds "
-          f"{args.seeds}; metrics x100 as mean ± std over seeds at each run's best epoch.")
-    print("wall s: a whole run, process start + imports + data + model load + training + dev evals (ours also JAX "
-          "compilation and saving the best epoch's checkpoint; no test-set predictions on either side).\n"
-          "train s: the epochs' loops with their dev evals (ours still compiles there). HF pads each batch to its "
-          "longest sequence, ours to that rounded up to a multiple of 8 and then a length bucket.\n"
-          "peak MiB: the run process's maximum resident set (ru_maxrss).")
-    for task, methods in summary.items():
-        for method, s in methods.items():
-            names = list(s["sides"]["ours"]["metrics"])
-            header = "".join(f"{m:>16s}" for m in names) + f"{'wall s':>12s}{'train s':>12s}{'peak MiB':>12s}"
-            print(f"\n{task} {method}, lr {s['learning_rate']:g} ({s['split']})".ljust(36) + header)
-            for side, row in s["sides"].items():
-                cells = "".join(f"{pm(row['metrics'][m]):>16s}" for m in names)
-                rss = pm(row["peak_rss_mib"], 0) if row["peak_rss_mib"] else "n/a"
-                print(f"  {SIDES[side]:34s}{cells}{pm(row['wall_sec'], 0):>12s}{pm(row['train_sec'], 0):>12s}"
-                      f"{rss:>12s}   trainable {count(row)}")
-            if s["passed"] is None:
-                print("  ours only (no peft equivalent, or --sides ours)")
-                continue
-            ratios = ", ".join(f"{k} {s[k + '_ratio']:.2f}" for k in ("wall", "train", "peak_rss")
-                               if s[k + "_ratio"] is not None)
-            print(f"  {s['main_metric']}: ours - HF = {s['difference']:+.1f} points (tolerance {s['tolerance']:.1f}) "
-                  f"{'PASS' if s['passed'] else 'FAIL'}; ours / HF: {ratios} (below 1: ours is faster or smaller)")
-
-
-def versus(ours: tuple | None, hf: tuple | None, hf_ran: bool) -> str:
-    """'ours / HF (ratio)' of two means: '—' where HF has no such method, n/a where a run did not measure it."""
-    def mean(m):
-        return "n/a" if m is None else f"{m[0]:,.0f}"
-    if ours is None or hf is None:
-        return f"{mean(ours)} / {mean(hf) if hf_ran else '—'}"
-    return f"{ours[0]:,.0f} / {hf[0]:,.0f} ({ours[0] / hf[0]:.2f})"
-
-
-def markdown_table(summary: dict[str, dict[str, dict]]) -> str:
-    """The README's table: one row per (task, method)."""
-    rows = ["| task (dev metric) | method | lr | trainable params (% of all) | ours | transformers (+ peft) | "
-            "ours − HF | wall s per run, ours / HF | peak RSS MiB, ours / HF |", "|---" * 9 + "|"]
-    for task, methods in summary.items():
-        for method, s in methods.items():
-            ours, hf = s["sides"]["ours"], s["sides"].get("hf")
-            metric = s["main_metric"]
-            params = count(ours)
-            if hf and hf["trainable_parameters"] != ours["trainable_parameters"]:
-                params += f"; HF {count(hf)}"
-            cells = [f"{LABELS.get(task, task.upper())} {metric}", "full" if method == "none" else method,
-                     f"{s['learning_rate']:g}", params, pm(ours["metrics"][metric]),
-                     pm(hf["metrics"][metric]) if hf else "—", f"{s['difference']:+.1f}" if hf else "—",
-                     versus(ours["wall_sec"], hf and hf["wall_sec"], bool(hf)),
-                     versus(ours["peak_rss_mib"], hf and hf["peak_rss_mib"], bool(hf))]
-            rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
-
-
 def run_grid(args) -> tuple[dict, list[str], dict | None]:
-    """Every (seed, task, method): ours then HF, and once our second run. -> runs, crashed, second-run summary."""
+    """Every (seed, task, method): ours then HF, and once our second run. -> runs, crashed (--report: not
+    finished yet), second-run summary."""
     runs = {t: {m: {side: [] for side in sides_for(m, args.sides)} for m in args.peft} for t in args.tasks}
     crashed, rerun = [], None
     for seed in args.seeds:  # seed-major: an interrupted run already covers every task and method
@@ -299,11 +185,14 @@ def run_grid(args) -> tuple[dict, list[str], dict | None]:
             for method in args.peft:
                 cell = runs[task][method]
                 for side in cell:  # interleaved: ours, then HF, then the next (task, method, seed)
-                    results = run_cell(side, args, task, method, seed)
+                    run = finished_cell if args.report else run_cell
+                    results = run(side, args, task, method, seed)
                     if results is None:
                         crashed.append(f"{side}/{task}/{method}/seed{seed}")
                     else:
                         cell[side].append(results)
+                if args.report:
+                    continue
                 if rerun is None and len(cell) == 2 and all(cell.values()):  # once: the first that both ran
                     second = run_cell("ours", args, task, method, seed, rerun=True)
                     if second is None:
@@ -340,6 +229,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--length_buckets", type=int, default=-1,
                         help="ours: data.length_buckets (0: pad to a multiple of 8 only, closer to HF's padding "
                              "to the longest row, more shapes to compile); -1: configs/glue.py's")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: the summary and table of the runs that finished (an interrupted grid)")
     parser.add_argument("--quick", action="store_true", help="one seed, MRPC only (overrides --tasks/--seeds)")
     parser.add_argument("--workdir", default="runs/bench_glue", help="per-run directories (reruns skip finished)")
     parser.add_argument("--output", default="runs/bench_glue.json", help="JSON with every run and the summary")
@@ -377,6 +268,9 @@ def main() -> None:
                              "crashed": crashed, "markdown": table})
     failed = [f"{t}/{m}" for t in args.tasks for m in args.peft
               if m not in summary[t] or summary[t][m]["passed"] is False]
+    if args.report:
+        print(f"\nwrote {args.output}; not finished yet ({len(crashed)}): {' '.join(crashed) or 'none'}")
+        return
     print(f"\nwrote {args.output}; " + (f"FAILED: {failed}" if failed else "all tasks agree")
           + (f" (crashed runs, no comparison: {crashed})" if crashed else ""))
     sys.exit(1 if failed or crashed else 0)

@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from scripts import bench_glue, bench_glue_hf
+from scripts import bench_glue, bench_glue_hf, bench_glue_summary
 
 
 def _args(tmp_path, peft=("none", "lora", "adapters"), overrides=()) -> argparse.Namespace:
     args = argparse.Namespace(tasks=["mrpc"], seeds=[0], peft=list(peft), peft_learning_rate=list(overrides),
                               epochs=1, learning_rate=5e-5, batch_size=32, max_seq_length=32, glue_dir="/glue",
                               model_dir="/model", max_train_examples=64, workdir=str(tmp_path),
-                              sides=["ours", "hf"], length_buckets=-1)
+                              sides=["ours", "hf"], length_buckets=-1, report=False)
     args.learning_rates = bench_glue.learning_rates(args)
     return args
 
@@ -59,19 +59,54 @@ def _result(seed: int, f1: float, wall: float, rss: float | None, trainable: int
 
 
 def test_summary_and_readme_table():
-    lora = bench_glue.summarize("mrpc", "lora", 5e-4, {
-        "ours": [_result(0, 0.80, 100, 1200, 10), _result(1, 0.82, 120, 1300, 10)],
+    lora = bench_glue_summary.summarize("mrpc", "lora", 5e-4, {
+        "ours": lora_runs_ours(),
         "hf": [_result(0, 0.81, 50, 1000, 10), _result(1, 0.81, 50, 1000, 10)]})
     assert lora["passed"] and lora["difference"] == pytest.approx(0.0)
     assert lora["wall_ratio"] == pytest.approx(2.2) and lora["peak_rss_ratio"] == pytest.approx(1.25)
     assert lora["sides"]["ours"]["trainable_percent"] == pytest.approx(1.0)
-    adapters = bench_glue.summarize("mrpc", "adapters", 3e-4, {"ours": [_result(0, 0.7, 90, None, 20)]})
+    adapters = bench_glue_summary.summarize("mrpc", "adapters", 3e-4, {"ours": [_result(0, 0.7, 90, None, 20)]})
     assert adapters["passed"] is None and "hf" not in adapters["sides"]
-    rows = bench_glue.markdown_table({"mrpc": {"lora": lora, "adapters": adapters}}).splitlines()
-    assert len(rows) == 4 and all(r.count("|") == 10 for r in rows)
-    assert rows[2] == ("| MRPC f1 | lora | 0.0005 | 10 (1%) | 81.0 ± 1.4 | 81.0 ± 0.0 | +0.0 | 110 / 50 (2.20) | "
-                       "1,250 / 1,000 (1.25) |")
-    assert rows[3] == "| MRPC f1 | adapters | 0.0003 | 20 (2%) | 70.0 ± 0.0 | — | — | 90 / — | n/a / — |"
+    rows = bench_glue_summary.markdown_table({"mrpc": {"lora": lora, "adapters": adapters}}).splitlines()
+    assert len(rows) == 4 and all(r.count("|") == 11 for r in rows)
+    assert rows[2] == ("| MRPC f1 | lora | 0.0005 | 10 (1%) | 0 1 | 81.0 ± 1.4 | 81.0 ± 0.0 | +0.0 | "
+                       "110 / 50 (2.20) | 1,250 / 1,000 (1.25) |")
+    # One seed: the mean alone (no ±).
+    assert rows[3] == "| MRPC f1 | adapters | 0.0003 | 20 (2%) | 0 | 70.0 | — | — | 90 / — | n/a / — |"
+    # Ours alone (--sides ours): no HF columns; wall time and memory as mean ± std over the seeds run.
+    ours_only = bench_glue_summary.summarize("mrpc", "lora", 5e-4, {"ours": lora_runs_ours()})
+    rows = bench_glue_summary.markdown_table({"mrpc": {"lora": ours_only}}).splitlines()
+    assert rows[0].count("|") == 9 and "HF" not in rows[0]
+    assert rows[2] == "| MRPC f1 | lora | 0.0005 | 10 (1%) | 0 1 | 81.0 ± 1.4 | 110 ± 14 | 1250 ± 71 |"
+
+
+def lora_runs_ours() -> list[dict]:
+    return [_result(0, 0.80, 100, 1200, 10), _result(1, 0.82, 120, 1300, 10)]
+
+
+def test_report_reads_finished_runs_of_these_settings_only(tmp_path, monkeypatch):
+    """--report runs nothing: it summarizes the cells whose bench.json has this grid's command line and lists
+    the rest as not finished (a cell of other settings, e.g. another lr, is one of those)."""
+    args = _args(tmp_path, peft=("none", "lora"))
+    args.sides, args.report = ["ours"], True
+    for method, seed, lr in (("none", 0, None), ("lora", 0, None), ("lora", 1, 1e-3)):
+        cell = bench_glue.cell_dir(args, "ours", "mrpc", method, seed)
+        os.makedirs(cell)
+        cmd = bench_glue.command("ours", args, "mrpc", method, seed, cell)
+        if lr is not None:
+            cmd = [c.replace("learning_rate=0.0005", f"learning_rate={lr}") for c in cmd]
+        bench_glue.write_json(os.path.join(cell, "bench.json"), {"wall_sec": 10.0 + seed, "command": cmd,
+                                                                  "cache_entries_before": 0, "max_rss_kib": 2048})
+        bench_glue.write_json(os.path.join(cell, "results.json"), {
+            "seed": seed, "metrics": {"dev": {"f1": 0.8, "accuracy": 0.7}}, "best_epoch": 1,
+            "train_time_sec": 5.0, "trainable_parameters": 10, "parameters": 100})
+    args.seeds = [0, 1]
+    monkeypatch.setattr(bench_glue, "run_cell", lambda *a, **k: pytest.fail("--report must not run anything"))
+    runs, unfinished, rerun = bench_glue.run_grid(args)
+    assert [r["seed"] for r in runs["mrpc"]["none"]["ours"]] == [0]
+    assert [r["seed"] for r in runs["mrpc"]["lora"]["ours"]] == [0]  # seed 1 ran with another learning rate
+    assert unfinished == ["ours/mrpc/none/seed1", "ours/mrpc/lora/seed1"] and rerun is None
+    assert runs["mrpc"]["lora"]["ours"][0]["peak_rss_mib"] == 2.0
 
 
 @pytest.mark.slow

@@ -1,0 +1,138 @@
+"""scripts/bench_glue.py's summaries: per (task, method), each side's runs over seeds (mean ± std of the dev
+metrics, wall time, peak memory, trainable parameters), the check ours against HF, and the README's table."""
+from __future__ import annotations
+
+import numpy as np
+
+SIDES = {"ours": "jax/flax (ours)", "hf": "pytorch/transformers"}
+
+LABELS = {"cola": "CoLA", "sst2": "SST-2", "stsb": "STS-B"}  # the others: upper case
+
+
+def pm(mean_std: tuple[float, float], digits: int = 1, runs: int = 2) -> str:
+    """'mean ± std'; the mean alone for one run, which has no spread to show."""
+    return f"{mean_std[0]:.{digits}f}" + (f" ± {mean_std[1]:.{digits}f}" if runs > 1 else "")
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
+def side_summary(results: list[dict], split: str, names: list[str]) -> dict:
+    """One side's runs of one (task, method): each metric's mean/std over seeds (x100), time, memory, size."""
+    rss = [r["peak_rss_mib"] for r in results if r.get("peak_rss_mib") is not None]
+    trainable, total = results[0].get("trainable_parameters"), results[0].get("parameters")
+    return {"seeds": [r["seed"] for r in results],
+            "metrics": {m: mean_std([100 * r["metrics"][split][m] for r in results]) for m in names},
+            "best_epochs": [r["best_epoch"] for r in results],
+            "wall_sec": mean_std([r["bench_wall_sec"] for r in results]),
+            "train_sec": mean_std([r["train_time_sec"] for r in results]),
+            "peak_rss_mib": mean_std(rss) if rss else None,  # runs from before it was measured: None
+            "trainable_parameters": trainable, "parameters": total,
+            "trainable_percent": 100 * trainable / total if trainable and total else None}
+
+
+def summarize(task_name: str, method: str, lr: float, runs: dict[str, list[dict]]) -> dict:
+    """Per side: side_summary; with both sides the main-metric check and the ratios ours / HF."""
+    from pretrain.glue import tasks as glue
+    task = glue.get_task(task_name)
+    split = task.dev_splits[0]
+    out = {"method": method, "learning_rate": lr, "main_metric": task.main_metric, "split": split,
+           "sides": {side: side_summary(results, split, list(task.metrics)) for side, results in runs.items()}}
+    if "hf" not in runs:
+        out["passed"] = None  # nothing to compare with (adapters)
+        return out
+    ours, hf = out["sides"]["ours"], out["sides"]["hf"]
+    mine, ref = ours["metrics"][task.main_metric], hf["metrics"][task.main_metric]
+    out["difference"] = mine[0] - ref[0]
+    out["tolerance"] = max(1.0, ref[1], mine[1])
+    out["passed"] = abs(out["difference"]) <= out["tolerance"]
+    for key in ("wall_sec", "train_sec", "peak_rss_mib"):
+        out[key.rsplit("_", 1)[0] + "_ratio"] = ours[key][0] / hf[key][0] if ours[key] and hf[key] else None
+    return out
+
+
+def rerun_summary(task: str, method: str, seed: int, first: dict, second: dict, hf: dict) -> dict:
+    """Wall time of our first run (empty cache) and second run (warm), beside HF's same (task, method, seed)."""
+    return {"task": task, "method": method, "seed": seed, "hf_wall_sec": hf["bench_wall_sec"],
+            "first_wall_sec": first["bench_wall_sec"], "first_cache_entries": first.get("cache_entries_before"),
+            "second_wall_sec": second["bench_wall_sec"], "second_cache_entries": second.get("cache_entries_before"),
+            "first_ratio": first["bench_wall_sec"] / hf["bench_wall_sec"],
+            "second_ratio": second["bench_wall_sec"] / hf["bench_wall_sec"]}
+
+
+def print_rerun(r: dict) -> None:
+    cold = "empty cache" if r["first_cache_entries"] == 0 else f"cache held {r['first_cache_entries']} entries"
+    print(f"\nfirst and second run, {r['task']} {r['method']} seed {r['seed']} (wall s; ours / HF in brackets):")
+    print(f"  ours, 1st run ({cold}): {r['first_wall_sec']:.0f} s ({r['first_ratio']:.2f})")
+    print(f"  ours, 2nd run ({r['second_cache_entries']} cache entries): {r['second_wall_sec']:.0f} s "
+          f"({r['second_ratio']:.2f})")
+    print(f"  {SIDES['hf']}: {r['hf_wall_sec']:.0f} s")
+
+
+def count(side: dict) -> str:
+    n, pct = side["trainable_parameters"], side["trainable_percent"]
+    return "n/a" if n is None else f"{n:,}" + (f" ({pct:.3g}%)" if pct is not None else "")
+
+
+def print_summary(summary: dict[str, dict[str, dict]], args) -> None:
+    print(f"\nGLUE dev, {args.epochs} epochs, batch {args.batch_size}, max length {args.max_seq_length}, seeds "
+          f"{args.seeds}; metrics x100 as mean ± std over seeds at each run's best epoch.")
+    print("wall s: a whole run, process start + imports + data + model load + training + dev evals (ours also JAX "
+          "compilation and saving the best epoch's checkpoint; no test-set predictions on either side).\n"
+          "train s: the epochs' loops with their dev evals (ours still compiles there). HF pads each batch to its "
+          "longest sequence, ours to that rounded up to a multiple of 8 and then a length bucket.\n"
+          "peak MiB: the run process's maximum resident set (ru_maxrss).")
+    for task, methods in summary.items():
+        for method, s in methods.items():
+            names = list(s["sides"]["ours"]["metrics"])
+            header = "".join(f"{m:>16s}" for m in names) + f"{'wall s':>12s}{'train s':>12s}{'peak MiB':>12s}"
+            print(f"\n{task} {method}, lr {s['learning_rate']:g} ({s['split']})".ljust(36) + header)
+            for side, row in s["sides"].items():
+                cells = "".join(f"{pm(row['metrics'][m]):>16s}" for m in names)
+                rss = pm(row["peak_rss_mib"], 0) if row["peak_rss_mib"] else "n/a"
+                print(f"  {SIDES[side]:34s}{cells}{pm(row['wall_sec'], 0):>12s}{pm(row['train_sec'], 0):>12s}"
+                      f"{rss:>12s}   trainable {count(row)}")
+            if s["passed"] is None:
+                print("  ours only (no peft equivalent, or --sides ours)")
+                continue
+            ratios = ", ".join(f"{k} {s[k + '_ratio']:.2f}" for k in ("wall", "train", "peak_rss")
+                               if s[k + "_ratio"] is not None)
+            print(f"  {s['main_metric']}: ours - HF = {s['difference']:+.1f} points (tolerance {s['tolerance']:.1f}) "
+                  f"{'PASS' if s['passed'] else 'FAIL'}; ours / HF: {ratios} (below 1: ours is faster or smaller)")
+
+
+def versus(ours: tuple | None, hf: tuple | None, hf_ran: bool) -> str:
+    """'ours / HF (ratio)' of two means: '—' where HF has no such method, n/a where a run did not measure it."""
+    def mean(m):
+        return "n/a" if m is None else f"{m[0]:,.0f}"
+    if ours is None or hf is None:
+        return f"{mean(ours)} / {mean(hf) if hf_ran else '—'}"
+    return f"{ours[0]:,.0f} / {hf[0]:,.0f} ({ours[0] / hf[0]:.2f})"
+
+
+def markdown_table(summary: dict[str, dict[str, dict]]) -> str:
+    """The README's table: one row per (task, method); without HF columns where no row has an HF side."""
+    with_hf = any("hf" in s["sides"] for methods in summary.values() for s in methods.values())
+    header = ["task (dev metric)", "method", "lr", "trainable params (% of all)", "seeds", "ours"]
+    header += (["transformers (+ peft)", "ours − HF", "wall s per run, ours / HF", "peak RSS MiB, ours / HF"]
+               if with_hf else ["wall s per run", "peak RSS MiB per run"])
+    rows = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for task, methods in summary.items():
+        for method, s in methods.items():
+            ours, hf = s["sides"]["ours"], s["sides"].get("hf")
+            metric, n = s["main_metric"], len(ours["seeds"])
+            params = count(ours)
+            if hf and hf["trainable_parameters"] != ours["trainable_parameters"]:
+                params += f"; HF {count(hf)}"
+            cells = [f"{LABELS.get(task, task.upper())} {metric}", "full" if method == "none" else method,
+                     f"{s['learning_rate']:g}", params, " ".join(map(str, ours["seeds"])),
+                     pm(ours["metrics"][metric], runs=n)]
+            if with_hf:
+                cells += [pm(hf["metrics"][metric]) if hf else "—", f"{s['difference']:+.1f}" if hf else "—",
+                          versus(ours["wall_sec"], hf and hf["wall_sec"], bool(hf)),
+                          versus(ours["peak_rss_mib"], hf and hf["peak_rss_mib"], bool(hf))]
+            else:
+                cells += [pm(ours["wall_sec"], 0, n), pm(ours["peak_rss_mib"], 0, n) if ours["peak_rss_mib"] else "n/a"]
+            rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
