@@ -256,7 +256,8 @@ def main() -> None:
           f"{args.workdir}\nlearning rates (both sides): "
           + ", ".join(f"{m} {lr:g}" for m, lr in args.learning_rates.items()))
     runs, crashed, rerun = run_grid(args)
-    summary = {t: {m: summarize(t, m, args.learning_rates[m], r) for m, r in methods.items() if all(r.values())}
+    summary = {t: {m: summarize(t, m, args.learning_rates[m], r) for m, r in methods.items()
+                   if r and all(r.values())}  # every side ran; a method no requested side has: no row
                for t, methods in runs.items()}
     print_summary(summary, args)
     if rerun:
@@ -267,7 +268,7 @@ def main() -> None:
     write_json(args.output, {"settings": settings, "summary": summary, "runs": runs, "first_and_second_run": rerun,
                              "crashed": crashed, "markdown": table})
     failed = [f"{t}/{m}" for t in args.tasks for m in args.peft
-              if m not in summary[t] or summary[t][m]["passed"] is False]
+              if runs[t][m] and (m not in summary[t] or summary[t][m]["passed"] is False)]
     if args.report:
         print(f"\nwrote {args.output}; not finished yet ({len(crashed)}): {' '.join(crashed) or 'none'}")
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 SIDES = {"ours": "jax/flax (ours)", "hf": "pytorch/transformers"}
+COLUMNS = {"ours": "ours", "hf": "transformers (+ peft)"}  # the README table's score columns
 
 LABELS = {"cola": "CoLA", "sst2": "SST-2", "stsb": "STS-B"}  # the others: upper case
 
@@ -39,8 +40,8 @@ def summarize(task_name: str, method: str, lr: float, runs: dict[str, list[dict]
     split = task.dev_splits[0]
     out = {"method": method, "learning_rate": lr, "main_metric": task.main_metric, "split": split,
            "sides": {side: side_summary(results, split, list(task.metrics)) for side, results in runs.items()}}
-    if "hf" not in runs:
-        out["passed"] = None  # nothing to compare with (adapters)
+    if len(runs) < 2:
+        out["passed"] = None  # nothing to compare with (adapters, or --sides with one side)
         return out
     ours, hf = out["sides"]["ours"], out["sides"]["hf"]
     mine, ref = ours["metrics"][task.main_metric], hf["metrics"][task.main_metric]
@@ -85,7 +86,7 @@ def print_summary(summary: dict[str, dict[str, dict]], args) -> None:
           "peak MiB: the run process's maximum resident set (ru_maxrss).")
     for task, methods in summary.items():
         for method, s in methods.items():
-            names = list(s["sides"]["ours"]["metrics"])
+            names = list(next(iter(s["sides"].values()))["metrics"])
             header = "".join(f"{m:>16s}" for m in names) + f"{'wall s':>12s}{'train s':>12s}{'peak MiB':>12s}"
             print(f"\n{task} {method}, lr {s['learning_rate']:g} ({s['split']})".ljust(36) + header)
             for side, row in s["sides"].items():
@@ -94,7 +95,7 @@ def print_summary(summary: dict[str, dict[str, dict]], args) -> None:
                 print(f"  {SIDES[side]:34s}{cells}{pm(row['wall_sec'], 0):>12s}{pm(row['train_sec'], 0):>12s}"
                       f"{rss:>12s}   trainable {count(row)}")
             if s["passed"] is None:
-                print("  ours only (no peft equivalent, or --sides ours)")
+                print("  one side only (peft has no adapters, or --sides named one)")
                 continue
             ratios = ", ".join(f"{k} {s[k + '_ratio']:.2f}" for k in ("wall", "train", "peak_rss")
                                if s[k + "_ratio"] is not None)
@@ -112,15 +113,17 @@ def versus(ours: tuple | None, hf: tuple | None, hf_ran: bool) -> str:
 
 
 def markdown_table(summary: dict[str, dict[str, dict]]) -> str:
-    """The README's table: one row per (task, method); without HF columns where no row has an HF side."""
-    with_hf = any("hf" in s["sides"] for methods in summary.values() for s in methods.values())
-    header = ["task (dev metric)", "method", "lr", "trainable params (% of all)", "seeds", "ours"]
-    header += (["transformers (+ peft)", "ours − HF", "wall s per run, ours / HF", "peak RSS MiB, ours / HF"]
+    """The README's table: one row per (task, method); one side's columns where every row has just that side."""
+    sides = {side for methods in summary.values() for s in methods.values() for side in s["sides"]}
+    with_hf = len(sides) == 2
+    one = "ours" if with_hf else next(iter(sides), "ours")  # the side of a one-sided table
+    header = ["task (dev metric)", "method", "lr", "trainable params (% of all)", "seeds", COLUMNS[one]]
+    header += ([COLUMNS["hf"], "ours − HF", "wall s per run, ours / HF", "peak RSS MiB, ours / HF"]
                if with_hf else ["wall s per run", "peak RSS MiB per run"])
     rows = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for task, methods in summary.items():
         for method, s in methods.items():
-            ours, hf = s["sides"]["ours"], s["sides"].get("hf")
+            ours, hf = s["sides"][one], s["sides"].get("hf") if with_hf else None
             metric, n = s["main_metric"], len(ours["seeds"])
             params = count(ours)
             if hf and hf["trainable_parameters"] != ours["trainable_parameters"]:

@@ -78,6 +78,12 @@ def test_summary_and_readme_table():
     rows = bench_glue_summary.markdown_table({"mrpc": {"lora": ours_only}}).splitlines()
     assert rows[0].count("|") == 9 and "HF" not in rows[0]
     assert rows[2] == "| MRPC f1 | lora | 0.0005 | 10 (1%) | 0 1 | 81.0 ± 1.4 | 110 ± 14 | 1250 ± 71 |"
+    # HF alone (--sides hf): its score column, and no comparison to make.
+    hf_only = bench_glue_summary.summarize("mrpc", "lora", 5e-4, {"hf": lora_runs_ours()})
+    assert hf_only["passed"] is None
+    rows = bench_glue_summary.markdown_table({"mrpc": {"lora": hf_only}}).splitlines()
+    assert "| transformers (+ peft) | wall s per run |" in rows[0] and "| ours |" not in rows[0]
+    assert rows[2].endswith("| 81.0 ± 1.4 | 110 ± 14 | 1250 ± 71 |")
 
 
 def lora_runs_ours() -> list[dict]:
