@@ -118,11 +118,9 @@ def run_cell(side: str, args, task: str, method: str, seed: int, rerun: bool = F
     name = f"{SIDES[side]:22s} {task} {method} seed {seed}"
     results_path, bench_path = os.path.join(cell, "results.json"), os.path.join(cell, "bench.json")
     cmd = command(side, args, task, method, seed, cell)
-    if os.path.exists(bench_path):
-        with open(bench_path) as f:
-            if json.load(f)["command"][1:] != cmd[1:]:  # other settings (epochs, lr, ...): not this cell
-                print(f"  {name}: settings changed, running again")
-                shutil.rmtree(cell)
+    if os.path.exists(bench_path) and not same_settings(bench_path, cmd):
+        print(f"  {name}: settings changed, running again")
+        shutil.rmtree(cell)
     if os.path.exists(results_path):
         print(f"  {name}: done before, skipped")
     else:
@@ -147,15 +145,21 @@ def run_cell(side: str, args, task: str, method: str, seed: int, rerun: bool = F
     return load_cell(results_path, bench_path)
 
 
+def same_settings(bench_path: str, cmd: list[str]) -> bool:
+    """Whether a run's bench.json has this command line (other epochs, lr, ...: another cell's run). The
+    interpreter's path is left out, so another virtual environment's runs still count."""
+    with open(bench_path) as f:
+        return json.load(f)["command"][1:] == cmd[1:]
+
+
 def finished_cell(side: str, args, task: str, method: str, seed: int) -> dict | None:
-    """--report: a run that finished with these settings (its bench.json's command line), or None; runs nothing."""
+    """--report: a run that finished with these settings, or None; runs nothing."""
     cell = cell_dir(args, side, task, method, seed)
     results_path, bench_path = os.path.join(cell, "results.json"), os.path.join(cell, "bench.json")
     if not (os.path.exists(results_path) and os.path.exists(bench_path)):
         return None
-    with open(bench_path) as f:
-        if json.load(f)["command"][1:] != command(side, args, task, method, seed, cell)[1:]:
-            return None
+    if not same_settings(bench_path, command(side, args, task, method, seed, cell)):
+        return None
     return load_cell(results_path, bench_path)
 
 
@@ -180,12 +184,12 @@ def run_grid(args) -> tuple[dict, list[str], dict | None]:
     finished yet), second-run summary."""
     runs = {t: {m: {side: [] for side in sides_for(m, args.sides)} for m in args.peft} for t in args.tasks}
     crashed, rerun = [], None
+    run = finished_cell if args.report else run_cell
     for seed in args.seeds:  # seed-major: an interrupted run already covers every task and method
         for task in args.tasks:
             for method in args.peft:
                 cell = runs[task][method]
                 for side in cell:  # interleaved: ours, then HF, then the next (task, method, seed)
-                    run = finished_cell if args.report else run_cell
                     results = run(side, args, task, method, seed)
                     if results is None:
                         crashed.append(f"{side}/{task}/{method}/seed{seed}")

@@ -123,19 +123,19 @@ def markdown_table(summary: dict[str, dict[str, dict]]) -> str:
     rows = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for task, methods in summary.items():
         for method, s in methods.items():
-            ours, hf = s["sides"][one], s["sides"].get("hf") if with_hf else None
-            metric, n = s["main_metric"], len(ours["seeds"])
-            params = count(ours)
-            if hf and hf["trainable_parameters"] != ours["trainable_parameters"]:
+            main, hf = s["sides"][one], s["sides"].get("hf") if with_hf else None  # main: ours, or the one side
+            metric, n = s["main_metric"], len(main["seeds"])
+            params = count(main)
+            if hf and hf["trainable_parameters"] != main["trainable_parameters"]:
                 params += f"; HF {count(hf)}"
             cells = [f"{LABELS.get(task, task.upper())} {metric}", "full" if method == "none" else method,
-                     f"{s['learning_rate']:g}", params, " ".join(map(str, ours["seeds"])),
-                     pm(ours["metrics"][metric], runs=n)]
+                     f"{s['learning_rate']:g}", params, " ".join(map(str, main["seeds"])),
+                     pm(main["metrics"][metric], runs=n)]
             if with_hf:
                 cells += [pm(hf["metrics"][metric]) if hf else "—", f"{s['difference']:+.1f}" if hf else "—",
-                          versus(ours["wall_sec"], hf and hf["wall_sec"], bool(hf)),
-                          versus(ours["peak_rss_mib"], hf and hf["peak_rss_mib"], bool(hf))]
+                          versus(main["wall_sec"], hf and hf["wall_sec"], bool(hf)),
+                          versus(main["peak_rss_mib"], hf and hf["peak_rss_mib"], bool(hf))]
             else:
-                cells += [pm(ours["wall_sec"], 0, n), pm(ours["peak_rss_mib"], 0, n) if ours["peak_rss_mib"] else "n/a"]
+                cells += [pm(main["wall_sec"], 0, n), pm(main["peak_rss_mib"], 0, n) if main["peak_rss_mib"] else "n/a"]
             rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

@@ -60,7 +60,7 @@ def _result(seed: int, f1: float, wall: float, rss: float | None, trainable: int
 
 def test_summary_and_readme_table():
     lora = bench_glue_summary.summarize("mrpc", "lora", 5e-4, {
-        "ours": lora_runs_ours(),
+        "ours": _two_seeds(),
         "hf": [_result(0, 0.81, 50, 1000, 10), _result(1, 0.81, 50, 1000, 10)]})
     assert lora["passed"] and lora["difference"] == pytest.approx(0.0)
     assert lora["wall_ratio"] == pytest.approx(2.2) and lora["peak_rss_ratio"] == pytest.approx(1.25)
@@ -74,19 +74,20 @@ def test_summary_and_readme_table():
     # One seed: the mean alone (no ±).
     assert rows[3] == "| MRPC f1 | adapters | 0.0003 | 20 (2%) | 0 | 70.0 | — | — | 90 / — | n/a / — |"
     # Ours alone (--sides ours): no HF columns; wall time and memory as mean ± std over the seeds run.
-    ours_only = bench_glue_summary.summarize("mrpc", "lora", 5e-4, {"ours": lora_runs_ours()})
+    ours_only = bench_glue_summary.summarize("mrpc", "lora", 5e-4, {"ours": _two_seeds()})
     rows = bench_glue_summary.markdown_table({"mrpc": {"lora": ours_only}}).splitlines()
     assert rows[0].count("|") == 9 and "HF" not in rows[0]
     assert rows[2] == "| MRPC f1 | lora | 0.0005 | 10 (1%) | 0 1 | 81.0 ± 1.4 | 110 ± 14 | 1250 ± 71 |"
     # HF alone (--sides hf): its score column, and no comparison to make.
-    hf_only = bench_glue_summary.summarize("mrpc", "lora", 5e-4, {"hf": lora_runs_ours()})
+    hf_only = bench_glue_summary.summarize("mrpc", "lora", 5e-4, {"hf": _two_seeds()})
     assert hf_only["passed"] is None
     rows = bench_glue_summary.markdown_table({"mrpc": {"lora": hf_only}}).splitlines()
     assert "| transformers (+ peft) | wall s per run |" in rows[0] and "| ours |" not in rows[0]
     assert rows[2].endswith("| 81.0 ± 1.4 | 110 ± 14 | 1250 ± 71 |")
 
 
-def lora_runs_ours() -> list[dict]:
+def _two_seeds() -> list[dict]:
+    """Seeds 0 and 1 of one side: F1 80 and 82, 100 and 120 s, 1200 and 1300 MiB."""
     return [_result(0, 0.80, 100, 1200, 10), _result(1, 0.82, 120, 1300, 10)]
 
 
