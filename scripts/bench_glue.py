@@ -267,7 +267,8 @@ def main() -> None:
     if rerun:
         print_rerun(rerun)
     table = markdown_table(summary)
-    print(f"\nfor the README (means over seeds {args.seeds}; ratios ours / HF):\n\n{table}")
+    both = any(len(s["sides"]) == 2 for methods in summary.values() for s in methods.values())
+    print(f"\nfor the README (means over each row's seeds{'; ratios ours / HF' if both else ''}):\n\n{table}")
     settings = {k: v for k, v in vars(args).items() if k != "hf_cell"}
     write_json(args.output, {"settings": settings, "summary": summary, "runs": runs, "first_and_second_run": rerun,
                              "crashed": crashed, "markdown": table})

@@ -90,10 +90,11 @@ def print_summary(summary: dict[str, dict[str, dict]], args) -> None:
             header = "".join(f"{m:>16s}" for m in names) + f"{'wall s':>12s}{'train s':>12s}{'peak MiB':>12s}"
             print(f"\n{task} {method}, lr {s['learning_rate']:g} ({s['split']})".ljust(36) + header)
             for side, row in s["sides"].items():
-                cells = "".join(f"{pm(row['metrics'][m]):>16s}" for m in names)
-                rss = pm(row["peak_rss_mib"], 0) if row["peak_rss_mib"] else "n/a"
-                print(f"  {SIDES[side]:34s}{cells}{pm(row['wall_sec'], 0):>12s}{pm(row['train_sec'], 0):>12s}"
-                      f"{rss:>12s}   trainable {count(row)}")
+                n = len(row["seeds"])  # one seed: the mean alone, as in the README's table
+                cells = "".join(f"{pm(row['metrics'][m], runs=n):>16s}" for m in names)
+                rss = pm(row["peak_rss_mib"], 0, n) if row["peak_rss_mib"] else "n/a"
+                print(f"  {SIDES[side]:34s}{cells}{pm(row['wall_sec'], 0, n):>12s}{pm(row['train_sec'], 0, n):>12s}"
+                      f"{rss:>12s}   trainable {count(row)}, seeds {' '.join(map(str, row['seeds']))}")
             if s["passed"] is None:
                 print("  one side only (peft has no adapters, or --sides named one)")
                 continue
@@ -132,7 +133,8 @@ def markdown_table(summary: dict[str, dict[str, dict]]) -> str:
                      f"{s['learning_rate']:g}", params, " ".join(map(str, main["seeds"])),
                      pm(main["metrics"][metric], runs=n)]
             if with_hf:
-                cells += [pm(hf["metrics"][metric]) if hf else "—", f"{s['difference']:+.1f}" if hf else "—",
+                cells += [pm(hf["metrics"][metric], runs=len(hf["seeds"])) if hf else "—",
+                          f"{s['difference']:+.1f}" if hf else "—",
                           versus(main["wall_sec"], hf and hf["wall_sec"], bool(hf)),
                           versus(main["peak_rss_mib"], hf and hf["peak_rss_mib"], bool(hf))]
             else:

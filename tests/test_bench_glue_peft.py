@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -84,6 +85,19 @@ def test_summary_and_readme_table():
     rows = bench_glue_summary.markdown_table({"mrpc": {"lora": hf_only}}).splitlines()
     assert "| transformers (+ peft) | wall s per run |" in rows[0] and "| ours |" not in rows[0]
     assert rows[2].endswith("| 81.0 ± 1.4 | 110 ± 14 | 1250 ± 71 |")
+
+
+def test_printed_summary_shows_spread_only_over_several_seeds(capsys):
+    """The console summary agrees with the table: one seed has no ± (a std of 0 would read as measured)."""
+    summary = {"mrpc": {"lora": bench_glue_summary.summarize("mrpc", "lora", 5e-4, {"ours": _two_seeds()}),
+                        "adapters": bench_glue_summary.summarize("mrpc", "adapters", 3e-4,
+                                                                 {"ours": [_result(0, 0.7, 90, None, 20)]})}}
+    args = SimpleNamespace(epochs=3, batch_size=32, max_seq_length=128, seeds=[0, 1])
+    bench_glue_summary.print_summary(summary, args)
+    lines = capsys.readouterr().out.splitlines()
+    lora, adapters = (lines[i + 1] for i, line in enumerate(lines) if line.startswith("mrpc "))
+    assert "81.0 ± 1.4" in lora and "110 ± 14" in lora and lora.endswith("seeds 0 1")
+    assert "±" not in adapters and "70.0" in adapters and " 90 " in adapters and adapters.endswith("seeds 0")
 
 
 def _two_seeds() -> list[dict]:
