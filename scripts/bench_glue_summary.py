@@ -10,8 +10,9 @@ COLUMNS = {"ours": "ours", "hf": "transformers (+ peft)"}  # the README table's 
 LABELS = {"cola": "CoLA", "sst2": "SST-2", "stsb": "STS-B"}  # the others: upper case
 
 
-def pm(mean_std: tuple[float, float], digits: int = 1, runs: int = 2) -> str:
-    """'mean ± std'; the mean alone for one run, which has no spread to show."""
+def pm(mean_std: tuple[float, float], digits: int = 1, *, runs: int) -> str:
+    """'mean ± std' over `runs` runs; the mean alone for one run, which has no spread to show (runs has no
+    default: a default of 2 printed ± 0 for single seeds)."""
     return f"{mean_std[0]:.{digits}f}" + (f" ± {mean_std[1]:.{digits}f}" if runs > 1 else "")
 
 
@@ -92,9 +93,10 @@ def print_summary(summary: dict[str, dict[str, dict]], args) -> None:
             for side, row in s["sides"].items():
                 n = len(row["seeds"])  # one seed: the mean alone, as in the README's table
                 cells = "".join(f"{pm(row['metrics'][m], runs=n):>16s}" for m in names)
-                rss = pm(row["peak_rss_mib"], 0, n) if row["peak_rss_mib"] else "n/a"
-                print(f"  {SIDES[side]:34s}{cells}{pm(row['wall_sec'], 0, n):>12s}{pm(row['train_sec'], 0, n):>12s}"
-                      f"{rss:>12s}   trainable {count(row)}, seeds {' '.join(map(str, row['seeds']))}")
+                rss = pm(row["peak_rss_mib"], 0, runs=n) if row["peak_rss_mib"] else "n/a"
+                times = "".join(f"{pm(row[k], 0, runs=n):>12s}" for k in ("wall_sec", "train_sec"))
+                print(f"  {SIDES[side]:34s}{cells}{times}{rss:>12s}   trainable {count(row)}, "
+                      f"seeds {' '.join(map(str, row['seeds']))}")
             if s["passed"] is None:
                 print("  one side only (peft has no adapters, or --sides named one)")
                 continue
@@ -138,6 +140,7 @@ def markdown_table(summary: dict[str, dict[str, dict]]) -> str:
                           versus(main["wall_sec"], hf and hf["wall_sec"], bool(hf)),
                           versus(main["peak_rss_mib"], hf and hf["peak_rss_mib"], bool(hf))]
             else:
-                cells += [pm(main["wall_sec"], 0, n), pm(main["peak_rss_mib"], 0, n) if main["peak_rss_mib"] else "n/a"]
+                cells += [pm(main["wall_sec"], 0, runs=n),
+                          pm(main["peak_rss_mib"], 0, runs=n) if main["peak_rss_mib"] else "n/a"]
             rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
