@@ -14,7 +14,9 @@ Both sides' metrics come from `pretrain.glue.metrics.compute_metrics`. Wall time
 start, imports, data, model load, JAX compilation (ours), training and dev evaluations; peak memory is the
 run's maximum resident set (`run_process`). Sides alternate per (task, method, seed), so machine noise hits
 both alike. A (task, method) passes when |our mean - HF mean| <= max(1.0, HF std, our std) points; the exit
-status is 1 when one fails or a run crashes. Finished runs are not rerun.
+status is 1 when one fails or a run crashes. Finished runs are not rerun: a run directory with results.json,
+or a run that --ledger (JSON lines of finished runs, scripts/bench_ledger.py) recorded with these settings,
+on this machine or another.
 
 `--peft` (default none = full fine-tuning) makes the grid task x method x seed: ours runs
 `configs/glue.py:task=T,peft=M` with that file's defaults, HF the same settings through peft, which has no
@@ -50,6 +52,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # for `pretrain.*`, `configs.*`, `scripts.*`
 
+from scripts import bench_ledger  # noqa: E402
 from scripts.bench_glue_hf import (HF_METHODS, default_model_dir, hf_cell, max_train_for, run_process,  # noqa: E402
                                    write_json)
 from scripts.bench_glue_summary import (SIDES, markdown_table, print_rerun, print_summary, rerun_summary,  # noqa: E402
@@ -111,18 +114,31 @@ def cache_entries(args) -> int:
     return sum(name.endswith("-cache") for name in os.listdir(directory)) if os.path.isdir(directory) else 0
 
 
+def ledger_key(args, cmd: list[str], cell: str) -> list[str]:
+    """The run's command line as --ledger records it: the same on any machine with these settings."""
+    return bench_ledger.portable_command(cmd, {"<cell>": cell, "<model_dir>": args.model_dir,
+                                               "<glue_dir>": args.glue_dir, "<repo>": REPO})
+
+
 def run_cell(side: str, args, task: str, method: str, seed: int, rerun: bool = False) -> dict | None:
-    """One (side, task, method, seed) run; None when it failed. Skipped when its results.json exists.
-    rerun: our side again in a workdir of its own (the compilation cache now holds the first run's)."""
+    """One (side, task, method, seed) run; None when it failed. Skipped when its results.json exists, or when
+    --ledger holds it (the run directories of another machine). Each finished run goes into --ledger.
+    rerun: our side again in a workdir of its own (the compilation cache now holds the first run's); its
+    command is the first run's, so it stays out of the ledger."""
     cell = cell_dir(args, side, task, method, seed, rerun)
     name = f"{SIDES[side]:22s} {task} {method} seed {seed}"
     results_path, bench_path = os.path.join(cell, "results.json"), os.path.join(cell, "bench.json")
     cmd = command(side, args, task, method, seed, cell)
+    ledger, key = "" if rerun else args.ledger, ledger_key(args, cmd, cell)
     if os.path.exists(bench_path) and not same_settings(bench_path, cmd):
         print(f"  {name}: settings changed, running again")
         shutil.rmtree(cell)
+    recorded = None if os.path.exists(results_path) else bench_ledger.find(ledger, key)
     if os.path.exists(results_path):
         print(f"  {name}: done before, skipped")
+    elif recorded is not None:
+        print(f"  {name}: in {ledger} ({recorded['recorded']}), skipped")
+        return recorded
     else:
         if os.path.exists(cell):
             shutil.rmtree(cell)  # an unfinished run: start it over
@@ -142,7 +158,7 @@ def run_cell(side: str, args, task: str, method: str, seed: int, rerun: bool = F
         write_json(bench_path, {"wall_sec": wall, "command": cmd, "cache_entries_before": entries,
                                 "max_rss_kib": rss_kib})
         print(f"  {name}: {wall:.0f} s, peak RSS {rss_kib / 1024:.0f} MiB", flush=True)
-    return load_cell(results_path, bench_path)
+    return recorded_cell(args, ledger, key, results_path, bench_path)
 
 
 def same_settings(bench_path: str, cmd: list[str]) -> bool:
@@ -153,14 +169,24 @@ def same_settings(bench_path: str, cmd: list[str]) -> bool:
 
 
 def finished_cell(side: str, args, task: str, method: str, seed: int) -> dict | None:
-    """--report: a run that finished with these settings, or None; runs nothing."""
+    """--report: a run that finished with these settings (its directory, else --ledger), or None; runs
+    nothing (but records a finished directory that --ledger lacks)."""
     cell = cell_dir(args, side, task, method, seed)
     results_path, bench_path = os.path.join(cell, "results.json"), os.path.join(cell, "bench.json")
-    if not (os.path.exists(results_path) and os.path.exists(bench_path)):
-        return None
-    if not same_settings(bench_path, command(side, args, task, method, seed, cell)):
-        return None
-    return load_cell(results_path, bench_path)
+    cmd = command(side, args, task, method, seed, cell)
+    key = ledger_key(args, cmd, cell)
+    if os.path.exists(results_path) and os.path.exists(bench_path) and same_settings(bench_path, cmd):
+        return recorded_cell(args, args.ledger, key, results_path, bench_path)
+    return bench_ledger.find(args.ledger, key)
+
+
+def recorded_cell(args, ledger: str, key: list[str], results_path: str, bench_path: str) -> dict:
+    """A finished run directory's results (load_cell), appended to the ledger unless it is there already."""
+    results = load_cell(results_path, bench_path)
+    if isinstance(results.get("init"), str):  # the model's path: as the command's, portable
+        results["init"] = bench_ledger.portable(results["init"], {"<model_dir>": args.model_dir})
+    bench_ledger.record(ledger, key, results)
+    return results
 
 
 def load_cell(results_path: str, bench_path: str) -> dict:
@@ -237,6 +263,10 @@ def parse_args() -> argparse.Namespace:
                         help="run nothing: the summary and table of the runs that finished (an interrupted grid)")
     parser.add_argument("--quick", action="store_true", help="one seed, MRPC only (overrides --tasks/--seeds)")
     parser.add_argument("--workdir", default="runs/bench_glue", help="per-run directories (reruns skip finished)")
+    parser.add_argument("--ledger", default="",
+                        help="JSON lines of finished runs, kept apart from --workdir (make bench-glue-peft: the "
+                             "README table's, committed): each finished run is appended, and a run recorded "
+                             "there with these settings counts as done, on this machine or another")
     parser.add_argument("--output", default="runs/bench_glue.json", help="JSON with every run and the summary")
     parser.add_argument("--hf_cell", default="", help=argparse.SUPPRESS)  # internal: one HF run into this dir
     args = parser.parse_args()

@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from scripts import bench_glue, bench_glue_hf, bench_glue_summary
+from scripts import bench_glue, bench_glue_hf, bench_glue_summary, bench_ledger
 
 
 def _args(tmp_path, peft=("none", "lora", "adapters"), overrides=()) -> argparse.Namespace:
     args = argparse.Namespace(tasks=["mrpc"], seeds=[0], peft=list(peft), peft_learning_rate=list(overrides),
                               epochs=1, learning_rate=5e-5, batch_size=32, max_seq_length=32, glue_dir="/glue",
                               model_dir="/model", max_train_examples=64, workdir=str(tmp_path),
-                              sides=["ours", "hf"], length_buckets=-1, report=False)
+                              sides=["ours", "hf"], length_buckets=-1, report=False, ledger="")
     args.learning_rates = bench_glue.learning_rates(args)
     return args
 
@@ -128,6 +128,64 @@ def test_report_reads_finished_runs_of_these_settings_only(tmp_path, monkeypatch
     assert [r["seed"] for r in runs["mrpc"]["lora"]["ours"]] == [0]  # seed 1 ran with another learning rate
     assert unfinished == ["ours/mrpc/none/seed1", "ours/mrpc/lora/seed1"] and rerun is None
     assert runs["mrpc"]["lora"]["ours"][0]["peak_rss_mib"] == 2.0
+
+
+def _finish(args, method: str, seed: int, wall: float) -> None:
+    """Writes a finished ours run of (mrpc, method, seed) into args.workdir, as run_cell leaves one."""
+    cell = bench_glue.cell_dir(args, "ours", "mrpc", method, seed)
+    os.makedirs(cell)
+    cmd = bench_glue.command("ours", args, "mrpc", method, seed, cell)
+    bench_glue.write_json(os.path.join(cell, "bench.json"), {"wall_sec": wall, "command": cmd,
+                                                              "cache_entries_before": 0, "max_rss_kib": 4096})
+    bench_glue.write_json(os.path.join(cell, "results.json"), {
+        "seed": seed, "metrics": {"dev": {"f1": 0.8, "accuracy": 0.7}}, "best_epoch": 1, "train_time_sec": 5.0,
+        "trainable_parameters": 10, "parameters": 100, "init": args.model_dir})
+
+
+def test_ledger_carries_finished_runs_to_another_machine(tmp_path, monkeypatch):
+    """A run finished on one machine (its directory, model and data at other paths) counts as done on the next
+    through --ledger: run_cell and --report return its record and run nothing; other settings are not it."""
+    ledger = str(tmp_path / "ledger.jsonl")
+    first = _args(tmp_path / "a", peft=("lora",))
+    first.sides, first.ledger, first.report = ["ours"], ledger, True
+    _finish(first, "lora", 0, wall=123.0)
+    runs, unfinished, _ = bench_glue.run_grid(first)  # --report records the finished directory
+    assert unfinished == [] and len(bench_ledger.read(ledger)) == 1
+    bench_glue.run_grid(first)
+    assert len(bench_ledger.read(ledger)) == 1  # recorded once
+
+    second = _args(tmp_path / "b", peft=("lora",))
+    second.sides, second.ledger = ["ours"], ledger
+    second.glue_dir, second.model_dir = "/elsewhere/glue", "/elsewhere/model"
+    monkeypatch.setattr(bench_glue, "run_process", _refuse)
+    recorded = bench_glue.run_cell("ours", second, "mrpc", "lora", 0)
+    assert recorded["bench_wall_sec"] == 123.0 and recorded["peak_rss_mib"] == 4.0
+    assert recorded["init"] == "<model_dir>" and "--workdir=<cell>" in recorded["command"]
+    assert not os.path.exists(bench_glue.cell_dir(second, "ours", "mrpc", "lora", 0))
+    second.report = True
+    runs, unfinished, _ = bench_glue.run_grid(second)
+    assert [r["bench_wall_sec"] for r in runs["mrpc"]["lora"]["ours"]] == [123.0] and unfinished == []
+    # Other settings (a learning rate, a seed) and our second run (same command, a cold-cache measurement
+    # of its own) are not the recorded run.
+    second.learning_rates = {"lora": 1e-3}
+    assert bench_glue.finished_cell("ours", second, "mrpc", "lora", 0) is None
+    second.learning_rates = bench_glue.learning_rates(second)
+    assert bench_glue.finished_cell("ours", second, "mrpc", "lora", 1) is None
+    with pytest.raises(RuntimeError, match="ran"):
+        bench_glue.run_cell("ours", second, "mrpc", "lora", 0, rerun=True)
+
+
+def _refuse(*args):
+    raise RuntimeError("ran")
+
+
+def test_ledger_paths_longest_first():
+    paths = {"<repo>": "/r", "<model_dir>": "/r/.venv/model", "<cell>": "/r/runs/ours/seed0"}
+    cmd = ["/r/.venv/bin/python", "/r/scripts/x.py", "--model_dir=/r/.venv/model", "--workdir=/r/runs/ours/seed0",
+           "--config=configs/r/x.py", "--log=/r/runs/ours/seed0/log", "--other=/rr", "--init=hf:/r/.venv/model"]
+    assert bench_ledger.portable_command(cmd, paths) == [
+        "<repo>/scripts/x.py", "--model_dir=<model_dir>", "--workdir=<cell>", "--config=configs/r/x.py",
+        "--log=<cell>/log", "--other=/rr", "--init=hf:<model_dir>"]  # whole paths, after = or : only
 
 
 @pytest.mark.slow
