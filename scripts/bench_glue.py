@@ -133,10 +133,9 @@ def run_cell(side: str, args, task: str, method: str, seed: int, rerun: bool = F
     if os.path.exists(bench_path) and not same_settings(bench_path, cmd):
         print(f"  {name}: settings changed, running again")
         shutil.rmtree(cell)
-    recorded = None if os.path.exists(results_path) else bench_ledger.find(ledger, key)
     if os.path.exists(results_path):
         print(f"  {name}: done before, skipped")
-    elif recorded is not None:
+    elif (recorded := bench_ledger.find(ledger, key)) is not None:
         print(f"  {name}: in {ledger} ({recorded['recorded']}), skipped")
         return recorded
     else:
