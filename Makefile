@@ -123,19 +123,23 @@ bench-glue-quick: $(STAMP)
 	$(PY) scripts/bench_glue.py --quick --output runs/bench_glue_quick.json
 
 # The README table's runs, one JSON line each (committed: the table outlives the machine its runs ran on).
-# A run recorded there counts as done; `make bench-glue-peft PEFT_LEDGER=runs/mine.jsonl` measures afresh.
+# A run recorded there counts as done. PEFT_PRIOR: the 27 runs from before the ledger, known only by their
+# summaries (seeds 0-1), which the table joins with the ledger's; `make bench-glue-peft
+# PEFT_LEDGER=runs/mine.jsonl PEFT_PRIOR=` measures all 45 afresh.
 PEFT_LEDGER ?= scripts/results/bench_glue_peft.jsonl
+PEFT_PRIOR ?= scripts/results/bench_glue_peft_prior.json
 # Full fine-tuning and each PEFT method (adapters, LoRA, prefix, prompt): the README's table, ours only
 # (45 runs, MRPC/CoLA/SST-2 8k x 3 seeds: about 10 hours on 2 CPU cores; resumable). The quick variant is
 # MRPC, seed 0, every method beside Hugging Face peft.
 bench-glue-peft: $(STAMP)
 	$(PY) scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 \
-	    --workdir runs/bench_glue_peft --ledger $(PEFT_LEDGER) --output runs/bench_glue_peft.json
+	    --workdir runs/bench_glue_peft --ledger $(PEFT_LEDGER) --prior "$(PEFT_PRIOR)" --output runs/bench_glue_peft.json
 
 # The table from the runs bench-glue-peft finished so far (runs nothing; it takes ~10 h, resumably).
 bench-glue-peft-report: $(STAMP)
 	$(PY) scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 --report \
-	    --workdir runs/bench_glue_peft --ledger $(PEFT_LEDGER) --output runs/bench_glue_peft_report.json
+	    --workdir runs/bench_glue_peft --ledger $(PEFT_LEDGER) --prior "$(PEFT_PRIOR)" \
+	    --output runs/bench_glue_peft_report.json
 
 bench-glue-peft-quick: $(STAMP)
 	$(PY) scripts/bench_glue.py --quick --peft none adapters lora prefix prompt --workdir runs/bench_glue_peft \

@@ -215,6 +215,8 @@ def run_grid(args) -> tuple[dict, list[str], dict | None]:
             for method in args.peft:
                 cell = runs[task][method]
                 for side in cell:  # interleaved: ours, then HF, then the next (task, method, seed)
+                    if side == "ours" and seed in args.prior_cells.get((task, method), {}).get("seeds", ()):
+                        continue  # in --prior's summary, which the table joins with the other seeds' runs
                     results = run(side, args, task, method, seed)
                     if results is None:
                         crashed.append(f"{side}/{task}/{method}/seed{seed}")
@@ -267,6 +269,10 @@ def parse_args() -> argparse.Namespace:
                              "README table's, committed): each finished run is appended, and a run recorded "
                              "there with these settings counts as done, on this machine or another")
     parser.add_argument("--output", default="runs/bench_glue.json", help="JSON with every run and the summary")
+    parser.add_argument("--prior", default="",
+                        help="JSON of earlier runs of ours known only by their per-(task, method) summaries "
+                             "(scripts/results/bench_glue_peft_prior.json): their seeds are not run, and the "
+                             "table joins them with the other seeds' runs")
     parser.add_argument("--hf_cell", default="", help=argparse.SUPPRESS)  # internal: one HF run into this dir
     args = parser.parse_args()
     args.glue_dir, args.model_dir = os.path.abspath(args.glue_dir), os.path.abspath(args.model_dir)
@@ -274,6 +280,12 @@ def parse_args() -> argparse.Namespace:
     args.learning_rates = {} if args.hf_cell else learning_rates(args)  # a cell gets its own as --learning_rate
     if not args.hf_cell and not os.path.exists(os.path.join(args.model_dir, "config.json")):
         parser.error(f"--model_dir {args.model_dir!r} has no config.json")
+    settings = {k: getattr(args, k) for k in ("epochs", "batch_size", "max_seq_length", "length_buckets",
+                                              "max_train_examples", "learning_rates")}
+    try:
+        args.prior_cells = bench_ledger.read_prior(args.prior, settings) if args.prior else {}
+    except (OSError, ValueError, KeyError) as e:
+        parser.error(f"--prior: {e!r}" if isinstance(e, KeyError) else str(e))
     return args
 
 
@@ -289,8 +301,9 @@ def main() -> None:
           f"{args.workdir}\nlearning rates (both sides): "
           + ", ".join(f"{m} {lr:g}" for m, lr in args.learning_rates.items()))
     runs, crashed, rerun = run_grid(args)
-    summary = {t: {m: summarize(t, m, args.learning_rates[m], r) for m, r in methods.items()
-                   if r and all(r.values())}  # every side ran; a method no requested side has: no row
+    summary = {t: {m: summarize(t, m, args.learning_rates[m], r, args.prior_cells.get((t, m)))
+                   for m, r in methods.items()  # every side ran (or --prior has it); a method no side has: no row
+                   if r and (all(r.values()) or (t, m) in args.prior_cells)}
                for t, methods in runs.items()}
     print_summary(summary, args)
     if rerun:
@@ -298,7 +311,7 @@ def main() -> None:
     table = markdown_table(summary)
     both = any(len(s["sides"]) == 2 for methods in summary.values() for s in methods.values())
     print(f"\nfor the README (means over each row's seeds{'; ratios ours / HF' if both else ''}):\n\n{table}")
-    settings = {k: v for k, v in vars(args).items() if k != "hf_cell"}
+    settings = {k: v for k, v in vars(args).items() if k not in ("hf_cell", "prior_cells")}  # --prior: its path
     write_json(args.output, {"settings": settings, "summary": summary, "runs": runs, "first_and_second_run": rerun,
                              "crashed": crashed, "markdown": table})
     failed = [f"{t}/{m}" for t in args.tasks for m in args.peft

@@ -20,6 +20,16 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
+def pooled(a: tuple[float, float], n_a: int, b: tuple[float, float], n_b: int) -> tuple[float, float]:
+    """mean_std of two groups' union from each group's mean and std (Chan et al.'s parallel update), exact
+    up to their rounding: rows whose runs are gone (--prior) join the runs measured since."""
+    if not n_a or not n_b:
+        return a if n_a else b
+    n = n_a + n_b
+    squares = a[1] ** 2 * (n_a - 1) + b[1] ** 2 * (n_b - 1) + (a[0] - b[0]) ** 2 * n_a * n_b / n
+    return (n_a * a[0] + n_b * b[0]) / n, float(np.sqrt(squares / (n - 1)))
+
+
 def side_summary(results: list[dict], split: str, names: list[str]) -> dict:
     """One side's runs of one (task, method): each metric's mean/std over seeds (x100), time, memory, size."""
     rss = [r["peak_rss_mib"] for r in results if r.get("peak_rss_mib") is not None]
@@ -34,14 +44,40 @@ def side_summary(results: list[dict], split: str, names: list[str]) -> dict:
             "trainable_percent": 100 * trainable / total if trainable and total else None}
 
 
-def summarize(task_name: str, method: str, lr: float, runs: dict[str, list[dict]]) -> dict:
-    """Per side: side_summary; with both sides the main-metric check and the ratios ours / HF."""
+def with_prior(side: dict | None, prior: dict, metric: str) -> dict:
+    """Our side_summary (None: no run since) joined with a --prior cell's seeds (bench_ledger.read_prior).
+    The prior kept the main metric, wall time and peak memory only, so the joined row has just those over
+    all its seeds (train s: None; best epochs: the runs' since). A count that differs is another grid."""
+    if side is None:
+        side = {"seeds": [], "metrics": {metric: (0.0, 0.0)}, "best_epochs": [], "wall_sec": (0.0, 0.0),
+                "train_sec": None, "peak_rss_mib": (0.0, 0.0), **{k: prior[k] for k in ("trainable_parameters",
+                                                                                      "parameters")}}
+    elif side["trainable_parameters"] != prior["trainable_parameters"]:
+        raise ValueError(f"--prior's {prior['task']} {prior['method']} trained {prior['trainable_parameters']:,} "
+                         f"parameters, its runs since {side['trainable_parameters']:,}: not the same grid")
+    n, m = len(side["seeds"]), len(prior["seeds"])
+    trainable, total = side["trainable_parameters"], side["parameters"]
+    return {**side, "seeds": sorted(prior["seeds"] + side["seeds"]), "prior_seeds": prior["seeds"],
+            "metrics": {metric: pooled(tuple(prior["score"]), m, side["metrics"][metric], n)},
+            "wall_sec": pooled(tuple(prior["wall_sec"]), m, side["wall_sec"], n),
+            "peak_rss_mib": pooled(tuple(prior["peak_rss_mib"]), m, side["peak_rss_mib"], n),
+            "train_sec": None,
+            "trainable_percent": 100 * trainable / total if trainable and total else None}
+
+
+def summarize(task_name: str, method: str, lr: float, runs: dict[str, list[dict]], prior: dict | None = None
+              ) -> dict:
+    """Per side: side_summary, ours joined with prior (a --prior cell) if given; with both sides the
+    main-metric check and the ratios ours / HF."""
     from pretrain.glue import tasks as glue
     task = glue.get_task(task_name)
     split = task.dev_splits[0]
     out = {"method": method, "learning_rate": lr, "main_metric": task.main_metric, "split": split,
-           "sides": {side: side_summary(results, split, list(task.metrics)) for side, results in runs.items()}}
-    if len(runs) < 2:
+           "sides": {side: side_summary(results, split, list(task.metrics)) for side, results in runs.items()
+                     if results}}
+    if prior is not None:
+        out["sides"]["ours"] = with_prior(out["sides"].get("ours"), prior, task.main_metric)
+    if len(out["sides"]) < 2:
         out["passed"] = None  # nothing to compare with (adapters, or --sides with one side)
         return out
     ours, hf = out["sides"]["ours"], out["sides"]["hf"]
@@ -87,16 +123,18 @@ def print_summary(summary: dict[str, dict[str, dict]], args) -> None:
           "peak MiB: the run process's maximum resident set (ru_maxrss).")
     for task, methods in summary.items():
         for method, s in methods.items():
-            names = list(next(iter(s["sides"].values()))["metrics"])
+            names = list(dict.fromkeys(m for row in s["sides"].values() for m in row["metrics"]))
             header = "".join(f"{m:>16s}" for m in names) + f"{'wall s':>12s}{'train s':>12s}{'peak MiB':>12s}"
             print(f"\n{task} {method}, lr {s['learning_rate']:g} ({s['split']})".ljust(36) + header)
             for side, row in s["sides"].items():
                 n = len(row["seeds"])  # one seed: the mean alone, as in the README's table
-                cells = "".join(f"{pm(row['metrics'][m], runs=n):>16s}" for m in names)
-                rss = pm(row["peak_rss_mib"], 0, runs=n) if row["peak_rss_mib"] else "n/a"
-                times = "".join(f"{pm(row[k], 0, runs=n):>12s}" for k in ("wall_sec", "train_sec"))
-                print(f"  {SIDES[side]:34s}{cells}{times}{rss:>12s}   trainable {count(row)}, "
-                      f"seeds {' '.join(map(str, row['seeds']))}")
+                cells = "".join(f"{pm(row['metrics'][m], runs=n) if m in row['metrics'] else 'n/a':>16s}"
+                                for m in names)  # a row joined with --prior has the main metric alone
+                cells += "".join(f"{pm(row[k], 0, runs=n) if row[k] else 'n/a':>12s}"
+                                 for k in ("wall_sec", "train_sec", "peak_rss_mib"))
+                prior = f" ({' '.join(map(str, row['prior_seeds']))}: --prior)" if row.get("prior_seeds") else ""
+                print(f"  {SIDES[side]:34s}{cells}   trainable {count(row)}, "
+                      f"seeds {' '.join(map(str, row['seeds']))}{prior}")
             if s["passed"] is None:
                 print("  one side only (peft has no adapters, or --sides named one)")
                 continue

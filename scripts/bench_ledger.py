@@ -69,3 +69,20 @@ def _commit() -> str | None:
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def read_prior(path: str, settings: dict) -> dict[tuple[str, str], dict]:
+    """A --prior file's cells by (task, method): runs known only by their summaries (their directories and
+    records are gone), each a dict of seeds, score, wall_sec and peak_rss_mib as [mean, std], and the
+    trainable and total parameter counts. Its settings must be these (a grid's epochs, learning rates, ...)."""
+    with open(path) as f:
+        prior = json.load(f)
+    differ = {k: (v, settings.get(k)) for k, v in prior["settings"].items()
+              if k != "learning_rates" and settings.get(k) != v}
+    rates = settings.get("learning_rates", {})
+    differ.update({f"{m} learning rate": (lr, rates[m]) for m, lr in prior["settings"]["learning_rates"].items()
+                   if m in rates and rates[m] != lr})
+    if differ:
+        said = ", ".join(f"{k} {theirs} there, {ours} here" for k, (theirs, ours) in differ.items())
+        raise ValueError(f"--prior {path} ran other settings ({said}): run without --prior, or with its settings")
+    return {(c["task"], c["method"]): c for c in prior["cells"]}

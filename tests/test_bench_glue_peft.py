@@ -8,6 +8,7 @@ import os
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from scripts import bench_glue, bench_glue_hf, bench_glue_summary, bench_ledger
@@ -17,7 +18,8 @@ def _args(tmp_path, peft=("none", "lora", "adapters"), overrides=()) -> argparse
     args = argparse.Namespace(tasks=["mrpc"], seeds=[0], peft=list(peft), peft_learning_rate=list(overrides),
                               epochs=1, learning_rate=5e-5, batch_size=32, max_seq_length=32, glue_dir="/glue",
                               model_dir="/model", max_train_examples=64, workdir=str(tmp_path),
-                              sides=["ours", "hf"], length_buckets=-1, report=False, ledger="")
+                              sides=["ours", "hf"], length_buckets=-1, report=False, ledger="",
+                              prior="", prior_cells={})
     args.learning_rates = bench_glue.learning_rates(args)
     return args
 
@@ -177,6 +179,65 @@ def test_ledger_carries_finished_runs_to_another_machine(tmp_path, monkeypatch):
 
 def _refuse(*args):
     raise RuntimeError("ran")
+
+
+def test_pooled_mean_std_is_that_of_the_union():
+    """Joining two groups' summaries gives the mean and std (ddof 1) of all their values, whatever the sizes."""
+    rng = np.random.default_rng(0)
+    for n_a, n_b in ((1, 1), (2, 1), (1, 2), (3, 4), (0, 3), (2, 0)):
+        a, b = list(rng.normal(80, 5, n_a)), list(rng.normal(70, 3, n_b))
+        summary = bench_glue_summary.mean_std
+        joined = bench_glue_summary.pooled(summary(a) if a else (0.0, 0.0), n_a, summary(b) if b else (0.0, 0.0),
+                                           n_b)
+        assert joined == pytest.approx(summary(a + b), abs=1e-9)
+
+
+def _prior_cell(**changes) -> dict:
+    """mrpc lora seeds 0 and 1, known by their summary alone: F1 78 and 82, 100 and 120 s, 3 and 5 MiB."""
+    return {"task": "mrpc", "method": "lora", "seeds": [0, 1], "score": [80.0, 8 ** 0.5],
+            "wall_sec": [110.0, 200 ** 0.5], "peak_rss_mib": [4.0, 2 ** 0.5], "trainable_parameters": 10,
+            "parameters": 100, **changes}
+
+
+def test_report_joins_prior_summaries_with_the_other_seeds_runs(tmp_path, monkeypatch):
+    """--prior's seeds are not run (nor listed unfinished); the row is over all seeds, as if every run were here."""
+    args = _args(tmp_path, peft=("lora",))
+    args.sides, args.report, args.seeds = ["ours"], True, [0, 1, 2]
+    args.prior_cells = {("mrpc", "lora"): _prior_cell()}
+    _finish(args, "lora", 2, wall=123.0)  # F1 80, 4 MiB
+    monkeypatch.setattr(bench_glue, "run_process", _refuse)
+    runs, unfinished, _ = bench_glue.run_grid(args)
+    assert unfinished == [] and [r["seed"] for r in runs["mrpc"]["lora"]["ours"]] == [2]
+    row = bench_glue_summary.summarize("mrpc", "lora", 5e-4, runs["mrpc"]["lora"], args.prior_cells[("mrpc", "lora")])
+    ours = row["sides"]["ours"]
+    assert ours["seeds"] == [0, 1, 2] and ours["prior_seeds"] == [0, 1]
+    assert ours["metrics"]["f1"] == pytest.approx(bench_glue_summary.mean_std([78, 82, 80]))
+    assert ours["wall_sec"] == pytest.approx(bench_glue_summary.mean_std([100, 120, 123]))
+    assert ours["peak_rss_mib"] == pytest.approx(bench_glue_summary.mean_std([3, 5, 4]))
+    assert list(ours["metrics"]) == ["f1"] and ours["train_sec"] is None  # the prior kept no others
+    assert bench_glue_summary.markdown_table({"mrpc": {"lora": row}}).splitlines()[2] == \
+        "| MRPC f1 | lora | 0.0005 | 10 (10%) | 0 1 2 | 80.0 ± 2.0 | 114 ± 13 | 4 ± 1 |"
+    # A cell with no run since: the prior's summary alone; one whose runs trained another count: an error.
+    alone = bench_glue_summary.summarize("mrpc", "lora", 5e-4, {"ours": []}, _prior_cell())["sides"]["ours"]
+    assert alone["seeds"] == [0, 1] and alone["metrics"]["f1"] == pytest.approx((80.0, 8 ** 0.5))
+    with pytest.raises(ValueError, match="trained 11 parameters, its runs since 10"):
+        bench_glue_summary.summarize("mrpc", "lora", 5e-4, runs["mrpc"]["lora"], _prior_cell(trainable_parameters=11))
+
+
+def test_committed_prior_fits_the_makefiles_grid_only():
+    """scripts/results/bench_glue_peft_prior.json: every (task, method) of make bench-glue-peft's grid, seeds 0-1
+    (SST-2's LoRA, prefix and prompt: seed 0), read with that grid's settings; other settings: a one-line error."""
+    from configs.glue import PEFT_LEARNING_RATES
+    path = os.path.join(bench_glue.REPO, "scripts", "results", "bench_glue_peft_prior.json")
+    grid = {"epochs": 3, "batch_size": 32, "max_seq_length": 128, "length_buckets": 0, "max_train_examples": 0,
+            "learning_rates": {"none": 5e-5, **PEFT_LEARNING_RATES}}
+    cells = bench_ledger.read_prior(path, grid)
+    assert len(cells) == 15 and {t for t, _ in cells} == {"mrpc", "cola", "sst2"}
+    assert sum(len(c["seeds"]) for c in cells.values()) == 27 and cells[("sst2", "lora")]["seeds"] == [0]
+    for changed in ({"epochs": 1}, {"learning_rates": {**grid["learning_rates"], "lora": 1e-3}}):
+        with pytest.raises(ValueError) as error:
+            bench_ledger.read_prior(path, {**grid, **changed})
+        assert "\n" not in str(error.value) and "run without --prior" in str(error.value)
 
 
 def test_ledger_paths_longest_first():
