@@ -129,13 +129,14 @@ bench-glue-quick: $(STAMP)
 PEFT_LEDGER ?= scripts/results/bench_glue_peft.jsonl
 PEFT_PRIOR ?= scripts/results/bench_glue_peft_prior.json
 # Full fine-tuning and each PEFT method (adapters, LoRA, prefix, prompt): the README's table, ours only
-# (45 runs, MRPC/CoLA/SST-2 8k x 3 seeds: about 10 hours on 2 CPU cores; resumable). The quick variant is
-# MRPC, seed 0, every method beside Hugging Face peft.
+# (MRPC/CoLA/SST-2 8k x 3 seeds: 45 runs, about 10 hours on 2 CPU cores, resumable; the 18 that PEFT_PRIOR
+# lacks are in the ledger, so it runs nothing now). The quick variant is MRPC, seed 0, every method beside
+# Hugging Face peft.
 bench-glue-peft: $(STAMP)
 	$(PY) scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 \
 	    --workdir runs/bench_glue_peft --ledger $(PEFT_LEDGER) --prior "$(PEFT_PRIOR)" --output runs/bench_glue_peft.json
 
-# The table from the runs bench-glue-peft finished so far (runs nothing; it takes ~10 h, resumably).
+# The table from the runs bench-glue-peft finished (runs nothing).
 bench-glue-peft-report: $(STAMP)
 	$(PY) scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 --report \
 	    --workdir runs/bench_glue_peft --ledger $(PEFT_LEDGER) --prior "$(PEFT_PRIOR)" \
