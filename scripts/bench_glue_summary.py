@@ -48,21 +48,20 @@ def with_prior(side: dict | None, prior: dict, metric: str) -> dict:
     """Our side_summary (None: no run since) joined with a --prior cell's seeds (bench_ledger.read_prior).
     The prior kept the main metric, wall time and peak memory only, so the joined row has just those over
     all its seeds (train s: None; best epochs: the runs' since). A count that differs is another grid."""
-    if side is None:
+    if side is None:  # no run since: an empty side of the prior's counts (pooled ignores a group of 0)
+        trainable, total = prior["trainable_parameters"], prior["parameters"]
         side = {"seeds": [], "metrics": {metric: (0.0, 0.0)}, "best_epochs": [], "wall_sec": (0.0, 0.0),
-                "train_sec": None, "peak_rss_mib": (0.0, 0.0), **{k: prior[k] for k in ("trainable_parameters",
-                                                                                      "parameters")}}
+                "peak_rss_mib": (0.0, 0.0), "trainable_parameters": trainable, "parameters": total,
+                "trainable_percent": 100 * trainable / total}
     elif side["trainable_parameters"] != prior["trainable_parameters"]:
         raise ValueError(f"--prior's {prior['task']} {prior['method']} trained {prior['trainable_parameters']:,} "
                          f"parameters, its runs since {side['trainable_parameters']:,}: not the same grid")
     n, m = len(side["seeds"]), len(prior["seeds"])
-    trainable, total = side["trainable_parameters"], side["parameters"]
     return {**side, "seeds": sorted(prior["seeds"] + side["seeds"]), "prior_seeds": prior["seeds"],
             "metrics": {metric: pooled(tuple(prior["score"]), m, side["metrics"][metric], n)},
             "wall_sec": pooled(tuple(prior["wall_sec"]), m, side["wall_sec"], n),
             "peak_rss_mib": pooled(tuple(prior["peak_rss_mib"]), m, side["peak_rss_mib"], n),
-            "train_sec": None,
-            "trainable_percent": 100 * trainable / total if trainable and total else None}
+            "train_sec": None}
 
 
 def summarize(task_name: str, method: str, lr: float, runs: dict[str, list[dict]], prior: dict | None = None
