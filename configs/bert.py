@@ -44,6 +44,13 @@ RECIPES = {  # flattened overrides of the fields below
         "tokenizer.kind": "sentencepiece", "tokenizer.path": "demo_out/tokenizer/spm.model",
         "model.vocab_size": 8000,
     },
+    "cram": {  # scripts/cram.py: a fixed wall-clock budget on a few CPU cores; the steps, warm-up and the
+               # corpus and tokenizer paths are set by cram.py (the README's recipe table chose the rest)
+        "batch_size": 32, "num_train_steps": 1000, "optimizer.learning_rate": 1e-3,
+        "optimizer.warmup_steps": 100, "log_every": 20, "checkpoint_every": 1000, "eval_every": 0,
+        "eval_batches": 8, "data.long_seq_length": 0, "data.eval_documents": 50,
+        "tokenizer.kind": "sentencepiece", "model.vocab_size": 8000,
+    },
 }
 
 
@@ -52,8 +59,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if arg.size not in SIZES:
         raise ValueError(f"configs/bert.py: size={arg.size!r} is not one of {list(SIZES)}")
     recipe = arg.recipe or ("short" if arg.size in SMALL_SIZES else "paper")
-    if recipe not in ("paper", "short"):
-        raise ValueError(f"configs/bert.py: recipe={recipe!r} must be 'paper' or 'short'")
+    if recipe not in RECIPES:
+        raise ValueError(f"configs/bert.py: recipe={recipe!r} must be one of {list(RECIPES)}")
     layers, hidden, heads, ffn = SIZES[arg.size]
 
     c = common.trainer_config()

@@ -10,6 +10,8 @@
 PATH is a pretrain.train workdir (Orbax) or a Hugging Face directory (BERT: config.json +
 model.safetensors / pytorch_model.bin + vocab.txt; T5: the same with spiece.model; GPT-2: the same
 with vocab.json + merges.txt); the architecture and the tokenizer come from it.
+`--config.init_weights=random` keeps them and starts from fresh weights (config.seed's initialization):
+the random-init control of the same architecture.
 
 Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|t5|gpt`,
 `freeze=none|head_only|lowest|gradual` (BERT and GPT; see pretrain/core/freezing.py), `size=` (T5 and GPT
@@ -65,6 +67,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = common.trainer_config()
     c.task = arg.task
     c.init = ""                    # pretrain.train workdir or Hugging Face directory ('' = random init)
+    c.init_weights = "pretrained"  # pretrained | random: the init's architecture and tokenizer with fresh weights
+                                   # (the control row of a does-pretraining-help table)
     c.num_epochs = 3
     c.batch_size = 32
     c.eval_batch_size = 64

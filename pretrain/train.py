@@ -11,6 +11,7 @@ pretrain/core/distributed.py). --print_config prints the resolved config and exi
 from __future__ import annotations
 
 import sys
+import time
 
 from absl import flags
 
@@ -18,6 +19,10 @@ from pretrain.core import cli, distributed, errors
 
 _CONFIG, _WORKDIR, _PRINT_CONFIG = cli.define_config_flags(
     "configs/bert.py:size=tiny", "Directory for checkpoints, logs and metrics (an existing one resumes).")
+_TIME_BUDGET = flags.DEFINE_float(
+    "time_budget_minutes", 0.0, "Save and stop at the first step boundary this many minutes after the start, as "
+    "on preemption (exit 75; the same command resumes). 0: no budget. The schedule still spans "
+    "config.num_train_steps (scripts/cram.py fits the steps to a budget).")
 flags.mark_flags_as_required(["config"])
 
 
@@ -27,10 +32,11 @@ def main(argv: list[str]) -> None:
         print(_CONFIG.value.to_json_best_effort(indent=2))
         return
     workdir = cli.require_workdir(_WORKDIR)
+    deadline = time.time() + 60 * _TIME_BUDGET.value if _TIME_BUDGET.value > 0 else None
     from pretrain.loops import pretraining
     with errors.one_line_errors():
         distributed.initialize()  # before any JAX computation
-        metrics = pretraining.train_and_evaluate(_CONFIG.value, workdir)
+        metrics = pretraining.train_and_evaluate(_CONFIG.value, workdir, deadline)
     if metrics:
         print("final: " + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
 

@@ -43,7 +43,7 @@ def demo_assets(args) -> tuple[str, str]:
     if args.corpus and args.tokenizer:
         return os.path.abspath(args.corpus), os.path.abspath(args.tokenizer)
     from scripts import train_tokenizer
-    from scripts.build_demo_corpus import build_corpus
+    from scripts.build_corpus import build_corpus
     assets = os.path.join(os.path.abspath(args.output), "assets")
     corpus, model = os.path.join(assets, "corpus.txt"), os.path.join(assets, "spm.model")
     if not os.path.exists(model):

@@ -33,9 +33,9 @@ class Preempted(Exception):
     """Raised by a loop after its preemption checkpoint is completely written. Not a UserError: the
     person's input is fine, the machine was taken away."""
 
-    def __init__(self, step: int, directory: str):
-        self.step, self.directory = step, directory
-        super().__init__(f"preempted at step {step}: checkpoint saved to {directory}/{step}; "
+    def __init__(self, step: int, directory: str, reason: str = "preempted"):
+        self.step, self.directory, self.reason = step, directory, reason
+        super().__init__(f"{reason} at step {step}: checkpoint saved to {directory}/{step}; "
                          "run the same command to resume")
 
 

@@ -22,6 +22,10 @@ More than one process (jax.distributed): a local signal cannot stop every proces
 so no handler is installed; JAX's preemption service owns SIGTERM and
 `multihost_utils.reached_preemption_sync_point(step)` turns its notice into the same stop step on
 every process.
+
+A time budget (`deadline`, seconds since the epoch: pretrain.train --time_budget_minutes, scripts/cram.py)
+stops the loop the same way at the first step boundary past it; with several processes, process 0's clock
+decides for all.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 
 import jax
@@ -42,8 +47,9 @@ class Watcher:
     """Context manager: `should_stop(step)` is True once a stop was requested; handlers restored on exit."""
 
     def __init__(self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT), *,
-                 multiprocess: bool | None = None):
+                 multiprocess: bool | None = None, deadline: float | None = None):
         self.signals = tuple(signals)
+        self.deadline = deadline
         self.multiprocess = jax.process_count() > 1 if multiprocess is None else multiprocess
         self.received: int | None = None  # the first signal caught (0: request())
         self._previous: dict[int, object] = {}
@@ -96,10 +102,24 @@ class Watcher:
         """True when the loop should save at `step` and stop. Call it after every step, with the
         number of steps done: with several processes it is the step agreed on by all of them."""
         if not self.multiprocess:
-            return self.requested
+            return self.requested or self.past_deadline()
         if self._last is None or self._last[0] != step:  # JAX is asked once per step
-            self._last = (step, self._reached_sync_point(step))
+            self._last = (step, self._reached_sync_point(step) or self._all_past_deadline())
         return self._last[1]
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
+
+    def _all_past_deadline(self) -> bool:
+        if self.deadline is None:
+            return False
+        from jax.experimental import multihost_utils
+        return bool(multihost_utils.broadcast_one_to_all(self.past_deadline()))
+
+    @property
+    def reason(self) -> str:
+        """What a stop is called: a signal's preemption, or the time budget."""
+        return "preempted" if self.requested or not self.past_deadline() else "time budget reached"
 
     def _reached_sync_point(self, step: int) -> bool:
         from jax.experimental import multihost_utils

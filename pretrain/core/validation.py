@@ -118,6 +118,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "data.source": _choice("text", "raw_text", "tfds", "prepared", "dir"),
     "tokenizer.extra_ids": NON_NEGATIVE,  # tokenizer.kind: pretrain/data/tokenizers names the kinds it loads
     # fine-tuning
+    "init_weights": _choice("pretrained", "random"),
     "freezing.strategy": "freezing", "freezing.num_frozen_layers": NON_NEGATIVE,
     "freezing.unfreeze_every_epochs": POSITIVE,
     "peft.method": "peft", "peft.adapters.size": POSITIVE, "peft.adapters.placement": _choice("houlsby", "pfeiffer"),
@@ -209,9 +210,9 @@ def _peft_fits(config) -> None:
     if config.freezing.strategy != "none":
         raise ConfigError(f"config.peft.method={peft.method!r} already freezes all but its own parameters and the "
                           f"head: drop config.freezing.strategy={config.freezing.strategy!r} (use none)")
-    if not config.get("init"):
+    if not config.get("init") or config.get("init_weights") == "random":
         raise ConfigError(f"config.peft.method={peft.method!r} adapts a pretrained model: give --config.init "
-                          "(a pretrain.train workdir or a Hugging Face directory)")
+                          "(a pretrain.train workdir or a Hugging Face directory) with config.init_weights=pretrained")
     from pretrain.core import parameter_efficient
     virtual = parameter_efficient.peft_config(config).virtual_positions  # and the method's own checks, one line
     positions = config.model.get("max_position_embeddings", config.model.get("n_positions"))

@@ -45,7 +45,8 @@ from pretrain.loops.steps import train_step
 # Set-up: config, data, model, state.
 # ---------------------------------------------------------------------------------------------
 def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, pretrained.Pretrained | None]:
-    """The architecture and tokenizer of `config.init` replace the config's defaults."""
+    """The architecture and tokenizer of `config.init` replace the config's defaults. Returns the init whose
+    weights to load: None with config.init_weights=random (the same architecture from fresh weights)."""
     config = copy.deepcopy(config)
     config.unlock()
     init = pretrained.load_pretrained(config.init) if config.init else None
@@ -59,6 +60,8 @@ def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.Co
     if not config.tokenizer.path:
         raise UserError("no tokenizer: give --config.init (a checkpoint with its tokenizer) or "
                         "--config.tokenizer.path")
+    if config.get("init_weights") == "random":
+        return config, None
     return config, init
 
 

@@ -37,8 +37,10 @@ def _check_tokenizer(config: ml_collections.ConfigDict, tokenizer: tokenizers.To
 # ---------------------------------------------------------------------------------------------
 # The loop.
 # ---------------------------------------------------------------------------------------------
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-    """Trains (or resumes) until config.num_train_steps; returns the last logged metrics.
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline: float | None = None
+                       ) -> dict[str, float]:
+    """Trains (or resumes) until config.num_train_steps; returns the last logged metrics. At `deadline` (seconds
+    since the epoch) it saves and stops as on preemption (preemption.Preempted, its reason the time budget).
 
     Nothing in `workdir` is written before the config, the data and (on resume) the checkpoint passed their
     checks: a rejected command leaves the workdir as it was.
@@ -180,7 +182,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     preempted = None
     try:
-        with mesh, preemption.Watcher() as watcher:
+        with mesh, preemption.Watcher(deadline=deadline) as watcher:
             for step, host_batch, windows in pipeline.prefetch_iterator(batches, config.prefetch):
                 batch = partitioning.shard_batch(host_batch, mesh, batch_dim=1)
                 state, device_metrics = jit_train(state, batch, dropout_rng)
@@ -196,7 +198,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                     ckpt.save(done, state, {**position, "skipped_updates_total": skipped_total}, force=stop)
                 if stop:
                     ckpt.wait()  # complete on disk before the exit status says so
-                    preempted = done
+                    preempted = (done, watcher.reason)
                     break
                 if eval_data is not None and ((config.eval_every and done % config.eval_every == 0)
                                               or done == last_step):
@@ -219,7 +221,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     ckpt.close()
     writer.close()
     if preempted is not None:
-        raise preemption.Preempted(preempted, ckpt.directory)
+        raise preemption.Preempted(preempted[0], ckpt.directory, preempted[1])
     return last_logged
 
 

@@ -126,6 +126,36 @@ def test_finetune_from_pretrain_workdir_with_frozen_lower_layers(tmp_path, tiny_
 
 
 @pytest.mark.slow
+def test_init_weights_random_keeps_the_architecture_and_tokenizer_with_fresh_weights(tmp_path, tiny_bert_workdir):
+    """The random-init control: the init's architecture and tokenizer, none of its weights (the encoder frozen,
+    so the stored one is the fresh initialization itself)."""
+    from pretrain.core import checkpoints
+    flags = ("--config.data.max_train_examples=32", "--config.num_epochs=1", "--config.batch_size=16",
+             "--config.data.max_seq_length=32", "--config.write_test_predictions=false")
+    runs = {}
+    for weights in ("pretrained", "random"):
+        runs[weights] = tmp_path / weights
+        _finetune(runs[weights], "wnli", str(tiny_bert_workdir), f"--config.init_weights={weights}", *flags,
+                  config_arg="freeze=head_only")
+    results = {w: json.loads((d / "results.json").read_text()) for w, d in runs.items()}
+    assert results["random"]["init"] == "random" and results["pretrained"]["init"].startswith("orbax:")
+    configs = {w: json.loads((d / "config.json").read_text()) for w, d in runs.items()}
+    assert configs["random"]["model"] == configs["pretrained"]["model"]
+    assert configs["random"]["tokenizer"] == configs["pretrained"]["tokenizer"]
+
+    import jax
+    pretrained, _ = checkpoints.restore_params(os.path.join(tiny_bert_workdir, "checkpoints"))
+    tuned = {w: checkpoints.restore_params(d / "checkpoints")[0]["bert"] for w, d in runs.items()}
+    assert jax.tree.structure(tuned["random"]) == jax.tree.structure(tuned["pretrained"])
+    for a, b, c in zip(_leaves(pretrained["bert"]["layer_0"]), _leaves(tuned["pretrained"]["layer_0"]),
+                       _leaves(tuned["random"]["layer_0"])):
+        assert a.shape == c.shape and np.array_equal(a, b)  # frozen: the pretrained weights unchanged
+    kernels = [(a, c) for a, c in zip(_leaves(pretrained["bert"]["layer_0"]), _leaves(tuned["random"]["layer_0"]))
+               if a.ndim == 2]
+    assert kernels and not any(np.array_equal(a, c) for a, c in kernels)
+
+
+@pytest.mark.slow
 def test_bad_glue_input_is_one_line_error(tmp_path):
     bad = tmp_path / "glue" / "WNLI"
     bad.mkdir(parents=True)

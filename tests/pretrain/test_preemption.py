@@ -123,6 +123,33 @@ def test_the_loop_saves_at_the_step_it_stops_and_raises_preempted(tmp_path, corp
     assert steps == [1, 2, 3, 4]  # the stopping step's metrics were fetched (and checked) before its save
 
 
+def test_a_deadline_stops_like_a_signal_and_names_the_time_budget():
+    with preemption.Watcher(multiprocess=False, deadline=time.time() + 3600) as watcher:
+        assert not watcher.should_stop(1)
+    with preemption.Watcher(multiprocess=False, deadline=time.time() - 1) as watcher:
+        assert watcher.should_stop(1) and watcher.reason == "time budget reached"
+    error = errors.Preempted(7, "/runs/x/checkpoints", "time budget reached")
+    assert str(error).startswith("time budget reached at step 7: checkpoint saved to /runs/x/checkpoints/7;")
+
+
+def test_the_budget_stop_saves_a_checkpoint_the_rerun_finishes_bitwise(tmp_path, corpus_and_tokenizer):
+    """A deadline already past: the loop saves at its first step boundary and stops; the same run without a budget
+    resumes from there and ends where an uninterrupted run ends."""
+    from pretrain.loops import pretraining
+    config = tiny_config(*corpus_and_tokenizer, num_train_steps=6, checkpoint_every=6)
+    budgeted = tmp_path / "budgeted"
+    with pytest.raises(preemption.Preempted) as info:
+        pretraining.train_and_evaluate(config, str(budgeted), deadline=time.time() - 1)
+    assert info.value.step == 1 and info.value.reason == "time budget reached"
+    assert os.listdir(budgeted / "checkpoints") == ["1"]
+    pretraining.train_and_evaluate(config, str(budgeted))
+    reference = tmp_path / "uninterrupted"
+    pretraining.train_and_evaluate(config, str(reference))
+    for x, y in zip(state_leaves(reference / "checkpoints" / "6"), state_leaves(budgeted / "checkpoints" / "6"),
+                    strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
 # ---------------------------------------------------------------------------------------------
 # A real SIGTERM through the commands.
 # ---------------------------------------------------------------------------------------------
