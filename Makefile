@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-nanogpt bench-accelerator clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-nanogpt bench-accelerator cram bench-cram clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -145,6 +145,18 @@ bench-glue-peft-report: $(STAMP)
 bench-glue-peft-quick: $(STAMP)
 	$(PY) scripts/bench_glue.py --quick --peft none adapters lora prefix prompt --workdir runs/bench_glue_peft \
 	    --output runs/bench_glue_peft_quick.json
+
+# The budgeted pretraining recipe (scripts/cram.py): the offline corpus, a SentencePiece vocabulary, then the
+# BERT that fits CRAM_MINUTES of this machine; CRAM_DIR/bert is a pretrain.train workdir.
+CRAM_DIR ?= runs/cram
+CRAM_MINUTES ?= 60
+cram: $(STAMP)
+	$(PY) scripts/cram.py --minutes=$(CRAM_MINUTES) --output=$(CRAM_DIR)
+
+# GLUE from that checkpoint, from random weights of its architecture, and from Hugging Face's BertForPreTraining
+# trained for the same minutes on the same batches (3 seeds; resumable).
+bench-cram: $(STAMP)
+	$(PY) scripts/bench_cram.py --ours=$(CRAM_DIR) --output=runs/bench_cram
 
 # nanoGPT's CPU recipe for shakespeare_char here and with transformers' GPT2LMHeadModel (~5 min):
 # validation loss (must be <= 1.90) and time per iteration, ours / HF.

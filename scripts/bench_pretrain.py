@@ -88,41 +88,16 @@ def run_jax(config, batches: list[dict], objective) -> tuple[list[float], list[f
 
 def run_torch(config, batches: list[dict], threads: int) -> tuple[list[float], list[float]]:
     import torch
-    import transformers
-    torch.manual_seed(0)
+
+    from scripts import torch_bert
     torch.set_num_threads(threads)
-    m, o = config.model, config.optimizer
-    model = transformers.BertForPreTraining(transformers.BertConfig(
-        vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size,
-        max_position_embeddings=m.max_position_embeddings, hidden_dropout_prob=m.dropout_rate,
-        attention_probs_dropout_prob=m.attention_dropout_rate, layer_norm_eps=m.layer_norm_eps,
-        attn_implementation="sdpa"))
-    model.train()
-    no_decay = [p for n, p in model.named_parameters() if "LayerNorm" in n or n.endswith("bias")]
-    decay = [p for n, p in model.named_parameters() if not ("LayerNorm" in n or n.endswith("bias"))]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": o.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=o.learning_rate, betas=(o.b1, o.b2), eps=o.eps)
-    scheduler = transformers.get_linear_schedule_with_warmup(optimizer, o.warmup_steps, config.num_train_steps)
+    model = torch_bert.build_model(config.model)
+    optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, config.num_train_steps)
     times, losses = [], []
     for batch in batches:
-        labels = np.full(batch["input_ids"].shape, -100, np.int64)  # HF: -100 = not predicted
-        rows, cols = np.nonzero(batch["masked_lm_weights"])
-        labels[rows, batch["masked_lm_positions"][rows, cols]] = batch["masked_lm_ids"][rows, cols]
-        inputs = dict(input_ids=torch.from_numpy(batch["input_ids"].astype(np.int64)),
-                      token_type_ids=torch.from_numpy(batch["segment_ids"].astype(np.int64)),
-                      attention_mask=torch.from_numpy(batch["input_mask"].astype(np.int64)),
-                      labels=torch.from_numpy(labels),
-                      next_sentence_label=torch.from_numpy(batch["next_sentence_labels"].astype(np.int64)))
+        inputs = torch_bert.inputs(batch)
         start = time.perf_counter()
-        loss = model(**inputs).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip_norm)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss.detach()))
+        losses.append(torch_bert.train_step(model, optimizer, scheduler, inputs, config.optimizer.grad_clip_norm))
         times.append(time.perf_counter() - start)
     return times, losses
 

@@ -34,6 +34,25 @@ def _check_tokenizer(config: ml_collections.ConfigDict, tokenizer: tokenizers.To
                           f"{config.model.vocab_size}; set --config.model.vocab_size={tokenizer.vocab_size}")
 
 
+def training_data(config: ml_collections.ConfigDict
+                  ) -> tuple[objectives.Objective, streaming.StreamingData, streaming.StreamingData | None]:
+    """(objective, training batches, held-out batches or None) of `config`: the stream the loop trains on, also
+    for a caller that must feed another implementation the same batches (scripts/bench_cram.py)."""
+    tokenizer = tokenizers.from_config(config.tokenizer)
+    _check_tokenizer(config, tokenizer)
+    objective = objectives.build_objective(config.objective, tokenizer)
+    train_docs, eval_docs = pipeline.load_documents(config.data, tokenizer)
+    statistics.report(statistics.of_corpus(train_docs, tokenizer), config)
+    data_kw = dict(objective=objective, max_seq_length=config.data.max_seq_length,
+                   long_seq_length=config.data.get("long_seq_length", 0),
+                   long_seq_start_step=config.data.get("long_seq_start_step", 0))
+    data_kw.update(batch_size=config.batch_size, window_documents=config.data.window_documents,
+                   streams=config.data.streams, process_index=jax.process_index(), process_count=jax.process_count())
+    train_data = streaming.StreamingData(train_docs, seed=config.seed, workers=config.data.workers, **data_kw)
+    eval_data = streaming.StreamingData(eval_docs, seed=config.seed + 1, **data_kw) if len(eval_docs) else None
+    return objective, train_data, eval_data
+
+
 # ---------------------------------------------------------------------------------------------
 # The loop.
 # ---------------------------------------------------------------------------------------------
@@ -49,18 +68,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
     workdir = workdirs.prepare(workdir)
 
     # ----- Data -----
-    tokenizer = tokenizers.from_config(config.tokenizer)
-    _check_tokenizer(config, tokenizer)
-    objective = objectives.build_objective(config.objective, tokenizer)
-    train_docs, eval_docs = pipeline.load_documents(config.data, tokenizer)
-    statistics.report(statistics.of_corpus(train_docs, tokenizer), config)
-    data_kw = dict(objective=objective, max_seq_length=config.data.max_seq_length,
-                   long_seq_length=config.data.get("long_seq_length", 0),
-                   long_seq_start_step=config.data.get("long_seq_start_step", 0))
-    data_kw.update(batch_size=config.batch_size, window_documents=config.data.window_documents,
-                   streams=config.data.streams, process_index=jax.process_index(), process_count=jax.process_count())
-    train_data = streaming.StreamingData(train_docs, seed=config.seed, workers=config.data.workers, **data_kw)
-    eval_data = streaming.StreamingData(eval_docs, seed=config.seed + 1, **data_kw) if len(eval_docs) else None
+    objective, train_data, eval_data = training_data(config)
 
     # ----- Model and sharded state -----
     mesh = partitioning.create_mesh(config.mesh_shape)

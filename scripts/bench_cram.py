@@ -1,0 +1,147 @@
+r"""What a wall-clock budget of pretraining buys on GLUE: our budgeted BERT (scripts/cram.py), the same recipe in
+Hugging Face transformers on PyTorch for the same minutes, and random weights of the same architecture.
+
+  python scripts/cram.py --minutes=60 --output=runs/cram                  # ours, first
+  python scripts/bench_cram.py --ours=runs/cram --output=runs/bench_cram  # the peer, then GLUE (resumable)
+  python scripts/bench_cram.py --ours=runs/cram --output=runs/bench_cram --no_peer   # pretrained vs random only
+
+1. The peer (skipped with --no_peer): `BertForPreTraining` with the architecture, dropout, optimizer and
+   warm-up share of DIR/bert/config.json, trained on the same corpus, tokenizer, masking and batches (the
+   stream pretrain.train reads, pretrain/loops/pretraining.training_data) for the same minutes, its steps fitted
+   to the budget by its own measured step time as cram.py does for ours. Saved with `save_pretrained` in
+   OUTPUT/peer/ beside the SentencePiece model; OUTPUT/peer/cram.json has its steps and held-out MLM metrics.
+2. GLUE dev: every init (ours, the peer, `--config.init_weights=random` of ours) fine-tuned by
+   pretrain.finetune over the tasks and seeds with one recipe (scripts/glue_study.py): only the pretraining
+   differs between the rows.
+3. The tables: per task mean ± std over seeds, the average over the counted tasks (WNLI is reported, not
+   counted, as in the BERT paper), pretrained - random per task, and steps and held-out MLM of each side.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from scripts import cram, glue_study  # noqa: E402
+from scripts import reproduction as rp  # noqa: E402
+
+TIMING_STEPS = 20  # the peer's step time, after 3 untimed steps
+
+
+def peer_batches(config, steps: int):
+    """The first `steps` training batches and the held-out ones, as pretrain.train builds them, in torch form."""
+    from pretrain.loops import pretraining
+    from scripts import torch_bert
+    _, train_data, eval_data = pretraining.training_data(config)
+    nsp = bool(config.objective.get("next_sentence", False))
+    held_out = [torch_bert.inputs(b, nsp) for _, (_, b, _) in zip(range(config.eval_batches), eval_data.iterate(0))]
+    eval_data.close()
+    return (torch_bert.inputs(b, nsp) for _, (_, b, _) in zip(range(steps), train_data.iterate(0))), held_out, train_data
+
+
+def time_peer_steps(config, threads: int) -> float:
+    """Seconds per step of the peer on this machine (a throwaway model; its time counts in the budget)."""
+    from scripts import torch_bert
+    batches, _, data = peer_batches(config, TIMING_STEPS + 3)
+    model = torch_bert.build_model(config.model)
+    optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, TIMING_STEPS + 3)
+    times = []
+    for batch in batches:
+        start = time.perf_counter()
+        torch_bert.train_step(model, optimizer, scheduler, batch, config.optimizer.grad_clip_norm)
+        times.append(time.perf_counter() - start)
+    data.close()
+    return sorted(times[3:])[len(times[3:]) // 2]
+
+
+def pretrain_peer(ours: str, output: str, threads: int) -> dict:
+    """Trains the peer for the minutes our run had; -> its record (also OUTPUT/peer/cram.json)."""
+    import ml_collections
+    import torch
+
+    from scripts import torch_bert
+    torch.set_num_threads(threads)
+    with open(os.path.join(ours, "cram.json")) as f:
+        ours_record = json.load(f)
+    with open(os.path.join(ours, "bert", "config.json")) as f:
+        config = ml_collections.ConfigDict(json.load(f))
+    started = time.time()
+    deadline = started + 60 * ours_record["minutes"]
+    step_time = time_peer_steps(config, threads)
+    steps = cram.plan_steps(deadline - time.time(), step_time, setup=0.0)
+    config.num_train_steps = steps
+    config.optimizer.warmup_steps = max(1, round(ours_record["warmup_fraction"] * steps))
+    batches, held_out, data = peer_batches(config, steps)
+    model = torch_bert.build_model(config.model, seed=config.seed)
+    optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, steps)
+    reached, losses = 0, []
+    for batch in batches:
+        losses.append(torch_bert.train_step(model, optimizer, scheduler, batch, config.optimizer.grad_clip_norm))
+        reached += 1
+        if time.time() >= deadline:
+            break
+    data.close()
+    directory = os.path.join(output, "peer")
+    model.save_pretrained(directory, safe_serialization=True)
+    shutil.copy(config.tokenizer.path, os.path.join(directory, "spm.model"))
+    record = dict(minutes=ours_record["minutes"], step_time_sec=step_time, planned_steps=steps, reached_steps=reached,
+                  pretraining_sec=time.time() - started, train_loss_last_20=sum(losses[-20:]) / len(losses[-20:]),
+                  eval=torch_bert.evaluate(model, held_out), threads=threads,
+                  versions=dict(torch=torch.__version__, transformers=__import__("transformers").__version__))
+    with open(os.path.join(directory, "cram.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    print(f"Peer: {reached:,} of {steps:,} steps ({step_time:.3f} s/step) in {record['pretraining_sec'] / 60:.1f} min; "
+          f"held-out MLM loss {record['eval']['mlm_loss']:.3f}, accuracy {record['eval']['mlm_accuracy']:.3f}",
+          flush=True)
+    return record
+
+
+def pretraining_rows(ours: str, peer: str | None) -> list[list[str]]:
+    """Steps and held-out MLM of each side."""
+    with open(os.path.join(ours, "cram.json")) as f:
+        record = json.load(f)
+    rows = [["ours (JAX/Flax)", f"{record['reached_steps']:,}", f"{record['step_time_sec']:.3f}",
+             f"{record['eval']['eval_mlm_loss']:.3f}", f"{record['eval']['eval_mlm_accuracy']:.3f}"]]
+    if peer:
+        with open(os.path.join(peer, "cram.json")) as f:
+            record = json.load(f)
+        rows.append(["peer (PyTorch/transformers)", f"{record['reached_steps']:,}", f"{record['step_time_sec']:.3f}",
+                     f"{record['eval']['mlm_loss']:.3f}", f"{record['eval']['mlm_accuracy']:.3f}"])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ours", required=True, help="a scripts/cram.py output directory")
+    parser.add_argument("--no_peer", action="store_true", help="ours and random init only")
+    glue_study.add_flags(parser, "runs/bench_cram")
+    args = parser.parse_args()
+    ours = os.path.abspath(args.ours)
+    output = os.path.abspath(args.output)
+    os.makedirs(output, exist_ok=True)
+    peer = None if args.no_peer else os.path.join(output, "peer")
+    if peer and not os.path.exists(os.path.join(peer, "cram.json")):
+        pretrain_peer(ours, output, threads=os.cpu_count() or 1)
+
+    inits = {"pretrained": [f"--config.init={ours}/bert"],
+             "random": [f"--config.init={ours}/bert", "--config.init_weights=random"]}
+    if peer:
+        inits["peer"] = [f"--config.init={peer}", "--config.tokenizer.kind=sentencepiece",
+                         f"--config.tokenizer.path={peer}/spm.model"]
+    study = glue_study.GlueStudy(args, inits, settings=[ours])
+    scores = study.run()
+    print("\nPretraining (same corpus, tokenizer, masking, batches and minutes):\n")
+    print(rp.markdown(["side", "steps", "s / step", "held-out MLM loss", "held-out MLM accuracy"],
+                      pretraining_rows(ours, peer)))
+    print("\n" + study.table(scores))
+    print("\n" + study.footer())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""GLUE dev scores of several inits of one architecture under one fine-tuning recipe: the pretrained-vs-random
+and equal-budget tables (scripts/bench_cram.py, scripts/demo_finetune.py).
+
+Every init is fine-tuned by pretrain.finetune on every task and seed with the same flags, so the rows differ only
+in the weights they start from. The runs are cells of a scripts/reproduction.py sweep: resumable, `--parallel`,
+and a directory that holds another recipe is refused.
+
+The tasks (a row name -> the GLUE task and how many training examples):
+  sst2-1k  SST-2 with 1,000 training examples (a fixed random subset, the same for every seed and init)
+  sst2-8k  SST-2 with 8,000
+  mrpc, cola, wnli: the whole training sets. WNLI is reported and, as in the BERT paper, not counted in the
+           average (its dev set is adversarial to the training set: the majority class is the best score).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+import numpy as np  # noqa: E402
+
+from pretrain.glue import tasks as glue  # noqa: E402
+from scripts import reproduction as rp  # noqa: E402
+
+TASKS = {"sst2-1k": ("sst2", 1000), "sst2-8k": ("sst2", 8000), "mrpc": ("mrpc", 0), "cola": ("cola", 0),
+         "wnli": ("wnli", 0)}
+NOT_COUNTED = ("wnli",)
+
+
+def add_flags(parser, output: str, seeds: tuple[int, ...] = (0, 1, 2)) -> None:
+    parser.add_argument("--output", default=output, help="the study's directory (resumable)")
+    parser.add_argument("--glue_dir", default=rp.GLUE_DIR, help="GLUE in the official layout")
+    parser.add_argument("--parallel", type=int, default=1, help="fine-tuning runs at once")
+    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(seeds))
+    parser.add_argument("--learning_rate", type=float, default=1e-4,
+                        help="small BERTs fine-tune best near 1e-4 (Turc et al. 2019)")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch_size", type=int, default=32)
+
+
+class GlueStudy:
+    """inits: row name -> the pretrain.finetune flags that choose its weights (--config.init=..., ...)."""
+
+    def __init__(self, args, inits: dict[str, list[str]], settings: list[str]):
+        self.inits, self.tasks, self.seeds = inits, args.tasks, args.seeds
+        self.recipe = [f"--config.optimizer.learning_rate={args.learning_rate}", f"--config.num_epochs={args.epochs}",
+                       f"--config.batch_size={args.batch_size}", "--config.write_test_predictions=false",
+                       f"--config.data.glue_dir={os.path.abspath(args.glue_dir)}"]
+        self.harness = rp.Reproduction(args, settings + self.recipe + [f"{k}={' '.join(v)}" for k, v in inits.items()])
+        self.cells = {(init, task): [self.cell(init, task, seed) for seed in self.seeds]
+                      for init in inits for task in self.tasks}
+
+    def cell(self, init: str, task: str, seed: int):
+        name, examples = TASKS[task]
+        flags = [*self.recipe, f"--config.data.max_train_examples={examples}", *self.inits[init]]
+        return self.harness.finetune_cell(init, task, seed, f"configs/glue.py:task={name}", flags)
+
+    def run(self) -> dict[tuple[str, str], list[float]]:
+        """Runs what is not done; -> (init, task) -> the main dev metric of each seed, x100."""
+        self.harness.run([cell for cells in self.cells.values() for cell in cells])
+        scores = {}
+        for (init, task), cells in self.cells.items():
+            metric = glue.get_task(TASKS[task][0]).main_metric
+            scores[init, task] = [100 * self.harness.results(c)["metrics"]["dev"][metric] for c in cells]
+        return scores
+
+    def counted(self) -> list[str]:
+        return [t for t in self.tasks if t not in NOT_COUNTED]
+
+    def table(self, scores: dict[tuple[str, str], list[float]]) -> str:
+        """Markdown: a row per init (mean ± std over seeds per task, the counted tasks' average), then the gain of
+        each init over `random` where there is one."""
+        header = ["init"] + [f"{t} ({glue.get_task(TASKS[t][0]).main_metric})" for t in self.tasks] + ["average"]
+        rows = [[init] + [_mean_std(scores[init, t]) for t in self.tasks] + [_mean_std(self.average(scores, init))]
+                for init in self.inits]
+        if "random" in self.inits:
+            for init in (i for i in self.inits if i != "random"):
+                gains = {t: np.mean(scores[init, t]) - np.mean(scores["random", t]) for t in self.tasks}
+                average = np.mean(self.average(scores, init)) - np.mean(self.average(scores, "random"))
+                rows.append([f"{init} - random"] + [f"{gains[t]:+.1f}" for t in self.tasks] + [f"{average:+.1f}"])
+        counted = ", ".join(self.counted())
+        return (f"GLUE dev x100, mean ± std over seeds {self.seeds} (average over {counted}):\n\n"
+                + rp.markdown(header, rows))
+
+    def average(self, scores, init: str) -> list[float]:
+        """Per seed, the mean over the counted tasks."""
+        return list(np.mean([scores[init, t] for t in self.counted()], axis=0))
+
+    def footer(self) -> str:
+        return self.harness.footer()
+
+
+def _mean_std(values: list[float]) -> str:
+    return f"{np.mean(values):.1f} ± {np.std(values, ddof=1) if len(values) > 1 else 0.0:.1f}"
