@@ -25,9 +25,10 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 # Offline end to end: corpus from CPython's docs -> SentencePiece -> tiny BERT (MLM + NSP) -> plot
-# -> fine-tune + evaluate on the GLUE tasks in $(GLUE_DIR) -> results table.
+# -> fine-tune + evaluate on the GLUE tasks in $(GLUE_DIR), from the checkpoint and from random weights of its
+# architecture -> the table with both rows.
 demo: $(STAMP)
-	$(PY) scripts/build_demo_corpus.py --output $(DEMO)/corpus.txt --max_mb 4
+	$(PY) scripts/build_corpus.py --sources cpython --output $(DEMO)/corpus.txt --max_mb 4
 	$(PY) scripts/train_tokenizer.py --input $(DEMO)/corpus.txt --model_prefix $(DEMO)/tokenizer/spm --vocab_size 8000
 	rm -rf $(DEMO)/bert_tiny
 	$(PY) -m pretrain.train --config=configs/bert.py:size=tiny --workdir=$(DEMO)/bert_tiny \
@@ -44,7 +45,7 @@ demo: $(STAMP)
 	@echo "  metrics             $(DEMO)/bert_tiny/metrics.jsonl"
 	@echo "  resolved config     $(DEMO)/bert_tiny/config.json"
 	@echo "  loss plot           $(DEMO)/bert_tiny/loss.png"
-	@echo "  GLUE fine-tuning    $(DEMO)/glue/<task>/lr*_seed0/ (results.json, predictions/), table $(DEMO)/glue/table.json"
+	@echo "  GLUE fine-tuning    $(DEMO)/glue/<pretrained|random>_lr*_<task>_seed0/ (results.json, predictions/)"
 
 # T5 on the same offline assets (run `make demo` first): span-corruption pretraining of a tiny
 # T5 1.0 on the demo corpus (its SentencePiece model + 100 sentinels), then SST-2 as text to text.

@@ -34,29 +34,24 @@ from scripts import reproduction as rp  # noqa: E402
 TIMING_STEPS = 20  # the peer's step time, after 3 untimed steps
 
 
-def peer_batches(config, steps: int):
-    """The first `steps` training batches and the held-out ones, as pretrain.train builds them, in torch form."""
-    from pretrain.loops import pretraining
+def torch_batches(data, steps: int, next_sentence: bool):
+    """The first `steps` batches of a pretraining stream (pretraining.training_data), as BertForPreTraining takes
+    them."""
     from scripts import torch_bert
-    _, train_data, eval_data = pretraining.training_data(config)
-    nsp = bool(config.objective.get("next_sentence", False))
-    held_out = [torch_bert.inputs(b, nsp) for _, (_, b, _) in zip(range(config.eval_batches), eval_data.iterate(0))]
-    eval_data.close()
-    return (torch_bert.inputs(b, nsp) for _, (_, b, _) in zip(range(steps), train_data.iterate(0))), held_out, train_data
+    return (torch_bert.inputs(b, next_sentence) for _, (_, b, _) in zip(range(steps), data.iterate(0)))
 
 
-def time_peer_steps(config, threads: int) -> float:
-    """Seconds per step of the peer on this machine (a throwaway model; its time counts in the budget)."""
+def time_peer_steps(config, train_data) -> float:
+    """Seconds per step of the peer on this machine, the median after 3 untimed steps (a throwaway model; its time
+    counts in the budget, as our timing run's does)."""
     from scripts import torch_bert
-    batches, _, data = peer_batches(config, TIMING_STEPS + 3)
     model = torch_bert.build_model(config.model)
     optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, TIMING_STEPS + 3)
     times = []
-    for batch in batches:
+    for batch in torch_batches(train_data, TIMING_STEPS + 3, config.objective.next_sentence):
         start = time.perf_counter()
         torch_bert.train_step(model, optimizer, scheduler, batch, config.optimizer.grad_clip_norm)
         times.append(time.perf_counter() - start)
-    data.close()
     return sorted(times[3:])[len(times[3:]) // 2]
 
 
@@ -64,7 +59,10 @@ def pretrain_peer(ours: str, output: str, threads: int) -> dict:
     """Trains the peer for the minutes our run had; -> its record (also OUTPUT/peer/cram.json)."""
     import ml_collections
     import torch
+    import transformers
 
+    from pretrain.data import tokenizers
+    from pretrain.loops import pretraining
     from scripts import torch_bert
     torch.set_num_threads(threads)
     with open(os.path.join(ours, "cram.json")) as f:
@@ -72,28 +70,36 @@ def pretrain_peer(ours: str, output: str, threads: int) -> dict:
     with open(os.path.join(ours, "bert", "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
     started = time.time()
-    deadline = started + 60 * ours_record["minutes"]
-    step_time = time_peer_steps(config, threads)
-    steps = cram.plan_steps(deadline - time.time(), step_time, setup=0.0)
+    _, train_data, eval_data = pretraining.training_data(config)
+    nsp = config.objective.next_sentence
+    if ours_record["minutes"]:  # equal minutes: the steps that the peer's own step time fits
+        deadline = started + 60 * ours_record["minutes"]
+        timed = time_peer_steps(config, train_data)
+        steps = cram.plan_steps(deadline - time.time(), timed, setup=0.0)
+    else:  # ours ran --steps=N: equal steps
+        deadline, timed, steps = None, None, ours_record["planned_steps"]
     config.num_train_steps = steps
     config.optimizer.warmup_steps = max(1, round(ours_record["warmup_fraction"] * steps))
-    batches, held_out, data = peer_batches(config, steps)
-    model = torch_bert.build_model(config.model, seed=config.seed)
+    model = torch_bert.build_model(config.model, tokenizers.from_config(config.tokenizer).pad_id, config.seed)
     optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, steps)
-    reached, losses = 0, []
-    for batch in batches:
+    reached, losses, training_started = 0, [], time.time()
+    for batch in torch_batches(train_data, steps, nsp):
         losses.append(torch_bert.train_step(model, optimizer, scheduler, batch, config.optimizer.grad_clip_norm))
         reached += 1
-        if time.time() >= deadline:
+        if deadline is not None and time.time() >= deadline:
             break
-    data.close()
+    step_time = (time.time() - training_started) / reached
+    train_data.close()
+    held_out = list(torch_batches(eval_data, config.eval_batches, nsp))
+    eval_data.close()
     directory = os.path.join(output, "peer")
     model.save_pretrained(directory, safe_serialization=True)
     shutil.copy(config.tokenizer.path, os.path.join(directory, "spm.model"))
-    record = dict(minutes=ours_record["minutes"], step_time_sec=step_time, planned_steps=steps, reached_steps=reached,
+    record = dict(minutes=ours_record["minutes"], timed_step_sec=timed, step_time_sec=step_time, planned_steps=steps,
+                  reached_steps=reached,
                   pretraining_sec=time.time() - started, train_loss_last_20=sum(losses[-20:]) / len(losses[-20:]),
                   eval=torch_bert.evaluate(model, held_out), threads=threads,
-                  versions=dict(torch=torch.__version__, transformers=__import__("transformers").__version__))
+                  versions=dict(torch=torch.__version__, transformers=transformers.__version__))
     with open(os.path.join(directory, "cram.json"), "w") as f:
         json.dump(record, f, indent=1)
     print(f"Peer: {reached:,} of {steps:,} steps ({step_time:.3f} s/step) in {record['pretraining_sec'] / 60:.1f} min; "

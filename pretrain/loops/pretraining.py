@@ -205,6 +205,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
                     position = train_data.position(done, _gather_windows(windows))
                     ckpt.save(done, state, {**position, "skipped_updates_total": skipped_total}, force=stop)
                 if stop:
+                    if eval_data is not None and watcher.past_deadline() and not watcher.requested:
+                        evaluate(done)  # a run ended by its time budget is a finished run: its held-out numbers
                     ckpt.wait()  # complete on disk before the exit status says so
                     preempted = (done, watcher.reason)
                     break

@@ -133,15 +133,18 @@ def test_a_deadline_stops_like_a_signal_and_names_the_time_budget():
 
 
 def test_the_budget_stop_saves_a_checkpoint_the_rerun_finishes_bitwise(tmp_path, corpus_and_tokenizer):
-    """A deadline already past: the loop saves at its first step boundary and stops; the same run without a budget
-    resumes from there and ends where an uninterrupted run ends."""
+    """A deadline already past: the loop saves at its first step boundary, evaluates there (a budget ends the run)
+    and stops; the same run without a budget resumes from there and ends where an uninterrupted run ends."""
     from pretrain.loops import pretraining
-    config = tiny_config(*corpus_and_tokenizer, num_train_steps=6, checkpoint_every=6)
+    config = tiny_config(*corpus_and_tokenizer, num_train_steps=6, checkpoint_every=6,
+                         **{"data.eval_documents": 4, "eval_batches": 1})
     budgeted = tmp_path / "budgeted"
     with pytest.raises(preemption.Preempted) as info:
         pretraining.train_and_evaluate(config, str(budgeted), deadline=time.time() - 1)
     assert info.value.step == 1 and info.value.reason == "time budget reached"
     assert os.listdir(budgeted / "checkpoints") == ["1"]
+    records = [json.loads(line) for line in (budgeted / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["step"] == 1 and "eval_mlm_loss" in records[-1]
     pretraining.train_and_evaluate(config, str(budgeted))
     reference = tmp_path / "uninterrupted"
     pretraining.train_and_evaluate(config, str(reference))
