@@ -112,8 +112,9 @@ def pretraining_rows(ours: str, peer: str | None) -> list[list[str]]:
     """Steps and held-out MLM of each side."""
     with open(os.path.join(ours, "cram.json")) as f:
         record = json.load(f)
+    held_out = record.get("eval", {})  # none where the run held no documents out
     rows = [["ours (JAX/Flax)", f"{record['reached_steps']:,}", f"{record['step_time_sec']:.3f}",
-             f"{record['eval']['eval_mlm_loss']:.3f}", f"{record['eval']['eval_mlm_accuracy']:.3f}"]]
+             f"{held_out.get('eval_mlm_loss', float('nan')):.3f}", f"{held_out.get('eval_mlm_accuracy', float('nan')):.3f}"]]
     if peer:
         with open(os.path.join(peer, "cram.json")) as f:
             record = json.load(f)

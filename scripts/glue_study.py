@@ -94,8 +94,9 @@ class GlueStudy:
         if "random" in self.inits:
             for init in (i for i in self.inits if i != "random"):
                 gains = {t: np.mean(scores[init, t]) - np.mean(scores["random", t]) for t in self.tasks}
-                average = np.mean(self.average(scores, init)) - np.mean(self.average(scores, "random"))
-                rows.append([f"{init} - random"] + [f"{gains[t]:+.1f}" for t in self.tasks] + [f"{average:+.1f}"])
+                average = (f"{np.mean(self.average(scores, init)) - np.mean(self.average(scores, 'random')):+.1f}"
+                           if self.counted() else "—")
+                rows.append([f"{init} - random"] + [f"{gains[t]:+.1f}" for t in self.tasks] + [average])
         counted = ", ".join(self.counted())
         rates = (f"; learning rate {self.rates[0]:g}" if len(self.rates) == 1 else
                  f"; in brackets the learning rate of {', '.join(f'{r:g}' for r in self.rates)} best on dev")
@@ -106,12 +107,15 @@ class GlueStudy:
         return f" ({self.chosen[init, task]:g})" if len(self.rates) > 1 else ""
 
     def average(self, scores, init: str) -> list[float]:
-        """Per seed, the mean over the counted tasks."""
-        return list(np.mean([scores[init, t] for t in self.counted()], axis=0))
+        """Per seed, the mean over the counted tasks ([] when no counted task ran)."""
+        counted = [scores[init, t] for t in self.counted()]
+        return list(np.mean(counted, axis=0)) if counted else []
 
     def footer(self) -> str:
         return self.harness.footer()
 
 
 def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "—"
     return f"{np.mean(values):.1f} ± {np.std(values, ddof=1) if len(values) > 1 else 0.0:.1f}"
