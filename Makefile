@@ -104,7 +104,7 @@ $(TPU_VENV)/.installed:
 test-tpu: $(TPU_VENV)/.installed
 	JAX_PLATFORMS=cpu $(TPU_VENV)/bin/python -m pytest -q -m tpu $(PYTEST_ARGS)
 
-# The README's TPU fit table: one libtpu compile per row (minutes each on a small host), resumable:
+# The TPU fit table (docs/training.md): one libtpu compile per row (minutes each on a small host), resumable:
 # rows already in runs/aot_table.jsonl are kept. AOT_ARGS="--rows=bert" for some rows only.
 aot-table: $(TPU_VENV)/.installed
 	JAX_PLATFORMS=cpu $(TPU_VENV)/bin/python scripts/aot_table.py --output runs/aot_table.jsonl $(AOT_ARGS)
@@ -123,13 +123,13 @@ bench-glue: $(STAMP)
 bench-glue-quick: $(STAMP)
 	$(PY) scripts/bench_glue.py --quick --output runs/bench_glue_quick.json
 
-# The README table's runs, one JSON line each (committed: the table outlives the machine its runs ran on).
+# The docs table's runs, one JSON line each (committed: the table outlives the machine its runs ran on).
 # A run recorded there counts as done. PEFT_PRIOR: the 27 runs from before the ledger, known only by their
 # summaries (seeds 0-1), which the table joins with the ledger's; `make bench-glue-peft
 # PEFT_LEDGER=runs/mine.jsonl PEFT_PRIOR=` measures all 45 afresh.
 PEFT_LEDGER ?= scripts/results/bench_glue_peft.jsonl
 PEFT_PRIOR ?= scripts/results/bench_glue_peft_prior.json
-# Full fine-tuning and each PEFT method (adapters, LoRA, prefix, prompt): the README's table, ours only
+# Full fine-tuning and each PEFT method (adapters, LoRA, prefix, prompt): the table in docs/finetuning.md, ours only
 # (MRPC/CoLA/SST-2 8k x 3 seeds: 45 runs, about 10 hours on 2 CPU cores, resumable; the 18 that PEFT_PRIOR
 # lacks are in the ledger, so it runs nothing now). The quick variant is MRPC, seed 0, every method beside
 # Hugging Face peft.

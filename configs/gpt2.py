@@ -45,7 +45,7 @@ Known differences from nanoGPT: batches are windows of block_size + 1 characters
 starts every block_size characters from a random offset per data epoch, shuffled (nanoGPT draws
 every window's start at random); the shakespeare models keep GPT-2's biases, as GPT2LMHeadModel, the
 benchmark's reference (--config.model.use_bias=false gives nanoGPT's bias=False model: 804,096
-parameters for the CPU size). Measured results of these configs are in the README (GPT section).
+parameters for the CPU size). Measured results of these configs are in docs/finetuning.md (GPT section).
 """
 import ml_collections
 

@@ -1,4 +1,4 @@
-"""The README's TPU fit table: one `scripts/aot_compile.py` run per row, JSON lines collected in a file, the
+"""The TPU fit table (docs/training.md): one `scripts/aot_compile.py` run per row, JSON lines collected in a file, the
 table printed as Markdown.
 
   python scripts/aot_table.py --output runs/aot_table.jsonl                 # every row not in the file yet

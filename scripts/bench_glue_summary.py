@@ -1,11 +1,11 @@
 """scripts/bench_glue.py's summaries: per (task, method), each side's runs over seeds (mean ± std of the dev
-metrics, wall time, peak memory, trainable parameters), the check ours against HF, and the README's table."""
+metrics, wall time, peak memory, trainable parameters), the check ours against HF, and the table in docs/finetuning.md."""
 from __future__ import annotations
 
 import numpy as np
 
 SIDES = {"ours": "jax/flax (ours)", "hf": "pytorch/transformers"}
-COLUMNS = {"ours": "ours", "hf": "transformers (+ peft)"}  # the README table's score columns
+COLUMNS = {"ours": "ours", "hf": "transformers (+ peft)"}  # the docs table's score columns
 
 LABELS = {"cola": "CoLA", "sst2": "SST-2", "stsb": "STS-B"}  # the others: upper case
 
@@ -126,7 +126,7 @@ def print_summary(summary: dict[str, dict[str, dict]], args) -> None:
             header = "".join(f"{m:>16s}" for m in names) + f"{'wall s':>12s}{'train s':>12s}{'peak MiB':>12s}"
             print(f"\n{task} {method}, lr {s['learning_rate']:g} ({s['split']})".ljust(36) + header)
             for side, row in s["sides"].items():
-                n = len(row["seeds"])  # one seed: the mean alone, as in the README's table
+                n = len(row["seeds"])  # one seed: the mean alone, as in the docs table
                 cells = "".join(f"{pm(row['metrics'][m], runs=n) if m in row['metrics'] else 'n/a':>16s}"
                                 for m in names)  # a row joined with --prior has the main metric alone
                 cells += "".join(f"{pm(row[k], 0, runs=n) if row[k] else 'n/a':>12s}"
@@ -153,7 +153,7 @@ def versus(ours: tuple | None, hf: tuple | None, hf_ran: bool) -> str:
 
 
 def markdown_table(summary: dict[str, dict[str, dict]]) -> str:
-    """The README's table: one row per (task, method); one side's columns where every row has just that side."""
+    """The docs table (docs/finetuning.md): one row per (task, method); one side's columns where every row has just that side."""
     sides = {side for methods in summary.values() for s in methods.values() for side in s["sides"]}
     with_hf = len(sides) == 2
     one = "ours" if with_hf else next(iter(sides), "ours")  # the side of a one-sided table

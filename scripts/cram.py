@@ -20,7 +20,7 @@ What it does, in order:
      `--steps=N` command that reproduces the run.
 
 `--set KEY=VALUE` (repeatable) overrides a key of the pretraining config, as --config.KEY=VALUE does for
-pretrain.train: the recipe ablations of the README's table are such overrides.
+pretrain.train: the recipe trials of docs/cram.md are such overrides.
 """
 from __future__ import annotations
 

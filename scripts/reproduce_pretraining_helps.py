@@ -8,7 +8,7 @@ The papers' versions of this comparison (dev sets; the numbers are GLUE averages
   BERT  Devlin et al. 2019 have no from-scratch row.
 Here each family's tiny config pretrains on `make demo`'s corpus with its own objective (MLM + NSP, span
 corruption, causal LM), then SST-2 (8,000 training examples; dev accuracy) is fine-tuned with each
-family's recipe from configs/glue.py (BERT at lr 1e-4, the tiny model's rate in the README's demo) from
+family's recipe from configs/glue.py (BERT at lr 1e-4, the tiny model's rate in make demo) from
 that checkpoint and from random weights (the same config.model and tokenizer, `config.init=''`).
 
   python scripts/reproduce_pretraining_helps.py            # 3 families x 2 inits x 3 seeds (about an hour)
