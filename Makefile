@@ -129,7 +129,7 @@ bench-glue-quick: $(STAMP)
 # PEFT_LEDGER=runs/mine.jsonl PEFT_PRIOR=` measures all 45 afresh.
 PEFT_LEDGER ?= scripts/results/bench_glue_peft.jsonl
 PEFT_PRIOR ?= scripts/results/bench_glue_peft_prior.json
-# Full fine-tuning and each PEFT method (adapters, LoRA, prefix, prompt): the table in docs/finetuning.md, ours only
+# Full fine-tuning and each PEFT method (adapters, LoRA, prefix, prompt): the table in docs/benchmarks.md, ours only
 # (MRPC/CoLA/SST-2 8k x 3 seeds: 45 runs, about 10 hours on 2 CPU cores, resumable; the 18 that PEFT_PRIOR
 # lacks are in the ledger, so it runs nothing now). The quick variant is MRPC, seed 0, every method beside
 # Hugging Face peft.

@@ -24,7 +24,7 @@ Houlsby adapters (`adapters`: ours only). Learning rates, equal on both sides: f
 --learning_rate; a PEFT method the paper's (configs/glue.py's PEFT_LEARNING_RATES: adapters 3e-4, lora 5e-4,
 prefix 5e-3, prompt 3e-2; PEFT needs larger ones) unless --peft_learning_rate METHOD=LR says. Runs live in
 <workdir>/<side>/<task>/seed<k>, with /<method> before /seed<k> for every method but none.
-The summary ends with a markdown table for docs/finetuning.md: per task and method, trainable parameters (count,
+The summary ends with a markdown table for docs/benchmarks.md: per task and method, trainable parameters (count,
 % of all), dev main score mean ± std per side, wall time and peak RSS per run (means), ours / HF.
 
 Our runs share JAX's compilation cache <workdir>/jax_cache (empty at first); after the first (task, method,
@@ -35,7 +35,7 @@ seed), ours runs it again in a new workdir ("ours, 2nd run"), loading what the f
   python scripts/bench_glue.py --peft none adapters lora prefix prompt   # the PEFT table: every method
   python scripts/bench_glue.py --peft lora prompt --quick                 # MRPC, seed 0, those methods
   python scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0
-                                                    # docs/finetuning.md's methods table (ours only; make bench-glue-peft)
+                                                    # docs/benchmarks.md's methods table (ours only; make bench-glue-peft)
   python scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 --report
                                                     # runs nothing: that table from the runs finished so far
   python scripts/bench_glue.py --tasks mrpc --seeds 0 --epochs 1 --max_train_examples 64 --max_seq_length 32 \
@@ -310,7 +310,7 @@ def main() -> None:
         print_rerun(rerun)
     table = markdown_table(summary)
     both = any(len(s["sides"]) == 2 for methods in summary.values() for s in methods.values())
-    print(f"\nfor docs/finetuning.md (means over each row's seeds{'; ratios ours / HF' if both else ''}):\n\n{table}")
+    print(f"\nfor docs/benchmarks.md (means over each row's seeds{'; ratios ours / HF' if both else ''}):\n\n{table}")
     settings = {k: v for k, v in vars(args).items() if k not in ("hf_cell", "prior_cells")}  # --prior: its path
     write_json(args.output, {"settings": settings, "summary": summary, "runs": runs, "first_and_second_run": rerun,
                              "crashed": crashed, "markdown": table})

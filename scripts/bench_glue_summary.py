@@ -1,5 +1,5 @@
 """scripts/bench_glue.py's summaries: per (task, method), each side's runs over seeds (mean ± std of the dev
-metrics, wall time, peak memory, trainable parameters), the check ours against HF, and the table in docs/finetuning.md."""
+metrics, wall time, peak memory, trainable parameters), the check ours against HF, and the table in docs/benchmarks.md."""
 from __future__ import annotations
 
 import numpy as np
@@ -153,7 +153,7 @@ def versus(ours: tuple | None, hf: tuple | None, hf_ran: bool) -> str:
 
 
 def markdown_table(summary: dict[str, dict[str, dict]]) -> str:
-    """The docs table (docs/finetuning.md): one row per (task, method); one side's columns where every row has just that side."""
+    """The docs table (docs/benchmarks.md): one row per (task, method); one side's columns where every row has just that side."""
     sides = {side for methods in summary.values() for s in methods.values() for side in s["sides"]}
     with_hf = len(sides) == 2
     one = "ours" if with_hf else next(iter(sides), "ours")  # the side of a one-sided table
