@@ -54,6 +54,122 @@ def training_data(config: ml_collections.ConfigDict
 
 
 # ---------------------------------------------------------------------------------------------
+# Set-up: sharded state (fresh or restored), jitted steps.
+# ---------------------------------------------------------------------------------------------
+def _restore_or_init(config, workdir: str, model, example: dict, init_rng, tx, mesh, ckpt, train_data):
+    """-> (state, its shardings, the step it is at, the data position to resume from or None). A checkpoint of
+    another run is refused before it is read; Orbax's threads are stopped before any error leaves."""
+    resume = ckpt.latest_step() is not None
+    try:
+        if resume:
+            workdirs.check_resume(workdir, config)  # before reading the checkpoint: name what differs
+        state, shardings, abstract_state = train_state.init_sharded(model, example, init_rng, tx, mesh,
+                                                                    materialize=not resume)
+        if not resume:
+            return state, shardings, 0, None
+        abstract_state = checkpoints.abstract_with_shardings(abstract_state, shardings)
+        state, data_position, start_step = ckpt.restore(abstract_state)
+        train_data.check_position(data_position)
+    except (ConfigError, checkpoints.CheckpointError):
+        ckpt.close()  # Orbax's background threads must stop before the process exits
+        raise
+    print(f"Resumed from {ckpt.directory}/{start_step}")
+    return state, shardings, start_step, data_position
+
+
+def _jit_steps(config, objective, schedule, state_shardings, mesh):
+    """-> (jitted train step with donation, jitted evaluation step)."""
+    step_fn = (functools.partial(shard_map_train_step, mesh=mesh) if config.get("mesh_mode") == "shard_map"
+               else train_step)
+    jit_train = train_state.jit_train_step(functools.partial(step_fn, objective=objective, schedule=schedule,
+                                                             skip_nonfinite=config.skip_nonfinite_updates),
+                                           state_shardings, mesh)
+    jit_eval = jax.jit(functools.partial(eval_step, objective=objective),
+                       in_shardings=(state_shardings, partitioning.batch_sharding(mesh)),
+                       out_shardings=partitioning.replicated(mesh))
+    return jit_train, jit_eval
+
+
+class _Evaluator:
+    """Held-out metrics: the first `config.eval_batches` held-out batches (this process's rows), built once."""
+
+    def __init__(self, config, eval_data, jit_eval, mesh, writer: MetricWriter):
+        self.config, self.data, self.jit_eval, self.mesh, self.writer = config, eval_data, jit_eval, mesh, writer
+        self.batches: list[dict] = []
+
+    def __call__(self, state, step: int) -> dict[str, float]:
+        if not self.batches:
+            self.batches.extend(b for _, (_, b, _) in zip(range(self.config.eval_batches), self.data.iterate(0)))
+            self.data.close()
+        totals: dict[str, float] = {}
+        for host_batch in self.batches:
+            for k, v in jax.device_get(self.jit_eval(state, partitioning.shard_batch(host_batch, self.mesh))).items():
+                totals[k] = totals.get(k, 0.0) + float(v) / self.config.eval_batches
+        totals.pop("tokens", None)
+        self.writer.write(step, totals, prefix="eval")
+        return totals
+
+
+class _MetricWindow:
+    """Training metrics, fetched one step late and averaged over `log_every` steps: metrics.jsonl, TensorBoard and
+    the progress bar. A non-finite update stops the run where it is fetched (guards), unless it is skipped."""
+
+    def __init__(self, config, writer: MetricWriter, progress, skipped_total: int):
+        self.config, self.writer, self.progress = config, writer, progress
+        self.skipped_total = skipped_total  # over the whole run, resumes included
+        self.pending: tuple[int, Any] | None = None
+        self.last_logged: dict[str, float] = {}
+        self.restart()
+
+    def restart(self) -> None:
+        """A new window."""
+        self.sums: dict[str, float] = {}
+        self.steps, self.skipped = 0, 0
+        self.reset_clock()
+
+    def reset_clock(self) -> None:
+        """The window's time counts from now (after an evaluation: it stays out of the step times)."""
+        self.started = time.perf_counter()
+
+    def add(self, step: int, device_metrics) -> None:
+        """The metrics of the update that makes `step`: the previous step's are fetched now."""
+        self.flush()
+        self.pending = (step, device_metrics)
+
+    def flush(self) -> None:
+        """Fetches the pending metrics now (before a save: a non-finite state is never saved)."""
+        if self.pending is not None:
+            step, device_metrics = self.pending
+            self.pending = None
+            self._consume(step, jax.device_get(device_metrics))
+
+    def _consume(self, step: int, metrics: dict) -> None:
+        skipped = int(guards.check_finite(step, metrics, self.config.skip_nonfinite_updates))
+        self.skipped_total += skipped
+        self.skipped += skipped
+        for k, v in metrics.items():  # a skipped update's loss (NaN) stays out of the averages
+            if k != "nonfinite" and (k == "tokens" or not skipped):
+                self.sums[k] = self.sums.get(k, 0.0) + float(v)
+        self.steps += 1
+        self.progress.update(1)
+        if step % self.config.log_every == 0 or step == self.config.num_train_steps:
+            self._log(step)
+
+    def _log(self, step: int) -> None:
+        elapsed = time.perf_counter() - self.started
+        record = {k: v / max(self.steps - self.skipped, 1) for k, v in self.sums.items() if k != "tokens"}
+        record["tokens_per_sec"] = self.sums["tokens"] / elapsed
+        record["step_time_sec"] = elapsed / self.steps
+        if self.config.skip_nonfinite_updates:
+            record["skipped_updates"], record["skipped_updates_total"] = self.skipped, self.skipped_total
+        self.writer.write(step, record)
+        self.progress.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}",
+                                  tok_s=f"{record['tokens_per_sec']:.0f}")
+        self.last_logged = record
+        self.restart()
+
+
+# ---------------------------------------------------------------------------------------------
 # The loop.
 # ---------------------------------------------------------------------------------------------
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline: float | None = None
@@ -78,144 +194,32 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
     tx = optimizers.make_optimizer(config.optimizer, config.num_train_steps)
     ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
                                     keep=config.keep_checkpoints)
-    resume = ckpt.latest_step() is not None
-    if resume:
-        try:
-            workdirs.check_resume(workdir, config)  # before reading the checkpoint: name what differs
-        except ConfigError:
-            ckpt.close()
-            raise
-    state, state_shardings, abstract_state = train_state.init_sharded(model, example, init_rng, tx, mesh,
-                                                                      materialize=not resume)
-    start_step, data_position = 0, None
-    if resume:
-        abstract_state = checkpoints.abstract_with_shardings(abstract_state, state_shardings)
-        try:
-            state, data_position, start_step = ckpt.restore(abstract_state)
-        except checkpoints.CheckpointError:
-            ckpt.close()  # Orbax's background threads must stop before the process exits
-            raise
-        try:
-            train_data.check_position(data_position)
-        except ConfigError:
-            ckpt.close()
-            raise
-        print(f"Resumed from {ckpt.directory}/{start_step}")
+    state, state_shardings, start_step, data_position = _restore_or_init(config, workdir, model, example, init_rng,
+                                                                         tx, mesh, ckpt, train_data)
     print(f"Model {config.model.name}: {train_state.count_params(state.params):,} parameters; "
           f"mesh {dict(mesh.shape)}; workdir {storage.absolute(workdir)}")
 
     # ----- Jitted steps -----
     schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
-    replicated = partitioning.replicated(mesh)
-    step_fn = (functools.partial(shard_map_train_step, mesh=mesh) if config.get("mesh_mode") == "shard_map"
-               else train_step)
-    jit_train = train_state.jit_train_step(functools.partial(step_fn, objective=objective, schedule=schedule,
-                                                             skip_nonfinite=config.skip_nonfinite_updates),
-                                           state_shardings, mesh)
-    jit_eval = jax.jit(functools.partial(eval_step, objective=objective),
-                       in_shardings=(state_shardings, partitioning.batch_sharding(mesh)),
-                       out_shardings=replicated)
-
-    eval_batches: list[dict] = []  # this process's rows of the held-out batches, built at the first evaluation
-
-    def evaluate(step: int) -> dict[str, float]:
-        if not eval_batches:
-            eval_batches.extend(batch for _, (_, batch, _) in zip(range(config.eval_batches), eval_data.iterate(0)))
-            eval_data.close()
-        totals: dict[str, float] = {}
-        for host_batch in eval_batches:
-            batch = partitioning.shard_batch(host_batch, mesh)
-            for k, v in jax.device_get(jit_eval(state, batch)).items():
-                totals[k] = totals.get(k, 0.0) + float(v) / config.eval_batches
-        totals.pop("tokens", None)
-        writer.write(step, totals, prefix="eval")
-        return totals
+    jit_train, jit_eval = _jit_steps(config, objective, schedule, state_shardings, mesh)
 
     # ----- Loop -----
-    last_step = config.num_train_steps
-    if start_step >= last_step:
+    if start_step >= config.num_train_steps:
         print(f"Nothing to do: the checkpoint at step {start_step} already reaches "
-              f"config.num_train_steps={last_step} (raise it to train further)")
+              f"config.num_train_steps={config.num_train_steps} (raise it to train further)")
         ckpt.close()
         return {}
     if distributed.is_primary():
         workdirs.save_config(workdir, config)  # validated, and fits the checkpoint it resumes
     writer = MetricWriter(workdir, resume_step=start_step)
-    accum = config.grad_accum_steps
-    batches = ((s, micro_batches(rows, accum), windows)  # windows: this process's stream positions after s
-               for s, (_, rows, windows) in zip(range(start_step, last_step),
-                                                train_data.iterate(start_step, data_position)))
-    progress = tqdm(total=last_step, initial=start_step, desc="train", unit="step",
+    progress = tqdm(total=config.num_train_steps, initial=start_step, desc="train", unit="step",
                     dynamic_ncols=True, mininterval=1.0, disable=not distributed.is_primary())
-    skip = config.skip_nonfinite_updates
-    pending: tuple[int, Any] | None = None        # metrics are fetched one step late
-    window: dict[str, float] = {}
-    window_steps, window_start = 0, time.perf_counter()
-    skipped_total = (data_position or {}).get("skipped_updates_total", 0)  # over the whole run, resumes included
-    last_logged: dict[str, float] = {}
-
-    def consume(step: int, device_metrics) -> None:
-        """Fetches a step's metrics: a non-finite update stops the run here (guards), unless skipped."""
-        nonlocal window_steps, window_start, last_logged, window, skipped_total
-        metrics = jax.device_get(device_metrics)
-        skipped = guards.check_finite(step, metrics, skip)
-        skipped_total += skipped
-        for k, v in metrics.items():  # a skipped update's loss (NaN) stays out of the averages
-            if k != "nonfinite" and (k == "tokens" or not skipped):
-                window[k] = window.get(k, 0.0) + float(v)
-        window["skipped_updates"] = window.get("skipped_updates", 0.0) + skipped
-        window_steps += 1
-        progress.update(1)
-        if step % config.log_every == 0 or step == last_step:
-            elapsed = time.perf_counter() - window_start
-            skipped_here = window.pop("skipped_updates")
-            applied = max(window_steps - skipped_here, 1)
-            record = {k: v / applied for k, v in window.items() if k != "tokens"}
-            record["tokens_per_sec"] = window["tokens"] / elapsed
-            record["step_time_sec"] = elapsed / window_steps
-            if skip:
-                record["skipped_updates"], record["skipped_updates_total"] = int(skipped_here), skipped_total
-            writer.write(step, record)
-            progress.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}",
-                                 tok_s=f"{record['tokens_per_sec']:.0f}")
-            last_logged = record
-            window, window_steps, window_start = {}, 0, time.perf_counter()
-
-    def flush() -> None:
-        """Consumes the pending metrics now (before a save: a non-finite state is never saved)."""
-        nonlocal pending
-        if pending is not None:
-            consume(*pending)
-            pending = None
-
-    preempted = None
+    metrics = _MetricWindow(config, writer, progress, (data_position or {}).get("skipped_updates_total", 0))
+    evaluate = _Evaluator(config, eval_data, jit_eval, mesh, writer) if eval_data is not None else None
     try:
         with mesh, preemption.Watcher(deadline=deadline) as watcher:
-            for step, host_batch, windows in pipeline.prefetch_iterator(batches, config.prefetch):
-                batch = partitioning.shard_batch(host_batch, mesh, batch_dim=1)
-                state, device_metrics = jit_train(state, batch, dropout_rng)
-                if pending is not None:
-                    consume(*pending)
-                pending = (step + 1, device_metrics)  # metrics of the update that makes step + 1
-                done = step + 1
-                stop = done < last_step and watcher.should_stop(done)  # SIGTERM, SIGINT, JAX's notice
-                if stop or ckpt.should_save(done, last_step):
-                    flush()
-                    guards.check_params_finite(done, state.params)
-                    position = train_data.position(done, _gather_windows(windows))
-                    ckpt.save(done, state, {**position, "skipped_updates_total": skipped_total}, force=stop)
-                if stop:
-                    if eval_data is not None and watcher.past_deadline() and not watcher.requested:
-                        evaluate(done)  # a run ended by its time budget is a finished run: its held-out numbers
-                    ckpt.wait()  # complete on disk before the exit status says so
-                    preempted = (done, watcher.reason)
-                    break
-                if eval_data is not None and ((config.eval_every and done % config.eval_every == 0)
-                                              or done == last_step):
-                    flush()
-                    evaluate(done)
-                    window_start = time.perf_counter()  # keep evaluation out of the step times
-            flush()
+            stopped = _run_steps(config, state, jit_train, dropout_rng, train_data, start_step, data_position, mesh,
+                                 ckpt, metrics, evaluate, watcher)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, without waiting for a save in flight
         progress.close()
         writer.close()
@@ -230,9 +234,40 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
     progress.close()
     ckpt.close()
     writer.close()
-    if preempted is not None:
-        raise preemption.Preempted(preempted[0], ckpt.directory, preempted[1])
-    return last_logged
+    if stopped is not None:
+        raise preemption.Preempted(stopped[0], ckpt.directory, stopped[1])
+    return metrics.last_logged
+
+
+def _run_steps(config, state, jit_train, dropout_rng, train_data, start_step: int, data_position, mesh, ckpt,
+               metrics: _MetricWindow, evaluate: _Evaluator | None, watcher) -> tuple[int, str] | None:
+    """The steps from `start_step` on: train, log one step late, save, evaluate; -> (step, reason) of a stop
+    (preemption, time budget), or None at config.num_train_steps."""
+    last_step = config.num_train_steps
+    batches = ((s, micro_batches(rows, config.grad_accum_steps), windows)  # windows: stream positions after s
+               for s, (_, rows, windows) in zip(range(start_step, last_step),
+                                                train_data.iterate(start_step, data_position)))
+    for step, host_batch, windows in pipeline.prefetch_iterator(batches, config.prefetch):
+        state, device_metrics = jit_train(state, partitioning.shard_batch(host_batch, mesh, batch_dim=1), dropout_rng)
+        done = step + 1
+        metrics.add(done, device_metrics)
+        stop = done < last_step and watcher.should_stop(done)  # SIGTERM, SIGINT, JAX's notice, the deadline
+        if stop or ckpt.should_save(done, last_step):
+            metrics.flush()
+            guards.check_params_finite(done, state.params)
+            position = train_data.position(done, _gather_windows(windows))
+            ckpt.save(done, state, {**position, "skipped_updates_total": metrics.skipped_total}, force=stop)
+        if stop:
+            if evaluate is not None and watcher.past_deadline() and not watcher.requested:
+                evaluate(state, done)  # a run ended by its time budget is a finished run: its held-out numbers
+            ckpt.wait()  # complete on disk before the exit status says so
+            return done, watcher.reason
+        if evaluate is not None and ((config.eval_every and done % config.eval_every == 0) or done == last_step):
+            metrics.flush()
+            evaluate(state, done)
+            metrics.reset_clock()  # keep evaluation out of the step times
+    metrics.flush()
+    return None
 
 
 def _gather_windows(local: list[list[int]]) -> list[list[int]]:
