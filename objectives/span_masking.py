@@ -88,6 +88,55 @@ def _room(free: np.ndarray, masked: np.ndarray) -> np.ndarray:
     return np.where(free & ~before_masked, run - after_masked, 0)
 
 
+def _place_spans(ids: np.ndarray, candidate: np.ndarray, real: np.ndarray, word_starts: np.ndarray | None,
+                 remaining: np.ndarray, rng: np.random.Generator, geometric_p: float, max_span_length: int):
+    """Spans of whole words placed until each row's budget (`remaining` [B] tokens) is spent or nothing fits.
+    -> [B, L] each: the span's left and right boundary tokens, the 1-based position in the span (0: not masked),
+    the span's one 80/10/10 draw."""
+    B, L = ids.shape
+    word, length, first, placeable = _words(ids, candidate, real, word_starts)
+    ends = np.cumsum(length, axis=1)           # [B, W] tokens up to and including word w
+    pmf = span_length_pmf(geometric_p, max_span_length)
+    J = np.arange(1, max_span_length + 1)      # span lengths in words
+
+    masked_word = np.zeros((B, L), bool)       # [B, W]
+    # Per token: its span's boundaries, its 1-based position in the span, its span's 80/10/10 draw.
+    left = np.zeros((B, L), np.int64)
+    right = np.zeros((B, L), np.int64)
+    position = np.zeros((B, L), np.int64)
+    treatment = np.zeros((B, L))
+    active = remaining > 0
+    while active.any():
+        rows = np.nonzero(active)[0]           # [n]
+        n, at = len(rows), np.arange(len(rows))
+        room = _room(placeable[rows] & ~masked_word[rows], masked_word[rows])  # [n, W]
+        room[length[rows] > remaining[rows, None]] = 0  # a span's first word must fit the budget
+        drawn = rng.choice(J, size=n, p=pmf)
+        span_words = np.minimum(drawn, room.max(axis=1))  # 0 where nothing fits any more
+        keys = np.where(room >= np.maximum(span_words, 1)[:, None], rng.random((n, L)), -1.0)
+        start = np.argmax(keys, axis=1)        # uniform over the places that fit
+        # Whole words within the budget: tokens of the first j words, j = 1..max.
+        before = np.where(start > 0, ends[rows, np.maximum(start - 1, 0)], 0)
+        upto = ends[rows[:, None], np.minimum(start[:, None] + J - 1, L - 1)] - before[:, None]  # [n, J]
+        fits = (J <= span_words[:, None]) & (upto <= remaining[rows, None])
+        taken = fits.sum(axis=1)               # words kept (a prefix: upto grows with j)
+        placed = taken > 0
+        n_tokens = np.where(placed, upto[at, np.maximum(taken - 1, 0)], 0)
+
+        span_first = first[rows, start]        # [n] first token of the span
+        token_word = word[rows]                # [n, L]
+        inside = placed[:, None] & (token_word >= start[:, None]) & (token_word < (start + taken)[:, None])
+        col = np.arange(L)
+        masked_word[rows] |= placed[:, None] & (col >= start[:, None]) & (col < (start + taken)[:, None])
+        for out, value in ((left, span_first - 1), (right, span_first + n_tokens),
+                           (treatment, rng.random(n))):
+            out[rows] = np.where(inside, value[:, None], out[rows])
+        position[rows] = np.where(inside, col - span_first[:, None] + 1, position[rows])
+        remaining[rows] -= n_tokens
+        active[rows] = placed & (remaining[rows] > 0)  # placed: some word still fitted the budget
+    return left, right, position, treatment
+
+
 def mask_spans(input_ids: np.ndarray,
                rng: np.random.Generator,
                *, vocab_size: int, mask_id: int,
@@ -131,46 +180,8 @@ def mask_spans(input_ids: np.ndarray,
     budget = np.minimum(P, np.maximum(1, np.rint(n_candidates * mask_prob).astype(np.int64)))
     remaining = np.minimum(budget, n_candidates)  # [B] tokens still to mask
 
-    word, length, first, placeable = _words(ids, candidate, real, word_starts)
-    ends = np.cumsum(length, axis=1)           # [B, W] tokens up to and including word w
-    pmf = span_length_pmf(geometric_p, max_span_length)
-    J = np.arange(1, max_span_length + 1)      # span lengths in words
-
-    masked_word = np.zeros((B, L), bool)       # [B, W]
-    # Per token: its span's boundaries, its 1-based position in the span, its span's 80/10/10 draw.
-    left = np.zeros((B, L), np.int64)
-    right = np.zeros((B, L), np.int64)
-    position = np.zeros((B, L), np.int64)
-    treatment = np.zeros((B, L))
-    active = remaining > 0
-    while active.any():
-        rows = np.nonzero(active)[0]           # [n]
-        n, at = len(rows), np.arange(len(rows))
-        room = _room(placeable[rows] & ~masked_word[rows], masked_word[rows])  # [n, W]
-        room[length[rows] > remaining[rows, None]] = 0  # a span's first word must fit the budget
-        drawn = rng.choice(J, size=n, p=pmf)
-        span_words = np.minimum(drawn, room.max(axis=1))  # 0 where nothing fits any more
-        keys = np.where(room >= np.maximum(span_words, 1)[:, None], rng.random((n, L)), -1.0)
-        start = np.argmax(keys, axis=1)        # uniform over the places that fit
-        # Whole words within the budget: tokens of the first j words, j = 1..max.
-        before = np.where(start > 0, ends[rows, np.maximum(start - 1, 0)], 0)
-        upto = ends[rows[:, None], np.minimum(start[:, None] + J - 1, L - 1)] - before[:, None]  # [n, J]
-        fits = (J <= span_words[:, None]) & (upto <= remaining[rows, None])
-        taken = fits.sum(axis=1)               # words kept (a prefix: upto grows with j)
-        placed = taken > 0
-        n_tokens = np.where(placed, upto[at, np.maximum(taken - 1, 0)], 0)
-
-        span_first = first[rows, start]        # [n] first token of the span
-        token_word = word[rows]                # [n, L]
-        inside = placed[:, None] & (token_word >= start[:, None]) & (token_word < (start + taken)[:, None])
-        col = np.arange(L)
-        masked_word[rows] |= placed[:, None] & (col >= start[:, None]) & (col < (start + taken)[:, None])
-        for out, value in ((left, span_first - 1), (right, span_first + n_tokens),
-                           (treatment, rng.random(n))):
-            out[rows] = np.where(inside, value[:, None], out[rows])
-        position[rows] = np.where(inside, col - span_first[:, None] + 1, position[rows])
-        remaining[rows] -= n_tokens
-        active[rows] = placed & (remaining[rows] > 0)  # placed: some word still fitted the budget
+    left, right, position, treatment = _place_spans(ids, candidate, real, word_starts, remaining, rng,
+                                                    geometric_p, max_span_length)
     selected = position > 0                    # [B, L]
 
     # Positions ascending; unselected slots sort to the end (key L) and become padding.
