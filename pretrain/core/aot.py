@@ -271,24 +271,29 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
     result.hardware_flops = matmul_flops(jaxpr)
 
     if compiled is not None:
-        memory = compiled.memory_analysis()
-        result.argument_bytes, result.output_bytes = memory.argument_size_in_bytes, memory.output_size_in_bytes
-        result.alias_bytes, result.temp_bytes = memory.alias_size_in_bytes, memory.temp_size_in_bytes
-        result.code_bytes, result.total_bytes = memory.generated_code_size_in_bytes, _total(memory)
-        cost = compiled.cost_analysis()
-        cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
-        result.xla_flops_per_device = cost.get("flops")
-        result.xla_optimal_seconds = cost.get("optimal_seconds")
-        loops = result.hardware_flops / max(matmul_flops(jaxpr, loops_once=True), 1.0)  # XLA's shortfall
-        if result.xla_optimal_seconds and result.xla_optimal_seconds > 0:
-            result.step_seconds, result.step_seconds_source = result.xla_optimal_seconds * loops, "xla"
-        elif chip and result.peak_flops_per_device and cost.get("bytes accessed"):
-            # XLA's estimate can come out negative for a whole step (seen for BERT on v5e, not for any of its
-            # ops alone): then the roofline of the chip's peak and HBM bandwidth, collectives left out.
-            compute = result.hardware_flops / len(devices) / result.peak_flops_per_device
-            memory = cost["bytes accessed"] * loops / chip.hbm_bandwidth
-            result.step_seconds, result.step_seconds_source = max(compute, memory), "roofline"
+        _read_compiled(result, compiled, jaxpr, chip, len(devices))
     return judge(result)
+
+
+def _read_compiled(result: AotResult, compiled, jaxpr, chip, num_devices: int) -> None:
+    """Memory, XLA's cost estimate and the step time of a compiled step, into `result`."""
+    memory = compiled.memory_analysis()
+    result.argument_bytes, result.output_bytes = memory.argument_size_in_bytes, memory.output_size_in_bytes
+    result.alias_bytes, result.temp_bytes = memory.alias_size_in_bytes, memory.temp_size_in_bytes
+    result.code_bytes, result.total_bytes = memory.generated_code_size_in_bytes, _total(memory)
+    cost = compiled.cost_analysis()
+    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+    result.xla_flops_per_device = cost.get("flops")
+    result.xla_optimal_seconds = cost.get("optimal_seconds")
+    loops = result.hardware_flops / max(matmul_flops(jaxpr, loops_once=True), 1.0)  # XLA's shortfall
+    if result.xla_optimal_seconds and result.xla_optimal_seconds > 0:
+        result.step_seconds, result.step_seconds_source = result.xla_optimal_seconds * loops, "xla"
+    elif chip and result.peak_flops_per_device and cost.get("bytes accessed"):
+        # XLA's estimate can come out negative for a whole step (seen for BERT on v5e, not for any of its
+        # ops alone): then the roofline of the chip's peak and HBM bandwidth, collectives left out.
+        compute = result.hardware_flops / num_devices / result.peak_flops_per_device
+        memory = cost["bytes accessed"] * loops / chip.hbm_bandwidth
+        result.step_seconds, result.step_seconds_source = max(compute, memory), "roofline"
 
 
 def judge(result: AotResult) -> AotResult:
