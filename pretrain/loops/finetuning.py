@@ -121,8 +121,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     # ----- Data -----
     train_data, _, _ = load_split(config, family, "train", config.batch_size, subset=config.data.max_train_examples)
-    steps_per_epoch = train_data.steps_per_epoch
-    print(f"Task {task.name}: {len(train_data)} training examples, {steps_per_epoch} steps/epoch x "
+    print(f"Task {task.name}: {len(train_data)} training examples, {train_data.steps_per_epoch} steps/epoch x "
           f"{config.num_epochs} epochs")
 
     # ----- Model, optimizer (with freezing) and sharded state -----
@@ -131,146 +130,186 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     example = {k: v[:1] for k, v in objective.model_inputs(train_data.batch(np.arange(1))).items()}
     abstract_params = train_state.unbox(jax.eval_shape(
         lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
-    tx, schedule, unfreeze_at, peft_mask = make_optimizer(config, abstract_params, steps_per_epoch, family)
+    tx, schedule, unfreeze_at, peft_mask = make_optimizer(config, abstract_params, train_data.steps_per_epoch, family)
     state, shardings = create_state(config, family, model, example, mesh, tx, init, peft_mask)
     trainable = freezing.trainable_fraction(state.params, unfreeze_at, 0)
     print(f"Model: {train_state.count_params(state.params):,} parameters, {trainable:.2%} trainable at step 0 "
           f"(freezing: {config.freezing.strategy}, peft: {config.peft.method}); mesh {dict(mesh.shape)}; "
           f"workdir {storage.absolute(workdir)}")
-    # A PEFT checkpoint stores the trained parameters and this reference to the weights they adapt.
-    base = parameter_efficient.base_reference(config, init.params, init.source) if peft_mask is not None else None
-
     jit_train = train_state.jit_train_step(functools.partial(train_step, objective=objective, schedule=schedule,
                                                              skip_nonfinite=config.skip_nonfinite_updates),
                                            shardings, mesh)
     jit_predict = jax.jit(family.predict_fn(model), in_shardings=(shardings.params, partitioning.batch_sharding(mesh)))
-    dev_data = {s: load_split(config, family, s, config.eval_batch_size) for s in task.dev_splits}
 
     # ----- Epochs (resumable: DIR/resume holds the whole state and the loop's position) -----
-    ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=0, keep=1)
-    resume = checkpoints.Checkpointer(os.path.join(workdir, "resume"), save_every=config.checkpoint_every, keep=1)
-    order = {"seed": config.seed, "batch_size": config.batch_size, "train_examples": len(train_data),
-             "num_epochs": config.num_epochs}
-    loop = {"epoch": 0, "index": 0, "step": 0, "best": None, "epochs": [], "losses": [], "fetched": [],
-            "skipped": 0, "order": order}
-    if resume.latest_step() is not None:
-        state, loop = restore_position(resume, ckpt, state, shardings, order, workdir, config)
-    if distributed.is_primary():
-        workdirs.save_config(workdir, config)  # validated, and fits the state it resumes
-    ckpt.discard_after(loop["step"])  # best-epoch saves of a killed run past the resume point: redone below
-    writer = MetricWriter(workdir, resume_step=loop["step"])
-    dropout_rng = jax.random.key(config.seed + 1)
-    best, epochs, step, skipped_total = loop["best"], loop["epochs"], loop["step"], loop["skipped"]
-    skip, preempted = config.skip_nonfinite_updates, None
-    train_started = time.perf_counter()
-
-    def log(step: int, fetched: list[dict]) -> dict:
-        """One metrics.jsonl record: the means over the window's applied updates, and the skipped ones."""
-        applied = [m for m in fetched if "skipped" not in m]
-        record = {k: float(np.mean([m[k] for m in applied])) for k in (applied[0] if applied else {})
-                  if k not in ("examples", "nonfinite")}
-        if skip:
-            record.update(skipped_updates=len(fetched) - len(applied), skipped_updates_total=skipped_total)
-        writer.write(step, record)
-        return record
-
-    try:
-        with mesh, preemption.Watcher() as watcher:
-            for epoch in range(loop["epoch"], config.num_epochs):
-                chunks = train_data.epoch_order(config.seed, epoch)
-                first = loop["index"] if epoch == loop["epoch"] else 0
-                # losses: this epoch's so far; fetched: host metrics since the last log; window: device
-                # metrics not fetched yet (one sync per log, and before every save)
-                losses, fetched = (loop["losses"], loop["fetched"]) if epoch == loop["epoch"] else ([], [])
-                window = []
-                bar = tqdm(prefetch(lambda i: train_data.batch(chunks[i]), range(first, len(chunks)), config.prefetch),
-                           total=len(chunks), initial=first, desc=f"epoch {epoch + 1}/{config.num_epochs}",
-                           unit="step", dynamic_ncols=True, mininterval=1.0, disable=not distributed.is_primary())
-                for index, host_batch in bar:
-                    batch = partitioning.shard_batch({k: v[None] for k, v in host_batch.items()}, mesh, batch_dim=1,
-                                                     global_batch=True)
-                    state, metrics = jit_train(state, batch, dropout_rng)
-                    window.append(metrics)
-                    step += 1
-                    stop = watcher.should_stop(step)  # SIGTERM, SIGINT, JAX's preemption notice
-                    save = stop or (config.checkpoint_every > 0 and step % config.checkpoint_every == 0)
-                    logs = step % config.log_every == 0 or step % steps_per_epoch == 0
-                    if logs or save:
-                        for offset, m in enumerate(jax.device_get(window)):
-                            m = {k: float(v) for k, v in m.items()}
-                            if guards.check_finite(step - len(window) + 1 + offset, m, skip):
-                                skipped_total += 1
-                                m = {"skipped": 1.0}
-                            else:
-                                losses.append(m["loss"])
-                            fetched.append(m)
-                        window = []
-                    if logs:
-                        record = log(step, fetched)
-                        bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}")
-                        fetched = []
-                    if save:  # a copy: Orbax may write the JSON after these lists have grown
-                        guards.check_params_finite(step, state.params)
-                        position = copy.deepcopy({"epoch": epoch, "index": index + 1, "step": step, "best": best,
-                                                  "epochs": epochs, "losses": losses, "fetched": fetched,
-                                                  "skipped": skipped_total, "order": order})
-                        resume.save(step, state, position, force=True)
-                    if stop:
-                        resume.wait()  # complete on disk before the exit status says so
-                        preempted = step
-                        break
-                if preempted is not None:
-                    break
-                dev = {s: dev_metrics(family, predict(jit_predict, family, state.params, d, mesh), labels)
-                       for s, (d, labels, _) in dev_data.items()}
-                score = dev_score(task, dev)
-                for split, values in dev.items():
-                    writer.write(step, values, prefix=f"eval_{split}")
-                epochs.append({"epoch": epoch + 1, "step": step,
-                               "train_loss": float(np.mean(losses)) if losses else None, "dev": dev})
-                print(f"epoch {epoch + 1}: " + "; ".join(f"{s} " + ", ".join(f"{k}={v:.4f}" for k, v in m.items())
-                                                         for s, m in dev.items()))
-                if best is None or score > best[1]:
-                    guards.check_params_finite(step, state.params)
-                    best = [epoch + 1, score, dev]
-                    # Parameters only (with PEFT, the trained ones); the whole state for resuming lives in DIR/resume.
-                    params = state.params if base is None else parameter_efficient.stored_part(state.params, peft_mask)
-                    ckpt.save(step, {"params": params}, {"epoch": epoch + 1, task.main_metric: score,
-                                                         **({"peft_base": base} if base else {})}, force=True)
-    except KeyboardInterrupt:  # a second Ctrl-C: stop now, without waiting for a save in flight
-        writer.close()
-        raise
-    except BaseException:
-        ckpt.close()  # saves in flight hold good states: let them complete
-        resume.close()
-        writer.close()
-        raise
-    train_time = time.perf_counter() - train_started
-    ckpt.close()
-    resume.close()
-    writer.close()
-    if preempted is not None:
-        raise preemption.Preempted(preempted, resume.directory)
+    run = _Epochs(config, workdir, task, family, train_data, mesh, jit_train, jit_predict, peft_mask,
+                  # A PEFT checkpoint stores the trained parameters and this reference to the weights they adapt.
+                  parameter_efficient.base_reference(config, init.params, init.source) if peft_mask is not None
+                  else None)
+    state = run.resume_or_start(state, shardings)
+    state, train_time = run.train(state)
 
     # ----- Best checkpoint: predictions and results -----
     best_params, _ = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
-    if base is not None:  # the trained part over the base, which the run never changed (left where it is)
+    if run.base is not None:  # the trained part over the base, which the run never changed (left where it is)
         best_params = parameter_efficient.overlay(state.params, best_params)
     params = jax.device_put(best_params, shardings.params)
     splits = list(task.dev_splits) + (list(task.test_splits) if config.write_test_predictions else [])
     with mesh:
         score_splits(config, family, jit_predict, params, mesh, splits, workdir)
-    results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": best[0], "best_score": best[1],
-               "metrics": best[2], "epochs": epochs, "wall_time_sec": time.perf_counter() - started,
-               "train_time_sec": train_time, "seed": config.seed,
+    results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": run.best[0],
+               "best_score": run.best[1], "metrics": run.best[2], "epochs": run.epochs,
+               "wall_time_sec": time.perf_counter() - started, "train_time_sec": train_time, "seed": config.seed,
                "learning_rate": config.optimizer.learning_rate, "freezing": config.freezing.strategy,
                "peft": config.peft.method, "parameters": train_state.count_params(state.params),
                "trainable_parameters": freezing.trainable_count(state.params, unfreeze_at, 0),
                "init": init.source if init else "random", "train_examples": len(train_data)}
     if distributed.is_primary():  # one writer: processes racing on a shared disk would lose the rename
         workdirs.write_json_atomic(results_path, results)  # results.json marks a finished run: never half-written
-        storage.rmtree(resume.directory, ignore_errors=True)  # a finished run is never resumed
+        storage.rmtree(run.resume.directory, ignore_errors=True)  # a finished run is never resumed
     return results
+
+
+class _Epochs:
+    """The epochs of one run: steps, one-sync-per-log metrics, resume saves, dev after each epoch, the best epoch's
+    checkpoint. Its position (epoch, index, step, best, epochs, losses, fetched, skipped) is what DIR/resume keeps."""
+
+    def __init__(self, config, workdir: str, task, family, train_data, mesh, jit_train, jit_predict, peft_mask, base):
+        self.config, self.workdir, self.task, self.family = config, workdir, task, family
+        self.train_data, self.mesh, self.jit_train, self.jit_predict = train_data, mesh, jit_train, jit_predict
+        self.peft_mask, self.base = peft_mask, base
+        self.dev_data = {s: load_split(config, family, s, config.eval_batch_size) for s in task.dev_splits}
+        self.ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=0, keep=1)
+        self.resume = checkpoints.Checkpointer(os.path.join(workdir, "resume"), save_every=config.checkpoint_every,
+                                               keep=1)
+        self.order = {"seed": config.seed, "batch_size": config.batch_size, "train_examples": len(train_data),
+                      "num_epochs": config.num_epochs}
+        self.position = {"epoch": 0, "index": 0, "step": 0, "best": None, "epochs": [], "losses": [], "fetched": [],
+                         "skipped": 0, "order": self.order}
+
+    def resume_or_start(self, state, shardings):
+        """The state to train from: DIR/resume's where there is one. Then config.json and the metric writer."""
+        if self.resume.latest_step() is not None:
+            state, self.position = restore_position(self.resume, self.ckpt, state, shardings, self.order, self.workdir,
+                                                    self.config)
+        if distributed.is_primary():
+            workdirs.save_config(self.workdir, self.config)  # validated, and fits the state it resumes
+        self.ckpt.discard_after(self.position["step"])  # best-epoch saves of a killed run past the resume point
+        self.writer = MetricWriter(self.workdir, resume_step=self.position["step"])
+        self.best, self.epochs = self.position["best"], self.position["epochs"]
+        self.step, self.skipped_total = self.position["step"], self.position["skipped"]
+        return state
+
+    def train(self, state):
+        """Every epoch not done; -> (state, train seconds). Preemption: DIR/resume saved, preemption.Preempted."""
+        train_started, preempted = time.perf_counter(), None
+        try:
+            with self.mesh, preemption.Watcher() as watcher:
+                for epoch in range(self.position["epoch"], self.config.num_epochs):
+                    state, preempted = self.train_epoch(state, epoch, watcher)
+                    if preempted is not None:
+                        break
+                    self.evaluate_epoch(state, epoch)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now, without waiting for a save in flight
+            self.writer.close()
+            raise
+        except BaseException:
+            self.ckpt.close()  # saves in flight hold good states: let them complete
+            self.resume.close()
+            self.writer.close()
+            raise
+        train_time = time.perf_counter() - train_started
+        self.ckpt.close()
+        self.resume.close()
+        self.writer.close()
+        if preempted is not None:
+            raise preemption.Preempted(preempted, self.resume.directory)
+        return state, train_time
+
+    def train_epoch(self, state, epoch: int, watcher):
+        """One epoch's steps from where the position says; -> (state, the step of a preemption stop or None)."""
+        config, steps_per_epoch = self.config, self.train_data.steps_per_epoch
+        chunks = self.train_data.epoch_order(config.seed, epoch)
+        first = self.position["index"] if epoch == self.position["epoch"] else 0
+        # losses: this epoch's so far; fetched: host metrics since the last log; window: device metrics not
+        # fetched yet (one sync per log, and before every save)
+        resumed = epoch == self.position["epoch"]
+        losses, fetched = (self.position["losses"], self.position["fetched"]) if resumed else ([], [])
+        window = []
+        bar = tqdm(prefetch(lambda i: self.train_data.batch(chunks[i]), range(first, len(chunks)), config.prefetch),
+                   total=len(chunks), initial=first, desc=f"epoch {epoch + 1}/{config.num_epochs}",
+                   unit="step", dynamic_ncols=True, mininterval=1.0, disable=not distributed.is_primary())
+        dropout_rng = jax.random.key(config.seed + 1)
+        for index, host_batch in bar:
+            batch = partitioning.shard_batch({k: v[None] for k, v in host_batch.items()}, self.mesh, batch_dim=1,
+                                             global_batch=True)
+            state, metrics = self.jit_train(state, batch, dropout_rng)
+            window.append(metrics)
+            self.step += 1
+            stop = watcher.should_stop(self.step)  # SIGTERM, SIGINT, JAX's preemption notice
+            save = stop or (config.checkpoint_every > 0 and self.step % config.checkpoint_every == 0)
+            logs = self.step % config.log_every == 0 or self.step % steps_per_epoch == 0
+            if logs or save:
+                self.fetch(window, losses, fetched)
+                window = []
+            if logs:
+                record = self.log(fetched)
+                bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}")
+                fetched = []
+            if save:  # a copy: Orbax may write the JSON after these lists have grown
+                guards.check_params_finite(self.step, state.params)
+                position = copy.deepcopy({"epoch": epoch, "index": index + 1, "step": self.step, "best": self.best,
+                                          "epochs": self.epochs, "losses": losses, "fetched": fetched,
+                                          "skipped": self.skipped_total, "order": self.order})
+                self.resume.save(self.step, state, position, force=True)
+            if stop:
+                self.resume.wait()  # complete on disk before the exit status says so
+                return state, self.step
+        self.losses = losses
+        return state, None
+
+    def fetch(self, window: list, losses: list[float], fetched: list[dict]) -> None:
+        """The device metrics of the steps in `window` (which end at self.step), checked: a non-finite update stops
+        the run here (guards) or, when skipped, is counted and kept out of the means."""
+        for offset, m in enumerate(jax.device_get(window)):
+            m = {k: float(v) for k, v in m.items()}
+            if guards.check_finite(self.step - len(window) + 1 + offset, m, self.config.skip_nonfinite_updates):
+                self.skipped_total += 1
+                m = {"skipped": 1.0}
+            else:
+                losses.append(m["loss"])
+            fetched.append(m)
+
+    def log(self, fetched: list[dict]) -> dict:
+        """One metrics.jsonl record: the means over the window's applied updates, and the skipped ones."""
+        applied = [m for m in fetched if "skipped" not in m]
+        record = {k: float(np.mean([m[k] for m in applied])) for k in (applied[0] if applied else {})
+                  if k not in ("examples", "nonfinite")}
+        if self.config.skip_nonfinite_updates:
+            record.update(skipped_updates=len(fetched) - len(applied), skipped_updates_total=self.skipped_total)
+        self.writer.write(self.step, record)
+        return record
+
+    def evaluate_epoch(self, state, epoch: int) -> None:
+        """Dev metrics after an epoch; the best epoch so far is saved (parameters only; with PEFT, the trained
+        ones: the whole state for resuming lives in DIR/resume)."""
+        dev = {s: dev_metrics(self.family, predict(self.jit_predict, self.family, state.params, d, self.mesh), labels)
+               for s, (d, labels, _) in self.dev_data.items()}
+        score = dev_score(self.task, dev)
+        for split, values in dev.items():
+            self.writer.write(self.step, values, prefix=f"eval_{split}")
+        self.epochs.append({"epoch": epoch + 1, "step": self.step,
+                            "train_loss": float(np.mean(self.losses)) if self.losses else None, "dev": dev})
+        print(f"epoch {epoch + 1}: " + "; ".join(f"{s} " + ", ".join(f"{k}={v:.4f}" for k, v in m.items())
+                                                 for s, m in dev.items()))
+        if self.best is None or score > self.best[1]:
+            guards.check_params_finite(self.step, state.params)
+            self.best = [epoch + 1, score, dev]
+            params = state.params if self.base is None else parameter_efficient.stored_part(state.params,
+                                                                                            self.peft_mask)
+            self.ckpt.save(self.step, {"params": params}, {"epoch": epoch + 1, self.task.main_metric: score,
+                                                           **({"peft_base": self.base} if self.base else {})},
+                           force=True)
 
 
 def restore_position(resume: checkpoints.Checkpointer, ckpt: checkpoints.Checkpointer, state, shardings,
