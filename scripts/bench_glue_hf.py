@@ -92,6 +92,60 @@ def build_model(args, task, method: str):
     return model, trained, total, note
 
 
+def encode(tokenizer, task, examples, max_length: int):
+    """Examples -> (token ids per row, token types per row, labels), unpadded."""
+    enc = tokenizer([e.text_a for e in examples], [e.text_b for e in examples] if task.is_pair else None,
+                    truncation=True, max_length=max_length)
+    labels = np.asarray([e.label for e in examples], np.float32 if task.is_regression else np.int64)
+    return enc["input_ids"], enc["token_type_ids"], labels
+
+
+def collate(data, rows):
+    """Rows of encoded data -> (a torch batch padded to its longest row, its labels)."""
+    import torch
+    ids, types, labels = data
+    width = max(len(ids[r]) for r in rows)  # dynamic padding: the longest sequence of this batch
+    batch = {k: np.zeros((len(rows), width), np.int64) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    for i, r in enumerate(rows):
+        n = len(ids[r])
+        batch["input_ids"][i, :n], batch["token_type_ids"][i, :n] = ids[r], types[r]
+        batch["attention_mask"][i, :n] = 1
+    return {k: torch.from_numpy(v) for k, v in batch.items()}, torch.from_numpy(labels[rows])
+
+
+def evaluate(model, task, data) -> dict[str, float]:
+    """The task's official metrics on encoded data, dropout off."""
+    import torch
+
+    from pretrain.glue import metrics as glue_metrics
+    model.eval()
+    outputs = []
+    with torch.inference_mode():
+        for lo in range(0, len(data[2]), 128):
+            batch, _ = collate(data, np.arange(lo, min(lo + 128, len(data[2]))))
+            outputs.append(model(**batch).logits.float().numpy())
+    model.train()
+    logits = np.concatenate(outputs)
+    predictions = logits[:, 0] if task.is_regression else logits.argmax(-1)
+    return {k: float(v) for k, v in glue_metrics.compute_metrics(task, predictions, data[2]).items()}
+
+
+def train_epoch(model, optimizer, scheduler, params, train_data, order: np.ndarray, batch_size: int) -> list[float]:
+    """One pass over `order` in batches, clipping at 1.0; -> the losses."""
+    import torch
+    losses = []
+    for lo in range(0, len(order), batch_size):
+        batch, labels = collate(train_data, order[lo:lo + batch_size])
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    return losses
+
+
 def hf_cell(args, task_name: str, seed: int, method: str, out_dir: str) -> None:
     start = time.perf_counter()
     import torch
@@ -112,37 +166,8 @@ def hf_cell(args, task_name: str, seed: int, method: str, out_dir: str) -> None:
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model_dir)
     model, trained, total, note = build_model(args, task, method)
 
-    def encode(examples):
-        enc = tokenizer([e.text_a for e in examples], [e.text_b for e in examples] if task.is_pair else None,
-                        truncation=True, max_length=args.max_seq_length)
-        labels = np.asarray([e.label for e in examples], np.float32 if task.is_regression else np.int64)
-        return enc["input_ids"], enc["token_type_ids"], labels
-
-    def collate(data, rows):
-        ids, types, labels = data
-        width = max(len(ids[r]) for r in rows)  # dynamic padding: the longest sequence of this batch
-        batch = {k: np.zeros((len(rows), width), np.int64) for k in ("input_ids", "token_type_ids", "attention_mask")}
-        for i, r in enumerate(rows):
-            n = len(ids[r])
-            batch["input_ids"][i, :n], batch["token_type_ids"][i, :n] = ids[r], types[r]
-            batch["attention_mask"][i, :n] = 1
-        batch = {k: torch.from_numpy(v) for k, v in batch.items()}
-        return batch, torch.from_numpy(labels[rows])
-
-    def evaluate(data):
-        model.eval()
-        outputs = []
-        with torch.inference_mode():
-            for lo in range(0, len(data[2]), 128):
-                batch, _ = collate(data, np.arange(lo, min(lo + 128, len(data[2]))))
-                outputs.append(model(**batch).logits.float().numpy())
-        model.train()
-        logits = np.concatenate(outputs)
-        predictions = logits[:, 0] if task.is_regression else logits.argmax(-1)
-        return {k: float(v) for k, v in glue_metrics.compute_metrics(task, predictions, data[2]).items()}
-
-    train_data = encode(train)
-    dev_data = {split: encode(examples) for split, examples in dev.items()}
+    train_data = encode(tokenizer, task, train, args.max_seq_length)
+    dev_data = {split: encode(tokenizer, task, examples, args.max_seq_length) for split, examples in dev.items()}
     steps_per_epoch = math.ceil(len(train) / args.batch_size)
     total_steps = steps_per_epoch * args.epochs
     params = [(p, "LayerNorm" in n or n.endswith("bias")) for n, p in trained]  # (p, no decay)
@@ -156,18 +181,9 @@ def hf_cell(args, task_name: str, seed: int, method: str, out_dir: str) -> None:
     for epoch in range(1, args.epochs + 1):
         tick = time.perf_counter()
         order = torch.randperm(len(train), generator=generator).numpy()
-        losses = []
-        for lo in range(0, len(order), args.batch_size):
-            batch, labels = collate(train_data, order[lo:lo + args.batch_size])
-            loss = model(**batch, labels=labels).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_([p for p, _ in params], 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(float(loss.detach()))
+        losses = train_epoch(model, optimizer, scheduler, [p for p, _ in params], train_data, order, args.batch_size)
         train_time += time.perf_counter() - tick
-        metrics = {split: evaluate(data) for split, data in dev_data.items()}
+        metrics = {split: evaluate(model, task, data) for split, data in dev_data.items()}
         epochs.append({"epoch": epoch, "train_loss": float(np.mean(losses)), **metrics})
         score = float(glue_metrics.main_score(task, metrics[task.dev_splits[0]]))
         print(f"hf {task_name} {method} seed {seed} epoch {epoch}: loss {np.mean(losses):.4f} {metrics}", flush=True)
