@@ -207,38 +207,45 @@ def main(argv=None) -> None:
                    "torch_threads": None if accelerator else args.torch_threads or os.cpu_count(),
                    "warmup": args.warmup, "peak_flops": peak, "models": {}}
         for model in models:
-            _, batch, seq = SIZES[size][model]
-            batch, seq = args.batch or batch, args.seq or seq
-            args.seq_for[model] = seq
-            config = build_config(model, size, batch, seq, accelerator)
-            flops, tokens = model_flops(model, config)
-            path = os.path.join(work, f"{model}.npz")
-            np.savez(path, **make_batches(model, config, steps))
-            entry = results["models"][model] = {"batch": batch, "seq": seq, "tokens_per_step": tokens,
-                                                "flops_per_step": flops, "sides": {}}
-            for side in sides:
-                r = run_worker(work, f"--worker={model}:{side}", f"--size={size}", f"--batch={batch}",
-                               f"--seq={seq}", f"--batches={path}", f"--warmup={args.warmup}",
-                               f"--torch_threads={args.torch_threads}", *(["--accelerator"] if accelerator else []))
-                if r.get("times"):
-                    r["median_step_s"] = float(np.median(r["times"][args.warmup:]))
-                    r["first_step_s"] = r["times"][0]  # compilation included (XLA's, Inductor's)
-                    r["tokens_per_s"] = tokens / r["median_step_s"]
-                    r["mfu"] = flops / r["median_step_s"] / peak if peak else None
-                if args.find_max_batch and accelerator:
-                    r["max_batch"] = find_max_batch(work, model, side, args, batch, "times" in r)
-                entry["sides"][side] = r
-                print(f"  {model} {side}: " + (f"{r['median_step_s'] * 1e3:.1f} ms/step on {r['device']}"
-                                               if "median_step_s" in r else f"failed: {r.get('error')}"), flush=True)
-            for side in sides[1:]:
-                ours, theirs = entry["sides"]["jax"].get("median_step_s"), entry["sides"][side].get("median_step_s")
-                if ours and theirs:
-                    entry[f"time_ratio_ours_over_{side}"] = ours / theirs
+            results["models"][model] = bench_model(work, model, size, sides, steps, args, accelerator, peak)
     print_table(results, args.find_max_batch and accelerator)
     if args.output:
         os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
         with open(args.output, "w") as f:
             json.dump(results, f, indent=2)
+
+
+def bench_model(work: str, model: str, size: str, sides: list[str], steps: int, args, accelerator: bool,
+                peak: float) -> dict:
+    """One model's steps on every side (each in a worker process of its own), the same batches for all; -> its
+    entry of the results: shape, FLOPs, each side's times and losses, and the time ratios ours / theirs."""
+    _, batch, seq = SIZES[size][model]
+    batch, seq = args.batch or batch, args.seq or seq
+    args.seq_for[model] = seq
+    config = build_config(model, size, batch, seq, accelerator)
+    flops, tokens = model_flops(model, config)
+    path = os.path.join(work, f"{model}.npz")
+    np.savez(path, **make_batches(model, config, steps))
+    entry = {"batch": batch, "seq": seq, "tokens_per_step": tokens, "flops_per_step": flops, "sides": {}}
+    for side in sides:
+        r = run_worker(work, f"--worker={model}:{side}", f"--size={size}", f"--batch={batch}",
+                       f"--seq={seq}", f"--batches={path}", f"--warmup={args.warmup}",
+                       f"--torch_threads={args.torch_threads}", *(["--accelerator"] if accelerator else []))
+        if r.get("times"):
+            r["median_step_s"] = float(np.median(r["times"][args.warmup:]))
+            r["first_step_s"] = r["times"][0]  # compilation included (XLA's, Inductor's)
+            r["tokens_per_s"] = tokens / r["median_step_s"]
+            r["mfu"] = flops / r["median_step_s"] / peak if peak else None
+        if args.find_max_batch and accelerator:
+            r["max_batch"] = find_max_batch(work, model, side, args, batch, "times" in r)
+        entry["sides"][side] = r
+        print(f"  {model} {side}: " + (f"{r['median_step_s'] * 1e3:.1f} ms/step on {r['device']}"
+                                       if "median_step_s" in r else f"failed: {r.get('error')}"), flush=True)
+    for side in sides[1:]:
+        ours, theirs = entry["sides"]["jax"].get("median_step_s"), entry["sides"][side].get("median_step_s")
+        if ours and theirs:
+            entry[f"time_ratio_ours_over_{side}"] = ours / theirs
+    return entry
 
 
 def print_table(results: dict, max_batch: bool) -> None:
