@@ -1,6 +1,9 @@
 """Helpers shared by the config files: config-string parsing and the trainer's common fields."""
 from __future__ import annotations
 
+import importlib
+import os
+
 import ml_collections
 
 
@@ -20,6 +23,19 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
         else:
             values[key] = kind(value)
     return values
+
+
+def load(spec: str) -> ml_collections.ConfigDict:
+    """'configs/t5.py:size=base' -> configs.t5.get_config('size=base'), as the entry points' --config reads it."""
+    path, _, arg = spec.partition(":")
+    if os.path.dirname(os.path.normpath(path)) != "configs" or not path.endswith(".py"):
+        raise ValueError(f"config {spec!r}: give a file of configs/ and its arguments (e.g. configs/bert.py:size=tiny)")
+    name = os.path.basename(path)[:-len(".py")]
+    try:
+        module = importlib.import_module(f"configs.{name}")
+    except ModuleNotFoundError:
+        raise ValueError(f"config {spec!r}: configs/{name}.py does not exist") from None
+    return module.get_config(arg or None)
 
 
 def input_pipeline_fields() -> dict:

@@ -18,8 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import importlib  # noqa: E402
-
+from configs import common  # noqa: E402
 from pretrain.core import aot  # noqa: E402
 from pretrain.loops.steps import train_step  # noqa: E402
 
@@ -32,8 +31,7 @@ MODELS = {  # name: config file and argument
 
 
 def load(spec: str, **overrides):
-    path, _, arg = spec.partition(":")  # configs/t5.py:size=base -> configs.t5.get_config("size=base")
-    config = importlib.import_module(path[:-len(".py")].replace("/", ".")).get_config(arg or None)
+    config = common.load(spec)  # configs/t5.py:size=base -> configs.t5.get_config("size=base")
     with config.unlocked():
         config.update_from_flattened_dict(overrides)
     return config

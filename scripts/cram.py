@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import importlib
 import shutil
 import sys
 import time
@@ -35,6 +34,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from configs import common  # noqa: E402
 from scripts import build_corpus, train_tokenizer  # noqa: E402
 
 CONFIG = "configs/bert.py:size=tiny,recipe=cram,nsp=False"  # docs/cram.md: the measurements that chose it
@@ -70,18 +70,11 @@ def typed(value: str, like):
     return type(like)(value) if like is not None else value
 
 
-def load_config(spec: str):
-    """'configs/bert.py:size=tiny,...' -> that file's get_config(arg), as pretrain.train's --config reads it."""
-    path, _, arg = spec.partition(":")
-    name = os.path.splitext(os.path.basename(path))[0]
-    if os.path.dirname(os.path.normpath(path)) != "configs" or not os.path.isfile(os.path.join(REPO, path)):
-        raise SystemExit(f"error: --config={spec}: give a file of configs/ and its arguments "
-                         "(e.g. configs/bert.py:size=tiny,recipe=cram,nsp=False)")
-    return importlib.import_module(f"configs.{name}").get_config(arg or None)
-
-
 def pretraining_config(args, corpus: str, spm: str, steps: int):
-    config = load_config(args.config)
+    try:
+        config = common.load(args.config)
+    except ValueError as e:
+        raise SystemExit(f"error: --config: {e}") from None
     config.data.path, config.tokenizer.path = corpus, spm
     for item in args.set:
         key, sep, value = item.partition("=")

@@ -9,7 +9,7 @@ The papers' versions of this comparison (dev sets; the numbers are GLUE averages
 Here each family's tiny config pretrains on `make demo`'s corpus with its own objective (MLM + NSP, span
 corruption, causal LM), then SST-2 (8,000 training examples; dev accuracy) is fine-tuned with each
 family's recipe from configs/glue.py (BERT at lr 1e-4, the tiny model's rate in make demo) from
-that checkpoint and from random weights (the same config.model and tokenizer, `config.init=''`).
+that checkpoint and from random weights (the same architecture and tokenizer, `--config.init_weights=random`).
 
   python scripts/reproduce_pretraining_helps.py            # 3 families x 2 inits x 3 seeds (about an hour)
   python scripts/reproduce_pretraining_helps.py --quick --parallel 2   # seed 0, fewer steps (12.1 min, 2 idle cores)
@@ -55,7 +55,7 @@ def main() -> None:
                   f"--config.data.max_train_examples={examples}", f"--config.num_epochs={epochs}",
                   "--config.data.max_seq_length=64", "--config.write_test_predictions=False", *FAMILIES[family][2]]
         inits = {"pretrained": [f"--config.init={run.workdir(pre.name)}"],
-                 "random": rp.random_init_flags(run.workdir(pre.name), "sst2", family)}
+                 "random": [f"--config.init={run.workdir(pre.name)}", "--config.init_weights=random"]}
         for init, flags in inits.items():
             finetuning[family, init] = [run.finetune_cell(f"{family}_{init}", "sst2", seed, config, shared + flags)
                                         for seed in seeds]

@@ -4,7 +4,7 @@ print the paper's rows beside ours with the wall time and the machine.
 A reproduction is a sweep whose cells are whole runs (pretrain/ops: resumable, `--parallel` at once, a
 killed script resumed by the same command): `<output>/pretrain_<arm>/` workdirs of `pretrain.train`, then
 `<output>/<arm>_<task>_seed<k>/` workdirs of `pretrain.finetune` from them (or from random weights of the
-same architecture: `random_init_flags`). The corpus and tokenizer are `make demo`'s (built here into
+same architecture: `--config.init_weights=random`). The corpus and tokenizer are `make demo`'s (built here into
 `<output>/assets` when not given), so the numbers are small at CPU scale; a config and its overrides are
 all that changes at another scale.
 """
@@ -21,7 +21,6 @@ sys.path.insert(0, REPO)  # for `pretrain.*`, `configs.*`, `scripts.*`
 
 import numpy as np  # noqa: E402
 
-from configs import glue  # noqa: E402
 from pretrain.core.errors import EXIT_PREEMPTED, UserError  # noqa: E402
 from pretrain.ops import sweep_report, sweep_runner, sweeps  # noqa: E402
 
@@ -120,22 +119,6 @@ class Reproduction:
         runs = sum(self.sweep.outcome(c)["wall_sec"] for c in self.cells) / 60
         return (f"Ran in {minutes:.1f} min (this invocation); its {len(self.cells)} runs took {runs:.1f} min in all, "
                 f"one after another unless --parallel; on {machine()}.")
-
-
-def random_init_flags(pretrained_workdir: str, task: str, model: str) -> list[str]:
-    """--config.model.* and --config.tokenizer.* of a pretraining workdir, for fine-tuning the same
-    architecture from random weights (config.init = ''). Keys the fine-tuning config lacks (BERT's
-    next_sentence) are left out."""
-    with open(os.path.join(pretrained_workdir, "config.json")) as f:
-        stored = json.load(f)
-    target = glue.get_config(f"task={task},model={model}")
-    flags = []
-    for section in ("model", "tokenizer"):
-        for key, value in stored[section].items():
-            if key in target[section]:
-                text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
-                flags.append(f"--config.{section}.{key}={text}")
-    return flags
 
 
 def mean_std(values: list[float]) -> str:
