@@ -113,8 +113,9 @@ def pretraining_rows(ours: str, peer: str | None) -> list[list[str]]:
     with open(os.path.join(ours, "cram.json")) as f:
         record = json.load(f)
     held_out = record.get("eval", {})  # none where the run held no documents out
+    loss, accuracy = (held_out.get(k, float("nan")) for k in ("eval_mlm_loss", "eval_mlm_accuracy"))
     rows = [["ours (JAX/Flax)", f"{record['reached_steps']:,}", f"{record['step_time_sec']:.3f}",
-             f"{held_out.get('eval_mlm_loss', float('nan')):.3f}", f"{held_out.get('eval_mlm_accuracy', float('nan')):.3f}"]]
+             f"{loss:.3f}", f"{accuracy:.3f}"]]
     if peer:
         with open(os.path.join(peer, "cram.json")) as f:
             record = json.load(f)

@@ -10,12 +10,13 @@ What it does, in order:
   1. DIR/corpus.txt: scripts/build_corpus.py with every source (its statistics in DIR/corpus.json), once
      (--corpus: an existing one instead).
   2. DIR/spm.model: a SentencePiece vocabulary of --vocab_size pieces on it, once (--tokenizer: an existing one).
-  3. The recipe (--config, by default configs/bert.py:size=tiny,recipe=cram,nsp=False) is timed for a few steps on this machine; from that step
-     time the number of steps that fit the rest of the budget is fixed, and the schedule (warm-up, decay to 0)
-     is laid over exactly those steps. Corpus and tokenizer are outside the budget, as in Cramming; the timing
-     steps, the set-up, the evaluation and the final checkpoint are inside it.
-  4. DIR/bert (DIR/t5, DIR/gpt for those configs): an ordinary pretrain.train workdir (config.json, checkpoints/, metrics.jsonl). Should the machine
-     slow down, the run saves and stops at the budget anyway; the same command resumes it.
+  3. The recipe (--config, by default configs/bert.py:size=tiny,recipe=cram,nsp=False) is timed for a few
+     steps on this machine; from that step time the number of steps that fit the rest of the budget is fixed,
+     and the schedule (warm-up, decay to 0) is laid over exactly those steps. Corpus and tokenizer are outside
+     the budget, as in Cramming; the timing steps, the set-up, the evaluation and the final checkpoint are inside.
+  4. DIR/bert (DIR/t5, DIR/gpt for those configs): an ordinary pretrain.train workdir (config.json,
+     checkpoints/, metrics.jsonl). Should the machine slow down, the run saves and stops at the budget anyway;
+     the same command resumes it.
   5. DIR/cram.json: budget, step time, steps planned and reached, held-out losses, wall times, and the
      `--steps=N` command that reproduces the run.
 
@@ -77,12 +78,14 @@ def pretraining_config(args, corpus: str, spm: str, steps: int):
         raise SystemExit(f"error: --config: {e}") from None
     config.data.path, config.tokenizer.path = corpus, spm
     for item in args.set:
-        key, sep, value = item.partition("=")
+        key, _, value = item.partition("=")
         try:
             current = config
             for part in key.split(".")[:-1]:
                 current = current[part]
             current[key.split(".")[-1]] = typed(value, current[key.split(".")[-1]])
+        except ValueError as e:
+            raise SystemExit(f"error: --set {item}: {e} (write it as KEY=VALUE, the value of the key's type)") from None
         except (KeyError, AttributeError):
             raise SystemExit(f"error: --set {item}: the pretraining config has no key {key!r} "
                              f"(python -m pretrain.train --config={args.config} --print_config lists them)")
