@@ -51,7 +51,8 @@ def build_assets(output: str, args) -> tuple[str, str]:
     corpus, prefix = os.path.join(output, "corpus.txt"), os.path.join(output, "spm")
     if not os.path.exists(corpus):
         stats = build_corpus.build_corpus(corpus + ".partial", tuple(args.sources), glue_dir=args.glue_dir,
-                                          cache=os.path.join(output, "sources"))
+                                          cache=os.path.join(output, "sources"),
+                                          repeats=build_corpus.parse_repeats(args.repeat))
         os.replace(corpus + ".partial", corpus)
         stats["path"] = corpus
         with open(os.path.join(output, "corpus.json"), "w") as f:
@@ -93,6 +94,15 @@ def pretraining_config(args, corpus: str, spm: str, steps: int):
     config.optimizer.warmup_steps = max(1, round(args.warmup_fraction * steps))
     config.checkpoint_every = steps  # the final checkpoint (a budget stop saves its own)
     return config
+
+
+def check_arguments(args) -> None:
+    """A bad --config, --set or --repeat stops here with one line."""
+    pretraining_config(args, "", "", 1)
+    try:
+        build_corpus.parse_repeats(args.repeat)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def time_steps(args, corpus: str, spm: str, directory: str) -> tuple[float, float]:
@@ -137,14 +147,14 @@ def reproduce_command(parser, args, steps: int) -> str:
     for name, value in vars(args).items():
         if name in ("minutes", "steps", "output") or value == parser.get_default(name):
             continue
-        if name == "set":
-            words += [f"--set {item}" for item in value]
+        if name in ("set", "repeat"):  # repeatable options
+            words += [f"--{name} {item}" for item in value]
         else:
             words.append(f"--{name} " + " ".join(map(str, value)) if isinstance(value, list) else f"--{name}={value}")
     return " ".join(words)
 
 
-def main(argv=None) -> int:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", required=True, help="directory of the corpus, tokenizer, bert/ and cram.json")
     budget = parser.add_mutually_exclusive_group(required=True)
@@ -156,8 +166,15 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--sources", nargs="+", choices=build_corpus.SOURCES, default=list(build_corpus.SOURCES))
     parser.add_argument("--glue_dir", default=build_corpus.GLUE_DIR)
+    parser.add_argument("--repeat", action="append", default=[], metavar="SOURCE=N",
+                        help="write that corpus source N times (scripts/build_corpus.py)")
     parser.add_argument("--corpus", default="", help="an existing corpus (with --tokenizer): no corpus is built")
     parser.add_argument("--tokenizer", default="", help="an existing SentencePiece model (with --corpus)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = make_parser()
     args = parser.parse_args(argv)
     output = os.path.abspath(args.output)
     os.makedirs(output, exist_ok=True)
@@ -167,7 +184,7 @@ def main(argv=None) -> int:
     from pretrain.loops import pretraining
     compilation_cache.enable()
 
-    pretraining_config(args, "", "", 1)  # a bad --config or --set fails here, before minutes of corpus building
+    check_arguments(args)  # before minutes of corpus building
     started = time.time()
     corpus, spm = build_assets(output, args)
     assets_sec = time.time() - started

@@ -115,3 +115,40 @@ def test_statistics_line_and_json(tmp_path, capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith(f"corpus {out}: 1 documents, 1 sentences") and "shakespeare 1 docs" in last
     assert json.loads((tmp_path / "c.json").read_text())["sentences"] == 1
+
+
+def _two_sources(tmp_path):
+    """A one-speech shakespeare and a GLUE directory with one CoLA training sentence."""
+    shakespeare = tmp_path / "input.txt"
+    shakespeare.write_text("A:\nA line of a play here.\n")
+    cola = tmp_path / "glue" / "CoLA"
+    cola.mkdir(parents=True)
+    (cola / "train.tsv").write_text("src\t1\t\tThe task sentence is here.\n")
+    return str(shakespeare), str(tmp_path / "glue")
+
+
+def test_repeated_source_is_written_n_times_before_the_others(tmp_path, monkeypatch):
+    shakespeare, glue_dir = _two_sources(tmp_path)
+    monkeypatch.setattr(corpus_sources, "glue_held_out", lambda _: set())
+    path = str(tmp_path / "corpus.txt")
+    stats = build_corpus.build_corpus(path, ("shakespeare", "glue"), glue_dir=glue_dir, shakespeare=shakespeare,
+                                      repeats={"glue": 3})
+    docs = [" ".join(d) for d in read_text_corpus(path)]
+    # the last document (where the held-out split comes from) is the unrepeated source's
+    assert docs == ["The task sentence is here."] * 3 + ["A line of a play here."]
+    assert stats["sources"]["glue"] == {"documents": 3, "sentences": 3, "copies": 3,
+                                        "bytes": stats["bytes"] - stats["sources"]["shakespeare"]["bytes"]}
+    assert "glue (x3) 3 docs" in build_corpus.statistics_line(stats)
+
+
+@pytest.mark.parametrize("repeat", [["glue=0"], ["glue"], ["books=2"], ["glue=two"]])
+def test_bad_repeat_is_one_line_error(tmp_path, capsys, repeat):
+    code = build_corpus.main(["--output", str(tmp_path / "c.txt"), "--sources", "shakespeare", "glue",
+                              "--repeat", *repeat])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "SOURCE=N" in err
+
+
+def test_every_source_repeated_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unrepeated"):
+        build_corpus.build_corpus(str(tmp_path / "c.txt"), ("shakespeare",), repeats={"shakespeare": 2})

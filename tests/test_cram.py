@@ -29,6 +29,22 @@ def test_typed_takes_the_type_of_the_key_it_replaces():
         cram.typed("maybe", True)
 
 
+def test_reproduce_command_repeats_each_repeatable_option():
+    parser = cram.make_parser()
+    args = parser.parse_args(["--minutes=5", "--output=x", "--repeat", "glue=8", "--set", "batch_size=16",
+                              "--set", "model.dropout_rate=0"])
+    command = cram.reproduce_command(parser, args, 123)
+    assert command == ("python scripts/cram.py --steps=123 --output=DIR --set batch_size=16 "
+                       "--set model.dropout_rate=0 --repeat glue=8")
+    assert cram.make_parser().parse_args(shlex.split(command)[2:]).repeat == ["glue=8"]
+
+
+def test_bad_repeat_stops_before_the_corpus_is_built(tmp_path):
+    with pytest.raises(SystemExit, match="SOURCE=N"):
+        cram.main(["--minutes=1", f"--output={tmp_path}", "--repeat", "glue=0"])
+    assert not (tmp_path / "corpus.txt").exists()
+
+
 def _params(workdir, step: int) -> list[np.ndarray]:
     import jax
 
