@@ -24,18 +24,18 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-# Offline end to end: corpus from CPython's docs -> SentencePiece -> tiny BERT (MLM + NSP) -> plot
-# -> fine-tune + evaluate on the GLUE tasks in $(GLUE_DIR), from the checkpoint and from random weights of its
-# architecture -> the table with both rows.
+# Offline end to end: corpus from CPython's docs and the GLUE training sentences (no labels) -> SentencePiece
+# -> tiny BERT (MLM + NSP) -> plot -> fine-tune + evaluate on the GLUE tasks in $(GLUE_DIR), from the checkpoint
+# and from random weights of its architecture -> the table with both rows.
 demo: $(STAMP)
-	$(PY) scripts/build_corpus.py --sources cpython --output $(DEMO)/corpus.txt --max_mb 4
+	$(PY) scripts/build_corpus.py --sources cpython glue --glue_dir "$(GLUE_DIR)" --output $(DEMO)/corpus.txt
 	$(PY) scripts/train_tokenizer.py --input $(DEMO)/corpus.txt --model_prefix $(DEMO)/tokenizer/spm --vocab_size 8000
 	rm -rf $(DEMO)/bert_tiny
 	$(PY) -m pretrain.train --config=configs/bert.py:size=tiny --workdir=$(DEMO)/bert_tiny \
 	    --config.data.path=$(DEMO)/corpus.txt --config.tokenizer.path=$(DEMO)/tokenizer/spm.model
 	$(PY) scripts/plot_metrics.py --workdir $(DEMO)/bert_tiny
 	rm -rf $(DEMO)/glue
-	$(PY) scripts/demo_finetune.py --init $(DEMO)/bert_tiny --glue_dir "$(GLUE_DIR)" --output $(DEMO)/glue
+	$(PY) scripts/demo_finetune.py --init $(DEMO)/bert_tiny --glue_dir "$(GLUE_DIR)" --output $(DEMO)/glue --parallel 2
 	@echo
 	@echo "Outputs:"
 	@echo "  corpus              $(DEMO)/corpus.txt"

@@ -24,7 +24,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--init", required=True, help="the pretrain.train workdir to fine-tune")
     glue_study.add_flags(parser, "demo_out/glue", seeds=(0,))
-    parser.set_defaults(tasks=["sst2-8k", "cola", "mrpc", "wnli"], learning_rates=[1e-4])
+    parser.set_defaults(tasks=["sst2-1k", "cola", "mrpc", "wnli"], learning_rates=[1e-4])
     args = parser.parse_args()
     found = [t for t in args.tasks
              if os.path.isdir(os.path.join(args.glue_dir, glue_study.glue.get_task(glue_study.TASKS[t][0]).directory))]
