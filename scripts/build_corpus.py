@@ -90,7 +90,8 @@ def build_corpus(output_path: str, sources: tuple[str, ...] = ("cpython",), max_
     cache = cache or os.path.join(os.path.dirname(os.path.abspath(output_path)), "sources")
     with open(output_path, "w", encoding="utf-8") as f:
         for name in writing_order(tuple(sources), repeats):
-            part = stats["sources"][name] = {"documents": 0, "sentences": 0, "bytes": 0, "copies": repeats.get(name, 1)}
+            part = stats["sources"][name] = {"documents": 0, "sentences": 0, "bytes": 0,
+                                             "copies": repeats.get(name, 1)}
             documents = _documents(name, glue_dir, shakespeare, cache, held_out, seen, stats)
             if name in repeats:
                 documents = list(documents) * repeats[name]
