@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-nanogpt bench-accelerator cram bench-cram clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-nanogpt bench-accelerator gpu-wheels cram bench-cram clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -168,6 +168,16 @@ bench-nanogpt: $(STAMP)
 # machine's device: ms/step, tokens/s, MFU, peak memory, ours / theirs. CPU: tiny shapes, ~3 min.
 bench-accelerator: $(STAMP)
 	$(PY) scripts/bench_accelerator.py --output runs/bench_accelerator.json
+
+# Wheels of what this project imports that a stock CUDA image with jax, flax, optax, orbax and torch lacks
+# (cp312, manylinux x86-64), into .whl/ (ignored): carry them to the GPU machine and run scripts/bench_gpu.sh
+# there with PYTHONPATH (README, Benchmarks). Needs the package index, not the GPU.
+GPU_WHEELS := ml-collections==1.1.0 tensorboardX==2.6.5 grain==0.2.18 array-record==0.8.6 dm-tree==0.1.10 \
+              portpicker==1.6.0 importlib-resources==7.1.0
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	    --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+	    --platform manylinux2014_x86_64 --platform any -d .whl $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) $(DEMO) *.egg-info

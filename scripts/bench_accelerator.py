@@ -145,11 +145,12 @@ def find_max_batch(work: str, model: str, side: str, args, start: int, fitted: b
     reaches start * limit: -> the last that fitted, None when even `start` did not."""
     fitted, batch = (start, 2 * start) if fitted else (None, start)
     while batch <= start * limit:
-        config = build_config(model, args.size, batch, args.seq_for[model], True)
+        config = build_config(model, args.size, batch, args.seq_for[model], True, tuple(args.set))
         path = os.path.join(work, f"{model}_{batch}.npz")
         np.savez(path, **make_batches(model, config, 3))
         result = run_worker(work, f"--worker={model}:{side}", f"--size={args.size}", f"--batch={batch}",
-                            f"--seq={args.seq_for[model]}", "--accelerator", f"--batches={path}", "--warmup=1")
+                            f"--seq={args.seq_for[model]}", "--accelerator", f"--batches={path}", "--warmup=1",
+                            *[f"--set={s}" for s in args.set])
         os.remove(path)
         if not result.get("times"):
             break  # out of memory (or another failure: its message is in the main run's table if it recurs)
@@ -170,6 +171,11 @@ def main(argv=None) -> None:
     p.add_argument("--find_max_batch", action="store_true", help="GPU only: the largest batch each side fits")
     p.add_argument("--torch_threads", type=int, default=0, help="PyTorch's CPU threads (default: all cores, as "
                    "XLA uses); on a CPU shared with other jobs 1 can be far faster (OpenMP waits on busy cores)")
+    p.add_argument("--sides", default=",".join(SIDES), help="which sides run (a subset of the default)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config setting for both sides (repeatable); a MODEL: prefix keeps it to that model, "
+                   "e.g. bert:model.attention_dropout_rate=0.0")
+    p.add_argument("--markdown", default="", help="write the table as Markdown here")
     p.add_argument("--peak_tflops", type=float, default=0.0, help="the GPU's peak instead of the table's")
     p.add_argument("--output", default="", help="write the results as JSON here")
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)  # MODEL:SIDE, run by the parent
@@ -189,10 +195,12 @@ def main(argv=None) -> None:
         steps = args.steps or (30 if accelerator else 10)
         compile_side = accelerator and not args.no_compile or args.compile
         peak = (args.peak_tflops * 1e12 or gpu_peak(device["kind"])) if accelerator else device["roofline"]
-        sides = [s for s in SIDES if compile_side or s != "torch_compile"]
+        asked = [s for s in args.sides.split(",") if s]
+        sides = [s for s in SIDES if s in asked and (compile_side or s != "torch_compile")]
         models = [m for m in args.models.split(",") if m]
-        if set(models) - set(SIZES[size]) or args.warmup >= steps:
-            p.error(f"--models takes {','.join(SIZES[size])}; --steps must exceed --warmup")
+        if set(models) - set(SIZES[size]) or set(asked) - set(SIDES) or args.warmup >= steps:
+            p.error(f"--models takes {','.join(SIZES[size])}; --sides takes {','.join(SIDES)}; "
+                    "--steps must exceed --warmup")
         args.size, args.seq_for = size, {}
         if not accelerator:
             what = f"{peak / 1e9:.1f} GFLOP/s (float32 matmul roofline, measured)"
@@ -204,11 +212,14 @@ def main(argv=None) -> None:
             print("torch.compile side skipped" + ("" if accelerator else " (the CPU default: on the 2-core dev "
                   "machine Inductor's first step took 65 s for BERT tiny, XLA's 20 s; --compile runs it)"), flush=True)
         results = {"device": device["kind"], "accelerator": accelerator, "size": size, "steps": steps,
+                   "settings": args.set,
                    "torch_threads": None if accelerator else args.torch_threads or os.cpu_count(),
                    "warmup": args.warmup, "peak_flops": peak, "models": {}}
         for model in models:
             results["models"][model] = bench_model(work, model, size, sides, steps, args, accelerator, peak)
     print_table(results, args.find_max_batch and accelerator)
+    if args.markdown:
+        write_markdown(results, args.markdown)
     if args.output:
         os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
         with open(args.output, "w") as f:
@@ -222,7 +233,7 @@ def bench_model(work: str, model: str, size: str, sides: list[str], steps: int, 
     _, batch, seq = SIZES[size][model]
     batch, seq = args.batch or batch, args.seq or seq
     args.seq_for[model] = seq
-    config = build_config(model, size, batch, seq, accelerator)
+    config = build_config(model, size, batch, seq, accelerator, tuple(args.set))
     flops, tokens = model_flops(model, config)
     path = os.path.join(work, f"{model}.npz")
     np.savez(path, **make_batches(model, config, steps))
@@ -230,7 +241,8 @@ def bench_model(work: str, model: str, size: str, sides: list[str], steps: int, 
     for side in sides:
         r = run_worker(work, f"--worker={model}:{side}", f"--size={size}", f"--batch={batch}",
                        f"--seq={seq}", f"--batches={path}", f"--warmup={args.warmup}",
-                       f"--torch_threads={args.torch_threads}", *(["--accelerator"] if accelerator else []))
+                       f"--torch_threads={args.torch_threads}", *(["--accelerator"] if accelerator else []),
+                       *[f"--set={s}" for s in args.set])
         if r.get("times"):
             r["median_step_s"] = float(np.median(r["times"][args.warmup:]))
             r["first_step_s"] = r["times"][0]  # compilation included (XLA's, Inductor's)
@@ -241,7 +253,7 @@ def bench_model(work: str, model: str, size: str, sides: list[str], steps: int, 
         entry["sides"][side] = r
         print(f"  {model} {side}: " + (f"{r['median_step_s'] * 1e3:.1f} ms/step on {r['device']}"
                                        if "median_step_s" in r else f"failed: {r.get('error')}"), flush=True)
-    for side in sides[1:]:
+    for side in [s for s in sides if s != "jax"] if "jax" in sides else []:
         ours, theirs = entry["sides"]["jax"].get("median_step_s"), entry["sides"][side].get("median_step_s")
         if ours and theirs:
             entry[f"time_ratio_ours_over_{side}"] = ours / theirs
@@ -268,6 +280,30 @@ def print_table(results: dict, max_batch: bool) -> None:
         ratios = [f"{k.rsplit('over_', 1)[1]} {v:.2f}" for k, v in entry.items() if k.startswith("time_ratio")]
         print(f"  {model}: {', '.join(ratios) or 'n/a'};  model FLOPs/step {entry['flops_per_step'] / 1e9:.2f} G, "
               f"{entry['tokens_per_step']:,} tokens/step")
+
+
+def write_markdown(results: dict, path: str) -> None:
+    """The table as Markdown: one row per (model, side), the ratios to ours in the last column."""
+    settings = ", ".join(results["settings"]) or "the configs' own"
+    lines = [f"Device: {results['device']}; size {results['size']}; {results['steps']} steps "
+             f"({results['warmup']} warm-up); settings: {settings}.", "",
+             "| model | batch x seq | side | ms/step | tokens/s | MFU | peak GiB | 1st step s | ours / this side |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for model, entry in results["models"].items():
+        for side, r in entry["sides"].items():
+            cells = [model, f"{entry['batch']} x {entry['seq']}", side]
+            if "median_step_s" not in r:
+                lines.append("| " + " | ".join(cells + [f"failed: {r.get('error')}"] + [""] * 5) + " |")
+                continue
+            ratio = entry.get(f"time_ratio_ours_over_{side}")
+            cells += [f"{r['median_step_s'] * 1e3:.1f}", f"{r['tokens_per_s']:,.0f}",
+                      "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}",
+                      "n/a" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / 2 ** 30:.2f}",
+                      f"{r['first_step_s']:.1f}", "" if ratio is None else f"{ratio:.2f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

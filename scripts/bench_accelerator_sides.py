@@ -11,6 +11,7 @@ batches already on the device. Nothing here is run directly: see bench_accelerat
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
@@ -25,8 +26,10 @@ SIZES = {  # size -> model -> (config argument, batch, sequence length)
 }
 
 
-def build_config(model: str, size: str, batch: int, seq: int, accelerator: bool):
-    """This project's config for `model` at `size`, with the benchmark's overrides."""
+def build_config(model: str, size: str, batch: int, seq: int, accelerator: bool, settings: tuple[str, ...] = ()):
+    """This project's config for `model` at `size`, with the benchmark's overrides, then `settings` ([MODEL:]KEY=VALUE,
+    --set; a MODEL: prefix keeps it to that model): both sides are built from this config, so a setting such as
+    model.attention_dropout_rate=0 reaches transformers' model too."""
     arg = SIZES[size][model][0]
     config = importlib.import_module(f"configs.{model}").get_config(arg)
     o = config.optimizer  # BERT's and GPT-2's AdamW as configured; T5 (Adafactor) takes BERT's AdamW values
@@ -42,9 +45,36 @@ def build_config(model: str, size: str, batch: int, seq: int, accelerator: bool)
         overrides.update({"objective.z_loss": 0.0, "objective.targets_length": 0})
     if model == "gpt2":
         overrides["objective.z_loss"] = 0.0
+    overrides.update(parse_setting(s) for s in settings_for(model, settings))
     with config.unlocked():
         config.update_from_flattened_dict(overrides)
     return config
+
+
+def settings_for(model: str, settings: tuple[str, ...]) -> list[str]:
+    """The settings that apply to `model`: unprefixed ones and those prefixed with 'MODEL:' ('t5:model.x=1')."""
+    chosen = []
+    for setting in settings:
+        prefix, sep, rest = setting.partition(":")
+        if not sep or "=" in prefix:
+            chosen.append(setting)
+        elif prefix not in SIZES["tiny"]:
+            raise SystemExit(f"--set {setting!r}: {prefix!r} is no model; prefix with one of {', '.join(SIZES['tiny'])}")
+        elif prefix == model:
+            chosen.append(rest)
+    return chosen
+
+
+def parse_setting(setting: str) -> tuple[str, object]:
+    """'model.attention_dropout_rate=0.0' -> ('model.attention_dropout_rate', 0.0); a value that is no Python
+    literal stays a string ('model.attention=cudnn')."""
+    key, sep, value = setting.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set {setting!r}: expected KEY=VALUE, e.g. --set model.attention_dropout_rate=0.0")
+    try:
+        return key, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return key, value
 
 
 def worker(args) -> None:
@@ -52,7 +82,7 @@ def worker(args) -> None:
     if model == "probe":
         result = probe()
     else:
-        config = build_config(model, args.size, args.batch, args.seq, args.accelerator)
+        config = build_config(model, args.size, args.batch, args.seq, args.accelerator, tuple(args.set))
         with np.load(args.batches) as f:
             stacked = {k: f[k] for k in f.files}
         batches = [{k: v[i] for k, v in stacked.items()} for i in range(len(next(iter(stacked.values()))))]
