@@ -23,6 +23,7 @@ setup(
         "matplotlib>=3.8,<4",
         "scikit-learn>=1.3,<2",      # official GLUE metrics (Matthews correlation, F1, accuracy)
         "scipy>=1.11,<2",            # Pearson / Spearman for STS-B
+        "seqeval>=1.2.2,<1.3",       # entity-level F1 of CoNLL tagging as conlleval counts it
         "safetensors>=0.4,<1",       # Hugging Face checkpoint import/export without torch
         "array-record>=0.8,<0.9",    # prepared corpora (scripts/prepare_corpus.py): tokenized ArrayRecord shards
         "grain>=0.2.12,<0.3",        # reads them: random access, worker processes

@@ -224,7 +224,7 @@ def demo_corpus(tmp_path_factory):
     return path, build_corpus(path, max_mb=0.5)
 
 
-def test_build_demo_corpus(demo_corpus):
+def test_demo_corpus_is_small_english_sentences_counted_by_its_statistics(demo_corpus):
     path, stats = demo_corpus
     assert os.path.getsize(path) == stats["bytes"] <= 0.5e6
     docs = read_text_corpus(path)

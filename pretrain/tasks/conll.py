@@ -1,0 +1,107 @@
+"""CoNLL-style column files (CoNLL-2003 NER, POS, chunking) and entity-level scoring as conlleval counts it.
+
+The layout of CoNLL-2003's `train.txt` / `valid.txt` / `test.txt`: one token per line, space-separated
+columns `word POS chunk NER`, a blank line between sentences and `-DOCSTART- -X- -X- O` lines between
+documents. Which column holds the tags is a key (`TAG_COLUMNS`) or a column number, so the same reader serves
+NER, POS and chunking. BIO tags are checked as conlleval reads them: an I-X that does not continue an X chunk
+(after O or another type) starts a chunk, as B-X would; such tags are accepted and counted, so the caller can
+warn. Entity-level precision, recall and F1 come from seqeval, the maintained port of conlleval.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from pretrain.core.errors import UserError
+
+TAG_COLUMNS = {"pos": 1, "chunk": 2, "ner": 3}  # CoNLL-2003's columns after the word
+DOCSTART = "-DOCSTART-"
+
+
+class ConllDataError(UserError):
+    """A CoNLL file that cannot be read (one line naming the file, the line and the fix)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sentence:
+    words: tuple[str, ...]
+    tags: tuple[str, ...]
+    line: int  # the file's line of the sentence's first token (1-based), for messages
+
+
+@dataclasses.dataclass
+class ConllFile:
+    sentences: list[Sentence]
+    columns: int                 # columns per token line
+    repaired_starts: int = 0     # I-X tags that start a chunk (after O or another type): read as B-X
+
+
+def tag_column(key: str | int) -> int:
+    """'ner' | 'chunk' | 'pos' | a column number (0 = the word) -> the column index of the tags."""
+    if isinstance(key, int) or str(key).isdigit():
+        column = int(key)
+        if column < 1:
+            raise ConllDataError(f"tag column {key!r}: column 0 holds the words; use 1 or above, or one of "
+                                 f"{', '.join(TAG_COLUMNS)}")
+        return column
+    if key not in TAG_COLUMNS:
+        raise ConllDataError(f"tag column {key!r} is not one of {', '.join(TAG_COLUMNS)} or a column number")
+    return TAG_COLUMNS[key]
+
+
+def read_conll(path: str, tag_key: str | int = "ner", *, bio: bool = True) -> ConllFile:
+    """Sentences of (word, tag) from a CoNLL column file. bio=True checks the tags as BIO (O, B-X, I-X); POS
+    and other tag sets pass bio=False. Every token line must have the first one's number of columns."""
+    column = tag_column(tag_key)
+    if not os.path.exists(path):
+        raise ConllDataError(f"CoNLL file not found: {path} (give --config.data.dir the folder with train.txt, "
+                             "valid.txt and test.txt)")
+    out = ConllFile([], 0)
+    words, tags, first_line = [], [], 0
+    with open(path, encoding="utf-8") as f:
+        for number, raw in enumerate(f, start=1):
+            fields = raw.split()
+            if not fields or fields[0] == DOCSTART:
+                _close_sentence(out, words, tags, first_line)
+                words, tags = [], []
+                continue
+            out.columns = out.columns or len(fields)
+            if len(fields) != out.columns or column >= len(fields):
+                raise ConllDataError(f"{path}:{number}: {len(fields)} columns where the file's first token line "
+                                     f"has {out.columns} and the tags are column {column} (fix the line)")
+            if bio:
+                out.repaired_starts += _check_bio(fields[column], tags[-1] if tags else "O", f"{path}:{number}")
+            words.append(fields[0])
+            tags.append(fields[column])
+            first_line = first_line if len(words) > 1 else number
+    _close_sentence(out, words, tags, first_line)
+    if not out.sentences:
+        raise ConllDataError(f"{path} has no sentences: expected lines of 'word ... tag' with a blank line "
+                             "between sentences")
+    return out
+
+
+def _close_sentence(out: ConllFile, words: list[str], tags: list[str], line: int) -> None:
+    if words:
+        out.sentences.append(Sentence(tuple(words), tuple(tags), line))
+
+
+def _check_bio(tag: str, previous: str, where: str) -> int:
+    """Raises on a tag that is not O, B-X or I-X; -> 1 for an I-X that starts a chunk (conlleval: as B-X)."""
+    prefix, _, kind = tag.partition("-")
+    if tag != "O" and not (prefix in ("B", "I") and kind):
+        raise ConllDataError(f"{where}: tag {tag!r} is outside the BIO scheme (O, B-TYPE, I-TYPE); for POS or "
+                             "chunk tags read the file with bio=False")
+    return int(prefix == "I" and previous.partition("-")[2] != kind)
+
+
+def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
+    """Entity-level precision, recall and F1 (fractions) over sentences of BIO tags, counted as conlleval does
+    (seqeval's default mode: an I-X after O starts a chunk), and token accuracy."""
+    from seqeval import metrics
+    if [len(s) for s in gold] != [len(s) for s in predicted]:
+        raise ValueError("entity_scores: gold and predicted sentences differ in number or length")
+    return {"precision": float(metrics.precision_score(gold, predicted)),
+            "recall": float(metrics.recall_score(gold, predicted)),
+            "f1": float(metrics.f1_score(gold, predicted)),
+            "accuracy": float(metrics.accuracy_score(gold, predicted))}
