@@ -75,6 +75,8 @@ def trainer_config() -> ml_collections.ConfigDict:
     c.prefetch = 2                   # batches built ahead on a host thread
     c.skip_nonfinite_updates = False  # True: drop an update whose loss or gradient is NaN/inf and count it
                                       # (logged as skipped_updates); False: stop the run there with one line
+    c.profile_steps = ""             # 'N,M': a jax.profiler trace of steps N..M in WORKDIR/profile (core/profiling.py)
+    c.profile_all_processes = False  # True: every process traces (its own file); False: the first only
 
     c.optimizer = ml_collections.ConfigDict()
     c.optimizer.name = "adamw"

@@ -12,6 +12,7 @@ tiny model's rate in the README's demo), 3 epochs, over seeds.
 
   python scripts/reproduce_bert_nsp.py            # 2 pretrainings x 2 tasks x 3 seeds
   python scripts/reproduce_bert_nsp.py --quick --parallel 2   # fewer steps and examples, seed 0 (8.6 min, 2 idle cores)
+  python scripts/reproduce_bert_nsp.py --minutes 20 --parallel 2   # each arm: 20 minutes of make cram's recipe
 """
 from __future__ import annotations
 
@@ -38,13 +39,14 @@ def main() -> None:
     run = rp.Reproduction(args, [f"steps={steps}", f"examples={examples}", f"epochs={epochs}", corpus, spm])
 
     assets = [f"--config.data.path={corpus}", f"--config.tokenizer.path={spm}", f"--config.num_train_steps={steps}"]
-    pretraining = {arm: run.pretrain_cell(arm, config, assets) for arm, config in ARMS.items()}
+    recipe = ",recipe=cram" if args.minutes else ""  # a budget run pretrains with make cram's recipe
+    pretraining = {arm: run.pretrain_cell(arm, config + recipe, assets) for arm, config in ARMS.items()}
     run.run(list(pretraining.values()))
 
     shared = [f"--config.data.glue_dir={os.path.abspath(args.glue_dir)}", f"--config.num_epochs={epochs}",
               "--config.optimizer.learning_rate=1e-4", "--config.write_test_predictions=False"]
     cells = {(arm, task): [run.finetune_cell(arm, task, seed, f"configs/glue.py:task={task}",
-                                             shared + [f"--config.init={run.workdir(pre.name)}",
+                                             shared + [f"--config.init={run.pretrained(pre)}",
                                                        f"--config.data.max_train_examples={examples}"])
                            for seed in seeds]
              for arm, pre in pretraining.items() for task in TASKS}
@@ -58,7 +60,7 @@ def main() -> None:
                      *(rp.mean_std(ours[t]) for t in TASKS), f"{run.last_metric(pre, 'eval_mlm_accuracy'):.3f}",
                      *(f"{paper[t]:.1f}" for t in ("mnli", "qnli", "mrpc", "sst2", "squad"))])
     print(f"\nDev accuracy x100, ours: mean ± std over seeds {seeds} (SST-2: {examples} training examples; "
-          f"{epochs} epochs), after {steps} pretraining steps on {os.path.basename(corpus)}; "
+          f"{epochs} epochs), after {run.pretraining_text(steps)} on {os.path.basename(corpus)}; "
           "paper: BERT-Base, Table 5.\n")
     print(rp.markdown(["pretraining", "ours MRPC", "ours SST-2", "ours held-out MLM acc", "paper MNLI-m",
                        "paper QNLI", "paper MRPC", "paper SST-2", "paper SQuAD F1"], rows))

@@ -13,6 +13,8 @@ that checkpoint and from random weights (the same architecture and tokenizer, `-
 
   python scripts/reproduce_pretraining_helps.py            # 3 families x 2 inits x 3 seeds (about an hour)
   python scripts/reproduce_pretraining_helps.py --quick --parallel 2   # seed 0, fewer steps (12.1 min, 2 idle cores)
+  python scripts/reproduce_pretraining_helps.py --minutes 20 --parallel 2   # each family pretrains for 20 minutes
+      # (scripts/cram.py: BERT with make cram's recipe), one at a time; then the same fine-tuning, 2 at a time
 """
 from __future__ import annotations
 
@@ -44,8 +46,9 @@ def main() -> None:
     run = rp.Reproduction(args, [f"steps={steps}", f"examples={examples}", f"epochs={epochs}", corpus, spm])
 
     assets = [f"--config.data.path={corpus}", f"--config.tokenizer.path={spm}", f"--config.num_train_steps={steps}"]
-    pretraining = {f: run.pretrain_cell(f, config, assets + flags) for f, (config, flags, _) in FAMILIES.items()
-                   if f in args.families}
+    recipe = {"bert": ",recipe=cram,nsp=False"} if args.minutes else {}  # a budget run: make cram's BERT recipe
+    pretraining = {f: run.pretrain_cell(f, config + recipe.get(f, ""), assets + flags)
+                   for f, (config, flags, _) in FAMILIES.items() if f in args.families}
     run.run(list(pretraining.values()))
 
     finetuning: dict[tuple[str, str], list] = {}
@@ -54,8 +57,8 @@ def main() -> None:
         shared = [f"--config.data.glue_dir={os.path.abspath(args.glue_dir)}",
                   f"--config.data.max_train_examples={examples}", f"--config.num_epochs={epochs}",
                   "--config.data.max_seq_length=64", "--config.write_test_predictions=False", *FAMILIES[family][2]]
-        inits = {"pretrained": [f"--config.init={run.workdir(pre.name)}"],
-                 "random": [f"--config.init={run.workdir(pre.name)}", "--config.init_weights=random"]}
+        inits = {"pretrained": [f"--config.init={run.pretrained(pre)}"],
+                 "random": [f"--config.init={run.pretrained(pre)}", "--config.init_weights=random"]}
         for init, flags in inits.items():
             finetuning[family, init] = [run.finetune_cell(f"{family}_{init}", "sst2", seed, config, shared + flags)
                                         for seed in seeds]
@@ -70,7 +73,7 @@ def main() -> None:
         rows.append([family, rp.mean_std(scores["pretrained"]), rp.mean_std(scores["random"]), f"{gain:+.1f}",
                      paper[0], paper[1], paper[2]])
     print(f"\nSST-2 dev accuracy x100 (mean ± std over seeds {seeds}; {examples} training examples, {epochs} epochs; "
-          f"pretraining {steps} steps on {os.path.basename(corpus)}):\n")
+          f"{run.pretraining_text(steps)} on {os.path.basename(corpus)}):\n")
     print(rp.markdown(["family", "ours: pretrained", "ours: random init", "gain", "paper: pretrained",
                        "paper: no pretraining", "paper source"], rows))
     print("\n" + run.footer())

@@ -14,6 +14,7 @@ tau-b compares the two rankings (1: the same order; tied scores share their mean
 
   python scripts/reproduce_t5_objectives.py            # 4 objectives x 3 seeds
   python scripts/reproduce_t5_objectives.py --quick --parallel 2   # seed 0, fewer steps (10.9 min, 2 idle cores)
+  python scripts/reproduce_t5_objectives.py --minutes 20 --parallel 2   # each objective pretrains for 20 minutes
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def main() -> None:
               f"--config.data.max_train_examples={examples}", f"--config.num_epochs={epochs}",
               "--config.data.max_seq_length=64", "--config.write_test_predictions=False"]
     cells = {arm: [run.finetune_cell(arm, "sst2", seed, "configs/glue.py:task=sst2,model=t5",
-                                     shared + [f"--config.init={run.workdir(pre.name)}"]) for seed in seeds]
+                                     shared + [f"--config.init={run.pretrained(pre)}"]) for seed in seeds]
              for arm, pre in pretraining.items()}
     run.run([cell for group in cells.values() for cell in group])
 
@@ -76,7 +77,7 @@ def main() -> None:
              f"{run.last_metric(pretraining[arm], 'eval_loss'):.3f}", f"{paper[i]:.2f} ({OBJECTIVES[arm][3]})",
              f"{paper_rank[i]:g}"] for i, arm in enumerate(OBJECTIVES)]
     print(f"\nOurs: SST-2 dev accuracy x100 as text to text, mean ± std over seeds {seeds} ({examples} training "
-          f"examples, {epochs} epochs) after {steps} pretraining steps ({length}-token inputs) of the tiny T5 on "
+          f"examples, {epochs} epochs) after {run.pretraining_text(steps)} ({length}-token inputs) of the tiny T5 on "
           f"{os.path.basename(corpus)}. Paper: GLUE average, T5-Base.\n")
     print(rp.markdown(["objective", "ours SST-2", "ours rank", "ours held-out pretraining loss",
                        "paper GLUE", "paper rank"], rows))

@@ -2,7 +2,9 @@
 print the paper's rows beside ours with the wall time and the machine.
 
 A reproduction is a sweep whose cells are whole runs (pretrain/ops: resumable, `--parallel` at once, a
-killed script resumed by the same command): `<output>/pretrain_<arm>/` workdirs of `pretrain.train`, then
+killed script resumed by the same command): `<output>/pretrain_<arm>/` workdirs of `pretrain.train` (with
+`--minutes=M`, `scripts/cram.py` directories instead: each arm pretrains for M minutes of wall clock, its steps
+planned from its own measured step time, one arm at a time so that each has the machine), then
 `<output>/<arm>_<task>_seed<k>/` workdirs of `pretrain.finetune` from them (or from random weights of the
 same architecture: `--config.init_weights=random`). The corpus and tokenizer are `make demo`'s (built here into
 `<output>/assets` when not given), so the numbers are small at CPU scale; a config and its overrides are
@@ -33,7 +35,9 @@ def add_common_flags(parser, output: str) -> None:
     parser.add_argument("--corpus", default="", help="pretraining text (default: make demo's, built in --output)")
     parser.add_argument("--tokenizer", default="", help="SentencePiece model (default: make demo's, built too)")
     parser.add_argument("--glue_dir", default=GLUE_DIR, help="official GLUE layout")
-    parser.add_argument("--parallel", type=int, default=1, help="runs at once")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at once (fine-tuning only with --minutes)")
+    parser.add_argument("--minutes", type=float, default=0.0,
+                        help="pretrain each arm for this wall-clock budget (scripts/cram.py) instead of a step count")
 
 
 def demo_assets(args) -> tuple[str, str]:
@@ -67,7 +71,8 @@ class Reproduction:
 
     def __init__(self, args, settings: list[str]):
         self.output = os.path.abspath(args.output)
-        self.parallel = args.parallel
+        self.parallel, self.minutes = args.parallel, args.minutes
+        settings = settings + ([f"minutes={args.minutes:g}"] if args.minutes else [])
         self.sweep = sweeps.SweepDir(self.output)
         # Another --quick, corpus or step count in the same directory would mix two experiments: refused.
         try:
@@ -82,9 +87,31 @@ class Reproduction:
         return os.path.join(self.output, name)
 
     def pretrain_cell(self, arm: str, config: str, flags: list[str]) -> sweeps.Cell:
+        """`pretrain.train` with `flags` (--config.KEY=VALUE); with --minutes, scripts/cram.py with the same
+        config and settings, for that budget (the step count among the flags is then cram's to plan)."""
         name = f"pretrain_{arm}"
-        return sweeps.Cell(name, {"arm": arm}, config, (sys.executable, "-m", "pretrain.train", f"--config={config}",
-                                                        f"--workdir={self.workdir(name)}", *flags))
+        if not self.minutes:
+            return sweeps.Cell(name, {"arm": arm}, config, (sys.executable, "-m", "pretrain.train",
+                                                            f"--config={config}", f"--workdir={self.workdir(name)}",
+                                                            *flags))
+        settings = dict(flag[len("--config."):].partition("=")[::2] for flag in flags)
+        corpus, spm = settings.pop("data.path"), settings.pop("tokenizer.path")
+        settings.pop("num_train_steps", None)
+        return sweeps.Cell(name, {"arm": arm}, config, (
+            sys.executable, os.path.join(REPO, "scripts", "cram.py"), f"--minutes={self.minutes:g}",
+            f"--config={config}", f"--corpus={corpus}", f"--tokenizer={spm}", f"--output={self.workdir(name)}",
+            *(f"--set={key}={value}" for key, value in settings.items())))
+
+    def pretrained(self, cell: sweeps.Cell) -> str:
+        """The pretrain.train workdir of a pretraining cell (inside cram's directory with --minutes)."""
+        if not self.minutes:
+            return self.workdir(cell.name)
+        from configs import common
+        return os.path.join(self.workdir(cell.name), common.load(cell.config).model.name)
+
+    def pretraining_text(self, steps: int) -> str:
+        """What each arm's pretraining was, for the tables' captions."""
+        return f"{self.minutes:g} minutes of pretraining per arm" if self.minutes else f"{steps} pretraining steps"
 
     def finetune_cell(self, arm: str, task: str, seed: int, config: str, flags: list[str]) -> sweeps.Cell:
         name = f"{arm}_{task}_seed{seed}"
@@ -95,8 +122,9 @@ class Reproduction:
     def run(self, cells: list[sweeps.Cell]) -> None:
         """The cells not done before; exits 1 naming a failed one (its log has why)."""
         self.cells += cells
+        budgeted = self.minutes and any(c.name.startswith("pretrain_") for c in cells)
         try:
-            statuses = sweep_runner.run_cells(self.sweep, cells, self.parallel,
+            statuses = sweep_runner.run_cells(self.sweep, cells, 1 if budgeted else self.parallel,
                                               say=lambda line: print(line, flush=True))
         except sweep_runner.SweepStopped as e:
             print(e, file=sys.stderr)
@@ -111,7 +139,7 @@ class Reproduction:
 
     def last_metric(self, cell: sweeps.Cell, key: str) -> float:
         """The last logged value of `key` in a pretraining cell's metrics.jsonl."""
-        return sweep_report.run_metrics(self.workdir(cell.name), "train").get(key, float("nan"))
+        return sweep_report.run_metrics(self.pretrained(cell), "train").get(key, float("nan"))
 
     def footer(self) -> str:
         """How long: this invocation, and the runs' own wall times summed (over earlier invocations too)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import ml_collections
 
+from pretrain.core import profiling
 from pretrain.core.errors import ConfigError
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -198,6 +199,7 @@ def check_relations(config: ml_collections.ConfigDict) -> None:
     for check in FAMILY_CHECKS[config.model.name]:
         check(config)
     _fused_attention_without_dropout(config)
+    profiling.parse_steps(config.get("profile_steps", ""))
     _layerwise_freezing_needs_looped_layers(config)
     _peft_fits(config)
 

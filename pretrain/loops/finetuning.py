@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from models import peft
 from pretrain.core import (checkpoints, distributed, freezing, guards, optimizers, parameter_efficient, partitioning,
-                           preemption, pretrained, storage, train_state, validation)
+                           preemption, pretrained, profiling, storage, train_state, validation)
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError, UserError
 from pretrain.core.metric_writers import MetricWriter
@@ -186,6 +186,8 @@ class _Epochs:
                       "num_epochs": config.num_epochs}
         self.position = {"epoch": 0, "index": 0, "step": 0, "best": None, "epochs": [], "losses": [], "fetched": [],
                          "skipped": 0, "order": self.order}
+        self.profiler = profiling.StepProfiler(config.get("profile_steps", ""), workdir,
+                                               config.get("profile_all_processes", False))
 
     def resume_or_start(self, state, shardings):
         """The state to train from: DIR/resume's where there is one. Then config.json and the metric writer."""
@@ -214,6 +216,7 @@ class _Epochs:
             self.writer.close()
             raise
         except BaseException:
+            self.profiler.stop()  # the trace of the steps that ran
             self.ckpt.close()  # saves in flight hold good states: let them complete
             self.resume.close()
             self.writer.close()
@@ -243,9 +246,11 @@ class _Epochs:
         for index, host_batch in bar:
             batch = partitioning.shard_batch({k: v[None] for k, v in host_batch.items()}, self.mesh, batch_dim=1,
                                              global_batch=True)
-            state, metrics = self.jit_train(state, batch, dropout_rng)
-            window.append(metrics)
             self.step += 1
+            with self.profiler.step(self.step) as outputs:
+                state, metrics = self.jit_train(state, batch, dropout_rng)
+                outputs.append(metrics)
+            window.append(metrics)
             stop = watcher.should_stop(self.step)  # SIGTERM, SIGINT, JAX's preemption notice
             save = stop or (config.checkpoint_every > 0 and self.step % config.checkpoint_every == 0)
             logs = self.step % config.log_every == 0 or self.step % steps_per_epoch == 0

@@ -19,8 +19,8 @@ from tqdm import tqdm
 
 import models
 import objectives
-from pretrain.core import (checkpoints, distributed, guards, optimizers, partitioning, preemption, storage,
-                           train_state, validation)
+from pretrain.core import (checkpoints, distributed, guards, optimizers, partitioning, preemption, profiling,
+                           storage, train_state, validation)
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError
 from pretrain.core.metric_writers import MetricWriter
@@ -216,10 +216,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
                     dynamic_ncols=True, mininterval=1.0, disable=not distributed.is_primary())
     metrics = _MetricWindow(config, writer, progress, (data_position or {}).get("skipped_updates_total", 0))
     evaluate = _Evaluator(config, eval_data, jit_eval, mesh, writer) if eval_data is not None else None
+    profiler = profiling.StepProfiler(config.get("profile_steps", ""), workdir,
+                                      config.get("profile_all_processes", False))
     try:
         with mesh, preemption.Watcher(deadline=deadline) as watcher:
             stopped = _run_steps(config, state, jit_train, dropout_rng, train_data, start_step, data_position, mesh,
-                                 ckpt, metrics, evaluate, watcher)
+                                 ckpt, metrics, evaluate, watcher, profiler)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, without waiting for a save in flight
         progress.close()
         writer.close()
@@ -230,6 +232,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
         writer.close()
         raise
     finally:
+        profiler.stop()  # a run stopped inside the range keeps the trace of the steps it ran
         train_data.close()  # Grain's worker processes
     progress.close()
     ckpt.close()
@@ -240,7 +243,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
 
 
 def _run_steps(config, state, jit_train, dropout_rng, train_data, start_step: int, data_position, mesh, ckpt,
-               metrics: _MetricWindow, evaluate: _Evaluator | None, watcher) -> tuple[int, str] | None:
+               metrics: _MetricWindow, evaluate: _Evaluator | None, watcher, profiler: profiling.StepProfiler
+               ) -> tuple[int, str] | None:
     """The steps from `start_step` on: train, log one step late, save, evaluate; -> (step, reason) of a stop
     (preemption, time budget), or None at config.num_train_steps."""
     last_step = config.num_train_steps
@@ -248,8 +252,11 @@ def _run_steps(config, state, jit_train, dropout_rng, train_data, start_step: in
                for s, (_, rows, windows) in zip(range(start_step, last_step),
                                                 train_data.iterate(start_step, data_position)))
     for step, host_batch, windows in pipeline.prefetch_iterator(batches, config.prefetch):
-        state, device_metrics = jit_train(state, partitioning.shard_batch(host_batch, mesh, batch_dim=1), dropout_rng)
         done = step + 1
+        with profiler.step(done) as outputs:
+            state, device_metrics = jit_train(state, partitioning.shard_batch(host_batch, mesh, batch_dim=1),
+                                              dropout_rng)
+            outputs.append(device_metrics)
         metrics.add(done, device_metrics)
         stop = done < last_step and watcher.should_stop(done)  # SIGTERM, SIGINT, JAX's notice, the deadline
         if stop or ckpt.should_save(done, last_step):
