@@ -227,8 +227,11 @@ class RelativePositionBias(nn.Module):
                            (self.num_buckets, self.num_heads), self.param_dtype)
         relative = key_positions[:, None, :] - query_positions[:, :, None]   # [B, L, S]
         buckets = relative_position_bucket(relative, self.bidirectional, self.num_buckets, self.max_distance)
-        bias = jnp.take(jnp.asarray(table, self.dtype), buckets, axis=0)      # [B, L, S, H]
-        return jnp.transpose(bias, (0, 3, 1, 2))
+        # A contraction with the one-hot buckets rather than a gather, as t5x does: the gather's gradient is a
+        # scatter-add of every (query, key) pair into the same few buckets x H cells, which accelerators
+        # serialise; the contraction's is a matmul. Each output sums one table entry times 1.0: exact.
+        one_hot = jax.nn.one_hot(buckets, self.num_buckets, dtype=self.dtype)  # [B, L, S, buckets]
+        return jnp.einsum("blsn,nh->bhls", one_hot, jnp.asarray(table, self.dtype))
 
 
 class MultiHeadAttention(nn.Module):

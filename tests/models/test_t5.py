@@ -171,6 +171,17 @@ def test_relative_position_bias_uses_positions_not_indices():
     np.testing.assert_array_equal(out[0, :, 0, 2], table[16 + 2])            # key 2 after the query: bucket 16 + 2
 
 
+def test_relative_position_bias_gradient_is_a_contraction_not_a_scatter():
+    bias = layers.RelativePositionBias(num_heads=4, bidirectional=True)
+    positions = jnp.arange(64)[None]
+    params = bias.init(jax.random.key(0), positions, positions)
+
+    def loss(p):
+        return jnp.sum(bias.apply(p, positions, positions) ** 2)
+    gradient = str(jax.make_jaxpr(jax.grad(loss))(params))
+    assert "scatter" not in gradient and "dot_general" in gradient
+
+
 @pytest.mark.parametrize("version", list(VERSIONS))
 def test_decoder_is_causal(version):
     config, rng = VERSIONS[version], np.random.default_rng(3)
