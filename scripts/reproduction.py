@@ -71,8 +71,8 @@ class Reproduction:
 
     def __init__(self, args, settings: list[str]):
         self.output = os.path.abspath(args.output)
-        self.parallel, self.minutes = args.parallel, args.minutes
-        settings = settings + ([f"minutes={args.minutes:g}"] if args.minutes else [])
+        self.parallel, self.minutes = args.parallel, getattr(args, "minutes", 0.0)  # glue_study: no --minutes
+        settings = settings + ([f"minutes={self.minutes:g}"] if self.minutes else [])
         self.sweep = sweeps.SweepDir(self.output)
         # Another --quick, corpus or step count in the same directory would mix two experiments: refused.
         try:
