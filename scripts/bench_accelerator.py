@@ -158,7 +158,7 @@ def find_max_batch(work: str, model: str, side: str, args, start: int, fitted: b
     return fitted
 
 
-def main(argv=None) -> None:
+def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="bert,gpt2,t5")
     p.add_argument("--size", default="", choices=["", *SIZES], help="default: tiny on a CPU, base on a GPU")
@@ -182,6 +182,11 @@ def main(argv=None) -> None:
     for hidden in ("--result_file", "--batches"):
         p.add_argument(hidden, default="", help=argparse.SUPPRESS)
     p.add_argument("--accelerator", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv=None) -> None:
+    p = make_parser()
     args = p.parse_args(argv)
     if args.worker:
         return worker(args)
