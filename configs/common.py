@@ -38,6 +38,28 @@ def load(spec: str) -> ml_collections.ConfigDict:
     return module.get_config(arg or None)
 
 
+def typed(value: str, like):
+    """'0.3' -> 0.3 where the config holds a float: a KEY=VALUE setting takes the type of the key it replaces."""
+    if isinstance(like, bool):
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"--set: {value!r} must be true or false")
+        return value.lower() in ("true", "1")
+    return type(like)(value) if like is not None else value
+
+
+def apply_setting(config: ml_collections.ConfigDict, setting: str) -> None:
+    """'a.b=value' (the scripts' --set): config.a.b = value, typed as the key's current value. Raises ValueError for
+    a setting without '=' or a value of the wrong type, KeyError for a key the config does not have."""
+    key, sep, value = setting.partition("=")
+    if not sep or not key:
+        raise ValueError("expected KEY=VALUE")
+    *parents, last = key.split(".")
+    node = config
+    for part in parents:
+        node = node[part]
+    node[last] = typed(value, node[last])
+
+
 def input_pipeline_fields() -> dict:
     """config.data fields of every pretraining config: how the streaming pipeline (pretrain/data/streaming.py)
     cuts the corpus. A batch is a pure function of (seed, step, streams, window_documents)."""

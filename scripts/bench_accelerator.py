@@ -258,7 +258,8 @@ def bench_model(work: str, model: str, size: str, sides: list[str], steps: int, 
         entry["sides"][side] = r
         print(f"  {model} {side}: " + (f"{r['median_step_s'] * 1e3:.1f} ms/step on {r['device']}"
                                        if "median_step_s" in r else f"failed: {r.get('error')}"), flush=True)
-    for side in [s for s in sides if s != "jax"] if "jax" in sides else []:
+    peers = [s for s in sides if s != "jax"] if "jax" in sides else []  # ratios need ours
+    for side in peers:
         ours, theirs = entry["sides"]["jax"].get("median_step_s"), entry["sides"][side].get("median_step_s")
         if ours and theirs:
             entry[f"time_ratio_ours_over_{side}"] = ours / theirs

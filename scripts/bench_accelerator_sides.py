@@ -11,13 +11,13 @@ batches already on the device. Nothing here is run directly: see bench_accelerat
 """
 from __future__ import annotations
 
-import ast
-import importlib
 import json
 import os
 import time
 
 import numpy as np
+
+from configs import common
 
 SIZES = {  # size -> model -> (config argument, batch, sequence length)
     "tiny": {"bert": ("size=tiny", 8, 128), "gpt2": ("size=tiny", 8, 128), "t5": ("size=tiny", 8, 128)},
@@ -31,7 +31,7 @@ def build_config(model: str, size: str, batch: int, seq: int, accelerator: bool,
     --set; a MODEL: prefix keeps it to that model): both sides are built from this config, so a setting such as
     model.attention_dropout_rate=0 reaches transformers' model too."""
     arg = SIZES[size][model][0]
-    config = importlib.import_module(f"configs.{model}").get_config(arg)
+    config = common.load(f"configs/{model}.py:{arg}")
     o = config.optimizer  # BERT's and GPT-2's AdamW as configured; T5 (Adafactor) takes BERT's AdamW values
     adamw = {"learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6, "weight_decay": 0.01} \
         if o.name != "adamw" else {k: o[k] for k in ("learning_rate", "b1", "b2", "eps", "weight_decay")}
@@ -45,9 +45,14 @@ def build_config(model: str, size: str, batch: int, seq: int, accelerator: bool,
         overrides.update({"objective.z_loss": 0.0, "objective.targets_length": 0})
     if model == "gpt2":
         overrides["objective.z_loss"] = 0.0
-    overrides.update(parse_setting(s) for s in settings_for(model, settings))
     with config.unlocked():
         config.update_from_flattened_dict(overrides)
+    for setting in settings_for(model, settings):  # typed as the key they replace, as cram.py's --set
+        try:
+            common.apply_setting(config, setting)
+        except (ValueError, KeyError) as e:
+            raise SystemExit(f"--set {setting!r}: {e}; write KEY=VALUE with a key of the config, e.g. "
+                             "--set model.attention_dropout_rate=0.0") from None
     return config
 
 
@@ -63,18 +68,6 @@ def settings_for(model: str, settings: tuple[str, ...]) -> list[str]:
         elif prefix == model:
             chosen.append(rest)
     return chosen
-
-
-def parse_setting(setting: str) -> tuple[str, object]:
-    """'model.attention_dropout_rate=0.0' -> ('model.attention_dropout_rate', 0.0); a value that is no Python
-    literal stays a string ('model.attention=cudnn')."""
-    key, sep, value = setting.partition("=")
-    if not sep or not key:
-        raise SystemExit(f"--set {setting!r}: expected KEY=VALUE, e.g. --set model.attention_dropout_rate=0.0")
-    try:
-        return key, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return key, value
 
 
 def worker(args) -> None:

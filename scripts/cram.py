@@ -63,15 +63,6 @@ def build_assets(output: str, args) -> tuple[str, str]:
     return corpus, prefix + ".model"
 
 
-def typed(value: str, like):
-    """'0.3' -> 0.3 where the config holds a float: --set values take the type of the key they replace."""
-    if isinstance(like, bool):
-        if value.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"--set: {value!r} must be true or false")
-        return value.lower() in ("true", "1")
-    return type(like)(value) if like is not None else value
-
-
 def pretraining_config(args, corpus: str, spm: str, steps: int):
     try:
         config = common.load(args.config)
@@ -79,16 +70,12 @@ def pretraining_config(args, corpus: str, spm: str, steps: int):
         raise SystemExit(f"error: --config: {e}") from None
     config.data.path, config.tokenizer.path = corpus, spm
     for item in args.set:
-        key, _, value = item.partition("=")
         try:
-            current = config
-            for part in key.split(".")[:-1]:
-                current = current[part]
-            current[key.split(".")[-1]] = typed(value, current[key.split(".")[-1]])
+            common.apply_setting(config, item)
         except ValueError as e:
             raise SystemExit(f"error: --set {item}: {e} (write it as KEY=VALUE, the value of the key's type)") from None
         except (KeyError, AttributeError):
-            raise SystemExit(f"error: --set {item}: the pretraining config has no key {key!r} "
+            raise SystemExit(f"error: --set {item}: the pretraining config has no key {item.partition('=')[0]!r} "
                              f"(python -m pretrain.train --config={args.config} --print_config lists them)")
     config.num_train_steps = steps
     config.optimizer.warmup_steps = max(1, round(args.warmup_fraction * steps))

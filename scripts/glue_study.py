@@ -44,6 +44,7 @@ def add_flags(parser, output: str, seeds: tuple[int, ...] = (0, 1, 2)) -> None:
                         help="each (init, task) takes the best on dev (small BERTs: 1e-4 and up, Turc et al. 2019)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch_size", type=int, default=32)
+    parser.set_defaults(minutes=0.0)  # the harness's pretraining budget: a study only fine-tunes
 
 
 class GlueStudy:

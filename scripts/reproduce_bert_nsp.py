@@ -41,7 +41,7 @@ def main() -> None:
     assets = [f"--config.data.path={corpus}", f"--config.tokenizer.path={spm}", f"--config.num_train_steps={steps}"]
     recipe = ",recipe=cram" if args.minutes else ""  # a budget run pretrains with make cram's recipe
     pretraining = {arm: run.pretrain_cell(arm, config + recipe, assets) for arm, config in ARMS.items()}
-    run.run(list(pretraining.values()))
+    run.run_pretraining(list(pretraining.values()))
 
     shared = [f"--config.data.glue_dir={os.path.abspath(args.glue_dir)}", f"--config.num_epochs={epochs}",
               "--config.optimizer.learning_rate=1e-4", "--config.write_test_predictions=False"]

@@ -49,7 +49,7 @@ def main() -> None:
     recipe = {"bert": ",recipe=cram,nsp=False"} if args.minutes else {}  # a budget run: make cram's BERT recipe
     pretraining = {f: run.pretrain_cell(f, config + recipe.get(f, ""), assets + flags)
                    for f, (config, flags, _) in FAMILIES.items() if f in args.families}
-    run.run(list(pretraining.values()))
+    run.run_pretraining(list(pretraining.values()))
 
     finetuning: dict[tuple[str, str], list] = {}
     for family, pre in pretraining.items():

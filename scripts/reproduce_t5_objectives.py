@@ -59,7 +59,7 @@ def main() -> None:
               f"--config.num_train_steps={steps}", f"--config.data.max_seq_length={length}"]
     pretraining = {arm: run.pretrain_cell(arm, "configs/t5.py:size=tiny", assets + flags)
                    for arm, (_, flags, _, _) in OBJECTIVES.items()}
-    run.run(list(pretraining.values()))
+    run.run_pretraining(list(pretraining.values()))
 
     shared = [f"--config.data.glue_dir={os.path.abspath(args.glue_dir)}",
               f"--config.data.max_train_examples={examples}", f"--config.num_epochs={epochs}",

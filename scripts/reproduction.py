@@ -71,7 +71,7 @@ class Reproduction:
 
     def __init__(self, args, settings: list[str]):
         self.output = os.path.abspath(args.output)
-        self.parallel, self.minutes = args.parallel, getattr(args, "minutes", 0.0)  # glue_study: no --minutes
+        self.parallel, self.minutes = args.parallel, args.minutes
         settings = settings + ([f"minutes={self.minutes:g}"] if self.minutes else [])
         self.sweep = sweeps.SweepDir(self.output)
         # Another --quick, corpus or step count in the same directory would mix two experiments: refused.
@@ -119,12 +119,16 @@ class Reproduction:
                            (sys.executable, "-m", "pretrain.finetune", f"--config={config}",
                             f"--workdir={self.workdir(name)}", f"--config.seed={seed}", *flags))
 
-    def run(self, cells: list[sweeps.Cell]) -> None:
-        """The cells not done before; exits 1 naming a failed one (its log has why)."""
+    def run_pretraining(self, cells: list[sweeps.Cell]) -> None:
+        """The pretraining cells: one at a time with --minutes, so that each budget has the machine."""
+        self.run(cells, parallel=1 if self.minutes else self.parallel)
+
+    def run(self, cells: list[sweeps.Cell], parallel: int | None = None) -> None:
+        """The cells not done before (`parallel` at once, default --parallel); exits 1 naming a failed one (its
+        log has why)."""
         self.cells += cells
-        budgeted = self.minutes and any(c.name.startswith("pretrain_") for c in cells)
         try:
-            statuses = sweep_runner.run_cells(self.sweep, cells, 1 if budgeted else self.parallel,
+            statuses = sweep_runner.run_cells(self.sweep, cells, parallel or self.parallel,
                                               say=lambda line: print(line, flush=True))
         except sweep_runner.SweepStopped as e:
             print(e, file=sys.stderr)

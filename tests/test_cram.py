@@ -7,6 +7,7 @@ import shlex
 import numpy as np
 import pytest
 
+from configs import common
 from scripts import cram
 from tests.conftest import SHARED_DATA, run_module
 
@@ -24,9 +25,9 @@ def test_plan_steps_fits_what_is_left_of_the_budget():
 
 
 def test_typed_takes_the_type_of_the_key_it_replaces():
-    assert cram.typed("0.3", 0.15) == 0.3 and cram.typed("64", 128) == 64 and cram.typed("false", True) is False
+    assert common.typed("0.3", 0.15) == 0.3 and common.typed("64", 128) == 64 and common.typed("false", True) is False
     with pytest.raises(ValueError, match="true or false"):
-        cram.typed("maybe", True)
+        common.typed("maybe", True)
 
 
 def test_reproduce_command_repeats_each_repeatable_option():
