@@ -50,9 +50,12 @@ def build_config(model: str, size: str, batch: int, seq: int, accelerator: bool,
     for setting in settings_for(model, settings):  # typed as the key they replace, as cram.py's --set
         try:
             common.apply_setting(config, setting)
-        except (ValueError, KeyError) as e:
-            raise SystemExit(f"--set {setting!r}: {e}; write KEY=VALUE with a key of the config, e.g. "
-                             "--set model.attention_dropout_rate=0.0") from None
+        except ValueError as e:
+            raise SystemExit(f"--set {setting!r}: {e}, e.g. --set model.attention_dropout_rate=0.0") from None
+        except KeyError:
+            key = setting.partition("=")[0]
+            raise SystemExit(f"--set {setting!r}: the {model} config has no key {key!r} (python -m pretrain.train "
+                             f"--config=configs/{model}.py --print_config lists them)") from None
     return config
 
 
@@ -64,7 +67,8 @@ def settings_for(model: str, settings: tuple[str, ...]) -> list[str]:
         if not sep or "=" in prefix:
             chosen.append(setting)
         elif prefix not in SIZES["tiny"]:
-            raise SystemExit(f"--set {setting!r}: {prefix!r} is no model; prefix with one of {', '.join(SIZES['tiny'])}")
+            raise SystemExit(f"--set {setting!r}: {prefix!r} is no model; prefix with one of "
+                             f"{', '.join(SIZES['tiny'])}")
         elif prefix == model:
             chosen.append(rest)
     return chosen
