@@ -76,7 +76,7 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
     directory; the PEFT methods' base is rebuilt from the reference in the checkpoint."""
     method = parameter_efficient.peft_config(config).method
     _check_exportable(workdir, config.model.name, method, peft)
-    task = glue.get_task(config.task)
+    task = registry.task_for_config(config)
     if method == "none":
         params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
         base = None

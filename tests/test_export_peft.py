@@ -108,13 +108,12 @@ def test_lora_run_exports_merged_and_as_peft(lora_run, base_dir, tmp_path):
     from pretrain.data import tokenizers
     from pretrain.families import registry
     from pretrain.families.base import model_config
-    from pretrain.glue import tasks
     from pretrain.core import parameter_efficient
     from pretrain.loops import scoring
     from scripts import export_hf_bert
     with open(os.path.join(lora_run, "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
-    family = registry.for_config(config, tasks.get_task("mrpc"), tokenizers.from_config(config.tokenizer))
+    family = registry.for_config(config, registry.task_for_config(config), tokenizers.from_config(config.tokenizer))
     part, init, _ = parameter_efficient.load_stored(lora_run)
     params = scoring.with_peft_base(config, family, part, init, "dev")  # the repo's own rebuild, for comparison
     lora_b = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(params) if "lora_b" in str(p)]

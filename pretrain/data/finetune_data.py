@@ -70,6 +70,7 @@ class FineTuningData:
     pad_id: int
     pad_to_multiple_of: int = 8
     length_buckets: tuple[int, ...] = ()   # the padded lengths allowed (empty: every multiple)
+    token_fields: tuple[str, ...] = ()     # fields of [N, max length] cut to each batch's padded length
 
     def __len__(self) -> int:
         return len(self.features)
@@ -117,7 +118,8 @@ class FineTuningData:
             segment_ids[row, :len(tokens)] = segments
             input_mask[row, :len(tokens)] = 1
         out = {"input_ids": input_ids, "segment_ids": segment_ids, "input_mask": input_mask}
-        return out | self.example_columns(indices)
+        out |= self.example_columns(indices)
+        return out | {name: out[name][:, :length] for name in self.token_fields}
 
 
 @dataclasses.dataclass

@@ -10,7 +10,7 @@ from objectives.finetuning import FineTuningObjective
 from pretrain.core.errors import UserError
 from pretrain.core.pretrained import Pretrained
 from pretrain.data import finetune_data
-from pretrain.families.base import merge_pretrained, model_config
+from pretrain.families.base import merge_pretrained, model_config, one_per_example
 from pretrain.glue import tasks as glue
 
 
@@ -45,7 +45,7 @@ class BertFamily:
 
     def build_model(self) -> BertForFineTuning:
         return BertForFineTuning(model_config(self.config), self.kind,
-                                 self.task.num_labels, self.config.model.classifier_dropout)
+                                 self.objective.num_labels, self.config.model.classifier_dropout)
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
         merged = dict(params)
@@ -61,6 +61,8 @@ class BertFamily:
 
     def to_labels(self, predictions: dict[str, np.ndarray]) -> np.ndarray:
         return next(iter(predictions.values()))
+
+    decode = staticmethod(one_per_example)
 
     def for_metrics(self, predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
         return predictions  # always a class id / score

@@ -17,7 +17,7 @@ from objectives.denoising import denoising_loss
 from pretrain.core.errors import UserError
 from pretrain.core.pretrained import Pretrained
 from pretrain.data import finetune_data
-from pretrain.families.base import merge_pretrained, model_config
+from pretrain.families.base import merge_pretrained, model_config, one_per_example
 from pretrain.glue import tasks as glue
 from pretrain.glue import text_to_text
 
@@ -97,6 +97,8 @@ class T5Family:
             texts.append(self.tokenizer.decode(row[:ends[0]] if len(ends) else row))
         parsed = [text_to_text.parse_label(self.task, t) for t in texts]
         return np.array(parsed, np.float32 if self.task.is_regression else np.int32)
+
+    decode = staticmethod(one_per_example)
 
     def for_metrics(self, predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
         return text_to_text.predictions_for_metrics(self.task, predictions, labels)

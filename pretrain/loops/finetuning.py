@@ -1,4 +1,4 @@
-"""The fine-tuning loop: GLUE task data, a pretrained model, epochs with dev evaluation.
+"""The fine-tuning loop: a task's data (GLUE, CoNLL), a pretrained model, epochs with dev evaluation.
 
 The model family (pretrain/families/: BERT + a task head, T5 text to text, GPT + a last-token head) says how
 examples become batches, what trains and how predictions become labels; the loop is shared.
@@ -36,8 +36,7 @@ from pretrain.core.metric_writers import MetricWriter
 from pretrain.data import tokenizers
 from pretrain.data.pipeline import prefetch
 from pretrain.families import registry
-from pretrain.glue import tasks as glue
-from pretrain.loops.scoring import dev_metrics, dev_score, load_split, predict, score_splits
+from pretrain.loops.scoring import dev_score, load_split, predict, score_splits
 from pretrain.loops.steps import train_step
 
 
@@ -109,8 +108,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if storage.exists(results_path):
         print(f"Nothing to do: {results_path} exists (use a new --workdir to train again)")
         return json.loads(storage.read_text(results_path))
-    task = glue.get_task(config.task)
     config, init = resolve_config(config)
+    task = registry.task_for_config(config)
+    config.data.update(task.settings)  # what the task read from its data (a tag set) is kept in config.json
     validation.validate(config)
     tokenizer = tokenizers.from_config(config.tokenizer)
     if tokenizer.vocab_size > config.model.vocab_size:
@@ -120,7 +120,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     family.check()
 
     # ----- Data -----
-    train_data, _, _ = load_split(config, family, "train", config.batch_size, subset=config.data.max_train_examples)
+    train_data, _ = load_split(config, family, "train", config.batch_size, subset=config.data.max_train_examples)
     print(f"Task {task.name}: {len(train_data)} training examples, {train_data.steps_per_epoch} steps/epoch x "
           f"{config.num_epochs} epochs")
 
@@ -155,10 +155,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
         best_params = parameter_efficient.overlay(state.params, best_params)
     params = jax.device_put(best_params, shardings.params)
     splits = list(task.dev_splits) + (list(task.test_splits) if config.write_test_predictions else [])
-    with mesh:
-        score_splits(config, family, jit_predict, params, mesh, splits, workdir)
+    with mesh:  # the best epoch's dev metrics again, and those of labelled test splits (CoNLL)
+        scored = score_splits(config, family, jit_predict, params, mesh, splits, workdir)
     results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": run.best[0],
-               "best_score": run.best[1], "metrics": run.best[2], "epochs": run.epochs,
+               "best_score": run.best[1], "metrics": {**run.best[2], **scored}, "epochs": run.epochs,
                "wall_time_sec": time.perf_counter() - started, "train_time_sec": train_time, "seed": config.seed,
                "learning_rate": config.optimizer.learning_rate, "freezing": config.freezing.strategy,
                "peft": config.peft.method, "parameters": train_state.count_params(state.params),
@@ -298,8 +298,9 @@ class _Epochs:
     def evaluate_epoch(self, state, epoch: int) -> None:
         """Dev metrics after an epoch; the best epoch so far is saved (parameters only; with PEFT, the trained
         ones: the whole state for resuming lives in DIR/resume)."""
-        dev = {s: dev_metrics(self.family, predict(self.jit_predict, self.family, state.params, d, self.mesh), labels)
-               for s, (d, labels, _) in self.dev_data.items()}
+        dev = {s: self.task.score(self.family, predict(self.jit_predict, self.family, state.params, d, self.mesh,
+                                                       examples), examples)
+               for s, (d, examples) in self.dev_data.items()}
         score = dev_score(self.task, dev)
         for split, values in dev.items():
             self.writer.write(self.step, values, prefix=f"eval_{split}")

@@ -1,6 +1,6 @@
 """Prediction and scoring of a fine-tuned model, shared by the fine-tuning loop and pretrain.evaluate
 (`evaluate_workdir`):
-a split's batches, the predicted labels, the official dev metrics and the GLUE submission files.
+a split's batches, one prediction per example, the task's official metrics and its prediction files.
 
 Multi-host: every process builds the same batches, feeds its devices' rows and receives every
 prediction (so every process computes the same metrics); only process 0 writes files."""
@@ -19,50 +19,34 @@ from pretrain.core import workdir as workdirs
 from pretrain.core.errors import UserError
 from pretrain.data import finetune_data, tokenizers
 from pretrain.families import registry
-from pretrain.glue import metrics as glue_metrics
 from pretrain.glue import tasks as glue
 
 
-def load_split(config, family, split: str, batch_size: int, subset: int = 0,
-               options: glue.DataOptions = glue.CONFIG_OPTIONS
-               ) -> tuple[finetune_data.FineTuningData, np.ndarray, np.ndarray]:
-    """-> (batched features, labels [N], example ids [N]) of one split."""
-    task = family.task
-    data_dir = config.data.glue_dir if config.data.source == "dir" else config.data.tfds_data_dir
-    examples = glue.load_split(task, split, source=config.data.source, data_dir=data_dir, options=options,
-                               skip_malformed=config.data.get("skip_malformed", False))
+def load_split(config, family, split: str, batch_size: int, subset: int = 0, options=glue.CONFIG_OPTIONS
+               ) -> tuple[finetune_data.FineTuningData, list]:
+    """-> (batched features, the examples) of one split of family.task."""
+    examples = family.task.load(config, split, options)
     examples = [examples[i] for i in finetune_data.subset_indices(len(examples), subset)]
-    labels = task.label_array(examples)
-    return family.encode(examples, batch_size), labels, np.array([e.idx for e in examples], np.int64)
+    return family.encode(examples, batch_size), examples
 
 
-def predict(jit_predict, family, params, data: finetune_data.FineTuningData, mesh) -> np.ndarray:
-    """Predicted label ids (or STS-B scores) for every example of `data`, in its order, on every process."""
+def predict(jit_predict, family, params, data: finetune_data.FineTuningData, mesh, examples: list):
+    """One prediction per example (a label id, an STS-B score, a tag list ...), in order, on every process."""
     out = None
     for batch in data.batches():
         outputs = jit_predict(params, partitioning.shard_batch(batch, mesh, global_batch=True))
         # The rows live on every process's devices: gather them all (a device_get in a single process).
         prediction = family.to_labels(multihost_utils.process_allgather(outputs, tiled=True))
         real = batch["weight"] > 0
-        out = np.zeros(len(data), prediction.dtype) if out is None else out
+        out = np.zeros((len(data), *prediction.shape[1:]), prediction.dtype) if out is None else out
         out[batch["index"][real]] = prediction[real]
-    return out
-
-
-def write_predictions(path: str, task: glue.GlueTask, ids: np.ndarray, predictions: np.ndarray,
-                      labels: np.ndarray) -> None:
-    """A readable dev file: index, prediction, label (label names for classification)."""
-    def name(v):  # a class id < 0: a T5 output that names no class
-        return f"{float(v):.4f}" if task.is_regression else (task.labels[int(v)] if v >= 0 else "(invalid)")
-    with storage.open_file(path, "w") as f:
-        f.write("index\tprediction\tlabel\n")
-        for i, p, y in zip(ids, predictions, labels):
-            f.write(f"{i}\t{name(p)}\t{name(y)}\n")
+    return family.decode(out, data, examples)
 
 
 def score_splits(config, family, jit_predict, params, mesh, splits, workdir: str, *, required: bool = False,
-                 options: glue.DataOptions = glue.CONFIG_OPTIONS) -> dict:
-    """Dev splits: predictions file + official metrics. Test splits: the GLUE submission file.
+                 options=glue.CONFIG_OPTIONS) -> dict:
+    """Every split: its predictions file (GLUE's test splits: the submission file); labelled splits: the
+    official metrics.
 
     Every split is loaded before anything is written. A test split without its file is skipped with a line,
     unless `required` (pretrain.evaluate asked for it): then it is an error and nothing is written."""
@@ -71,32 +55,24 @@ def score_splits(config, family, jit_predict, params, mesh, splits, workdir: str
     for split in splits:
         try:
             loaded.append((split, load_split(config, family, split, config.eval_batch_size, options=options)))
-        except glue.GlueDataError as e:
+        except UserError as e:
             if split not in task.test_splits or required:
                 raise
             print(f"Skipped test predictions for {split}: {e}")
+    directory = os.path.join(workdir, "predictions")
     if primary:
-        storage.makedirs(os.path.join(workdir, "predictions"))
-    for split, (data, labels, ids) in loaded:
-        predictions = predict(jit_predict, family, params, data, mesh)
-        if split in task.test_splits:
-            if not primary:
-                continue
-            path = glue.write_submission(task, split, family.for_submission(predictions).tolist(), ids.tolist(),
-                                         os.path.join(workdir, "predictions"))
-            print(f"Test predictions ({split}, GLUE submission format): {path}")
-        else:
-            if primary:
-                write_predictions(os.path.join(workdir, "predictions", f"{split}.tsv"), task, ids, predictions, labels)
-            results[split] = dev_metrics(family, predictions, labels)
+        storage.makedirs(directory)
+    for split, (data, examples) in loaded:
+        predictions = predict(jit_predict, family, params, data, mesh, examples)
+        if primary:
+            path = task.write_predictions(directory, split, family, predictions, examples)
+            print(f"Predictions ({split}): {path}")
+        if task.labelled(split):
+            results[split] = task.score(family, predictions, examples)
     return results
 
 
-def dev_metrics(family, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    return glue_metrics.compute_metrics(family.task, family.for_metrics(predictions, labels), labels)
-
-
-def dev_score(task: glue.GlueTask, results: dict) -> float:
+def dev_score(task, results: dict) -> float:
     """Model selection: the main metric on the first dev split (MNLI: matched)."""
     return float(results[task.dev_splits[0]][task.main_metric])
 
@@ -107,7 +83,7 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     config = _finetuning_config(workdir)
     if glue_dir:
         config.data.glue_dir = glue_dir
-    task = glue.get_task(config.task)
+    task = registry.task_for_config(config)
     wanted = []
     for split in splits:
         expanded = {"dev": task.dev_splits, "test": task.test_splits}.get(split, (split,))
@@ -117,6 +93,7 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
                             f"(use dev, test or one of {task.dev_splits + task.test_splits})")
         wanted += expanded
     family = registry.for_config(config, task, tokenizers.from_config(config.tokenizer))
+    options = glue.DataOptions(glue_dir="--glue_dir", tfds=None, skip_malformed=None)
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
     if parameter_efficient.is_peft(config):  # `params` are the trained part: the base comes from its reference
         params = with_peft_base(config, family, params, parameter_efficient.load_base(
@@ -126,7 +103,7 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     jit_predict = jax.jit(family.predict_fn(family.build_model()))
     with mesh:
         results = score_splits(config, family, jit_predict, params, mesh, wanted, workdir, required=True,
-                               options=glue.DataOptions(glue_dir="--glue_dir", tfds=None, skip_malformed=None))
+                               options=options)
     out = {"task": task.name, "checkpoint_step": step, "metrics": results}
     if distributed.is_primary():
         workdirs.write_json_atomic(os.path.join(workdir, "eval_results.json"), out)
@@ -136,7 +113,7 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
 def with_peft_base(config, family, part: dict, init, split: str) -> dict:
     """A PEFT checkpoint's trained parameters over its base: the whole tree of the fine-tuned model. `split`
     gives one example for the model's shapes."""
-    data, _, _ = load_split(config, family, split, 1, subset=1)
+    data, _ = load_split(config, family, split, 1, subset=1)
     example = {k: v[:1] for k, v in family.objective.model_inputs(data.batch(np.arange(1))).items()}
     return parameter_efficient.rebuild(family.build_model(), example, part, init, family.merge_pretrained)
 
@@ -154,6 +131,6 @@ def _finetuning_config(workdir: str) -> ml_collections.ConfigDict:
     except ValueError as e:
         raise UserError(f"{config_path} is not valid JSON ({e}): {what}") from None
     if not isinstance(stored, dict) or "task" not in stored:
-        raise UserError(f"{workdir} is not a fine-tuning workdir (its config.json names no GLUE task): {what}; "
+        raise UserError(f"{workdir} is not a fine-tuning workdir (its config.json names no task): {what}; "
                         "to fine-tune a pretraining workdir, give it to pretrain.finetune as its init")
     return ml_collections.ConfigDict(stored)

@@ -1,4 +1,5 @@
-"""CoNLL-style column files (CoNLL-2003 NER, POS, chunking) and entity-level scoring as conlleval counts it.
+"""CoNLL-style column files (CoNLL-2003 NER, POS, chunking), entity-level scoring as conlleval counts it, and the
+tagging task the fine-tuning loop runs on them (`ConllTask`).
 
 The layout of CoNLL-2003's `train.txt` / `valid.txt` / `test.txt`: one token per line, space-separated
 columns `word POS chunk NER`, a blank line between sentences and `-DOCSTART- -X- -X- O` lines between
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from pretrain.core import storage
 from pretrain.core.errors import UserError
 
 TAG_COLUMNS = {"pos": 1, "chunk": 2, "ner": 3}  # CoNLL-2003's columns after the word
@@ -27,6 +29,7 @@ class Sentence:
     words: tuple[str, ...]
     tags: tuple[str, ...]
     line: int  # the file's line of the sentence's first token (1-based), for messages
+    rows: tuple[tuple[str, ...], ...] = ()  # every column of every token line, to write predictions beside them
 
 
 @dataclasses.dataclass
@@ -57,13 +60,13 @@ def read_conll(path: str, tag_key: str | int = "ner", *, bio: bool = True) -> Co
         raise ConllDataError(f"CoNLL file not found: {path} (give --config.data.dir the folder with train.txt, "
                              "valid.txt and test.txt)")
     out = ConllFile([], 0)
-    words, tags, first_line = [], [], 0
+    words, tags, rows, first_line = [], [], [], 0
     with open(path, encoding="utf-8") as f:
         for number, raw in enumerate(f, start=1):
             fields = raw.split()
             if not fields or fields[0] == DOCSTART:
-                _close_sentence(out, words, tags, first_line)
-                words, tags = [], []
+                _close_sentence(out, words, tags, rows, first_line)
+                words, tags, rows = [], [], []
                 continue
             out.columns = out.columns or len(fields)
             if len(fields) != out.columns or column >= len(fields):
@@ -73,17 +76,19 @@ def read_conll(path: str, tag_key: str | int = "ner", *, bio: bool = True) -> Co
                 out.repaired_starts += _check_bio(fields[column], tags[-1] if tags else "O", f"{path}:{number}")
             words.append(fields[0])
             tags.append(fields[column])
+            rows.append(tuple(fields))
             first_line = first_line if len(words) > 1 else number
-    _close_sentence(out, words, tags, first_line)
+    _close_sentence(out, words, tags, rows, first_line)
     if not out.sentences:
         raise ConllDataError(f"{path} has no sentences: expected lines of 'word ... tag' with a blank line "
                              "between sentences")
     return out
 
 
-def _close_sentence(out: ConllFile, words: list[str], tags: list[str], line: int) -> None:
+def _close_sentence(out: ConllFile, words: list[str], tags: list[str], rows: list[tuple[str, ...]],
+                    line: int) -> None:
     if words:
-        out.sentences.append(Sentence(tuple(words), tuple(tags), line))
+        out.sentences.append(Sentence(tuple(words), tuple(tags), line, tuple(rows)))
 
 
 def _check_bio(tag: str, previous: str, where: str) -> int:
@@ -105,3 +110,87 @@ def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str
             "recall": float(metrics.recall_score(gold, predicted)),
             "f1": float(metrics.f1_score(gold, predicted)),
             "accuracy": float(metrics.accuracy_score(gold, predicted))}
+
+
+# ----------------------------------------------------------------------------------------------
+# The task, as the fine-tuning loop sees it (pretrain/tasks/base.py).
+
+NAMES = ("conll2003", "conll")  # config.task: CoNLL-2003 itself, or any file set in its layout
+SPLIT_FILES = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConllTask:
+    """Sequence labelling on CoNLL column files under `data_dir`: BIO entities scored by entity-level F1 as
+    conlleval counts it, or any other tag set (POS) by token accuracy. `labels` is the tag set in id order:
+    config.data.labels, or the train file's tags (O first, then sorted) recorded in `settings`."""
+    name: str
+    data_dir: str
+    tag_column: str | int
+    bio: bool
+    labels: tuple[str, ...]
+    kind = "tagging"
+    dev_splits = ("dev",)
+    test_splits = ("test",)
+
+    @classmethod
+    def from_config(cls, config) -> ConllTask:
+        d = config.data
+        if not d.dir:
+            raise ConllDataError(f"task {config.task}: no data folder; set --config.data.dir to the folder with "
+                                 f"{', '.join(SPLIT_FILES.values())} (CoNLL-2003's layout)")
+        labels = tuple(filter(None, d.labels.split(","))) if d.labels else ()
+        if not labels:
+            train = read_conll(os.path.join(d.dir, SPLIT_FILES["train"]), d.tag_column, bio=d.bio)
+            seen = {t for s in train.sentences for t in s.tags}
+            labels = tuple(sorted(seen, key=lambda t: (t != "O", t.partition("-")[2], t)))
+        return cls(config.task, d.dir, d.tag_column, d.bio, labels)
+
+    @property
+    def main_metric(self) -> str:
+        return "f1" if self.bio else "accuracy"
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+    @property
+    def settings(self) -> dict:
+        """config.data fields this task fixed: the tag set, so that evaluation reads ids the same way."""
+        return {"labels": ",".join(self.labels)}
+
+    def labelled(self, split: str) -> bool:
+        return True  # CoNLL's test file has its tags
+
+    def load(self, config, split: str, options=None) -> list[Sentence]:
+        if split not in SPLIT_FILES:
+            raise ConllDataError(f"task {self.name} has no split {split!r}; use one of {', '.join(SPLIT_FILES)}")
+        path = os.path.join(self.data_dir, SPLIT_FILES[split])
+        read = read_conll(path, self.tag_column, bio=self.bio)
+        known = set(self.labels)
+        for sentence in read.sentences:
+            for offset, tag in enumerate(sentence.tags):
+                if tag not in known:
+                    raise ConllDataError(f"{path}:{sentence.line + offset}: tag {tag!r} is not in the tag set "
+                                         f"{','.join(self.labels)} (the train file's, or --config.data.labels)")
+        if read.repaired_starts:
+            print(f"Warning: {path}: {read.repaired_starts} I- tags start an entity (after O or another type); "
+                  "read as B-, as conlleval does")
+        return read.sentences
+
+    def score(self, family, predictions: list[list[str]], examples: list[Sentence]) -> dict[str, float]:
+        gold = [list(s.tags) for s in examples]
+        if self.bio:
+            return entity_scores(gold, [list(p) for p in predictions])
+        hits = [g == p for gs, ps in zip(gold, predictions) for g, p in zip(gs, ps)]
+        return {"accuracy": sum(hits) / max(len(hits), 1)}
+
+    def write_predictions(self, directory: str, split: str, family, predictions: list[list[str]],
+                          examples: list[Sentence]) -> str:
+        """The input's columns with the predicted tag appended (conlleval's input: gold then predicted last)."""
+        path = os.path.join(directory, f"{split}.txt")
+        with storage.open_file(path, "w") as f:
+            for sentence, tags in zip(examples, predictions):
+                f.writelines(" ".join((*row, tag)) + "\n" for row, tag in zip(sentence.rows, tags))
+                f.write("\n")
+        return path

@@ -16,6 +16,7 @@ import os
 import re
 import string
 
+from pretrain.core import storage
 from pretrain.core.errors import UserError
 
 
@@ -110,3 +111,88 @@ def squad_scores(examples: list[QaExample], predictions: dict[str, str]) -> dict
         em += max(exact_match(predicted, g) for g in golds)
         f1_total += max(f1(predicted, g) for g in golds)
     return {"exact_match": 100.0 * em / len(examples), "f1": 100.0 * f1_total / len(examples)}
+
+
+# ----------------------------------------------------------------------------------------------
+# The task, as the fine-tuning loop sees it (pretrain/tasks/base.py).
+
+SPLIT_FILES = {"squad": {"train": "train-v1.1.json", "dev": "dev-v1.1.json"},
+               "squad_v2": {"train": "train-v2.0.json", "dev": "dev-v2.0.json"}}
+NAMES = tuple(SPLIT_FILES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    text: str          # the best non-empty span's text ('' when no span was possible)
+    null_margin: float  # no-answer score - the best span's score: v2.0 answers '' where it exceeds the threshold
+
+    def answer(self, threshold: float) -> str:
+        return "" if self.null_margin > threshold else self.text
+
+
+@dataclasses.dataclass(frozen=True)
+class SquadTask:
+    """Extractive QA on SQuAD's JSON files under `data_dir`, scored by the official script's exact match and F1
+    (x100). v2.0 answers '' where the no-answer score beats the best span by more than `null_threshold`; its
+    scores also report the best threshold on the split (the official v2.0 script's best_f1_thresh)."""
+    name: str
+    data_dir: str
+    null_threshold: float = 0.0
+    kind = "qa"
+    main_metric = "f1"
+    dev_splits = ("dev",)
+    test_splits = ()
+    settings = {}
+
+    @classmethod
+    def from_config(cls, config) -> SquadTask:
+        if not config.data.dir:
+            files = ", ".join(SPLIT_FILES[config.task].values())
+            raise SquadDataError(f"task {config.task}: no data folder; set --config.data.dir to the folder with {files}")
+        return cls(config.task, config.data.dir, config.data.null_threshold)
+
+    @property
+    def version_2(self) -> bool:
+        return self.name == "squad_v2"
+
+    def labelled(self, split: str) -> bool:
+        return True
+
+    def load(self, config, split: str, options=None) -> list[QaExample]:
+        files = SPLIT_FILES[self.name]
+        if split not in files:
+            raise SquadDataError(f"task {self.name} has no split {split!r}; use one of {', '.join(files)}")
+        return read_squad(os.path.join(self.data_dir, files[split]))
+
+    def score(self, family, predictions: list[Prediction], examples: list[QaExample]) -> dict[str, float]:
+        answers = {e.id: p.answer(self.null_threshold) for e, p in zip(examples, predictions)}
+        scores = squad_scores(examples, answers)
+        if self.version_2:
+            scores.update(best_threshold(examples, predictions))
+        return scores
+
+    def write_predictions(self, directory: str, split: str, family, predictions: list[Prediction],
+                          examples: list[QaExample]) -> str:
+        """{question id: answer}, the official script's predictions file."""
+        path = os.path.join(directory, f"{split}.json")
+        answers = {e.id: p.answer(self.null_threshold) for e, p in zip(examples, predictions)}
+        storage.write_atomic(path, json.dumps(answers, indent=1, ensure_ascii=False))
+        return path
+
+
+def best_threshold(examples: list[QaExample], predictions: list[Prediction]) -> dict[str, float]:
+    """The no-answer threshold with the best F1 on these examples: {'best_f1', 'best_f1_threshold'}. Each
+    prediction's margin is a candidate, as in the official v2.0 script's find_best_thresh (in one sorted pass)."""
+    def best_f1(answer: str, example: QaExample) -> float:
+        return max(f1(answer, g) for g in ([a.text for a in example.answers] or [""]))
+    if_span = [best_f1(p.text, e) for e, p in zip(examples, predictions)]
+    if_empty = [best_f1("", e) for e in examples]
+    order = sorted(range(len(examples)), key=lambda i: predictions[i].null_margin)
+    total = sum(if_empty)  # a threshold below every margin: every answer is ''
+    best = (total, min((p.null_margin for p in predictions), default=0.0) - 1.0)
+    for rank, i in enumerate(order):  # a threshold at this margin answers this question (and ties) with its span
+        total += if_span[i] - if_empty[i]
+        margin = predictions[i].null_margin
+        if rank + 1 == len(order) or predictions[order[rank + 1]].null_margin != margin:
+            best = max(best, (total, margin))
+    return {"best_f1": 100.0 * best[0] / len(examples), "best_f1_threshold": best[1]}

@@ -19,6 +19,7 @@ from models.convert.hf_gpt2 import hf_state_dict_from_gpt
 from models.gpt import GPT, GPTConfig
 from models.gpt_heads import GPTForSequenceClassification
 from pretrain.families import registry
+from pretrain.glue.finetuning import GlueFineTuningTask
 from pretrain.core import freezing
 from pretrain.core import pretrained
 from pretrain.glue import tasks as glue
@@ -178,7 +179,7 @@ def test_pair_inputs_are_separated_and_end_with_eos(char_tokenizer):
 
 
 def test_context_longer_than_the_model_is_a_user_error(char_tokenizer):
-    family = registry.for_config(_config(max_seq_length=64), glue.get_task("sst2"), char_tokenizer)
+    family = registry.for_config(_config(max_seq_length=64), GlueFineTuningTask.named("sst2"), char_tokenizer)
     assert isinstance(family, GPTFamily)
     with pytest.raises(UserError, match="max_seq_length=64 exceeds the model's 32 positions"):
         family.check()

