@@ -73,6 +73,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.batch_size = 32
     c.eval_batch_size = 64
     c.warmup_fraction = 0.1        # of all optimizer steps
+    c.head_learning_rate = 0.0     # > 0: the fresh task head's peak learning rate (0: optimizer.learning_rate)
     c.log_every = 50
     c.write_test_predictions = True
     c.optimizer.learning_rate = 2e-5

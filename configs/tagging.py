@@ -9,9 +9,14 @@ line between sentences, `-DOCSTART-` lines between documents); `task=conll` read
 layout. PATH is a pretrain.train BERT workdir or a Hugging Face BERT directory, as for configs/glue.py.
 
 Config string: `task=conll2003|conll`, `tags=ner|chunk|pos|N` (the tag column: a name or a column number,
-0 being the word), `freeze=`, `peft=` as in configs/glue.py. BIO tag sets (ner, chunk) are scored by
-entity-level F1 as conlleval counts it (seqeval); others by token accuracy. The tag set is the train file's
-(O first), recorded in the run's config.json as `data.labels`.
+0 being the word), `head=bio|span`, `freeze=`, `peft=` as in configs/glue.py. BIO tag sets (ner, chunk) are
+scored by entity-level F1 as conlleval counts it (seqeval); others by token accuracy. The tag set is the
+train file's (O first), recorded in the run's config.json as `data.labels`.
+
+head=span (J&M 11.3.4, pretrain/families/bert_spans.py): every span of up to `span_head.max_width` words is
+classified into an entity type or NULL from the chapter's span representation (learned start and end
+boundaries, a self-attention summary; `span_head.boundaries=token`, `span_head.summary=mean` give the plain
+eqs. 11.15-11.16); the most probable non-overlapping spans become the BIO tags that are scored and written.
 
 Recipe (Devlin et al. 2019, Section 5.3 and Appendix A.3; Hugging Face's run_ner defaults): the GLUE
 recipe's Adam, warm-up and decay, learning rate 5e-5, batch 32, 3 epochs, max sequence length 128; the
@@ -26,12 +31,22 @@ from configs import common, glue
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    arg = common.parse_arg(arg, task="conll2003", tags="ner", freeze="none", peft="none")
+    arg = common.parse_arg(arg, task="conll2003", tags="ner", head="bio", freeze="none", peft="none")
+    if arg.head not in ("bio", "span"):
+        raise ValueError(f"configs/tagging.py: head={arg.head!r} must be 'bio' or 'span'")
     if arg.task not in ("conll2003", "conll"):
         raise ValueError(f"configs/tagging.py: task={arg.task!r} must be 'conll2003' or 'conll'")
     c = glue.get_config(f"task=mrpc,model=bert,freeze={arg.freeze},peft={arg.peft}")
     c.unlock()
     c.task = arg.task
+    c.head = arg.head              # bio: a tag per word | span: every span of up to span_head.max_width words
+    c.span_head = ml_collections.ConfigDict(dict(
+        max_width=8,               # words
+        boundaries="ffnn",         # ffnn: learned start / end (J&M eqs. 11.17-11.19) | token: h_i, h_j (11.16)
+        summary="attention",       # attention: self-attention over the span (11.20) | mean: the average (11.15)
+        threshold=0.0))            # a type is predicted only where its probability reaches this (0: argmax)
+    if arg.head == "span":
+        c.head_learning_rate = 3e-3  # the span classifier's two fresh layers learn too slowly at 5e-5
     if arg.peft == "none":
         c.optimizer.learning_rate = 5e-5
     c.data = ml_collections.ConfigDict(dict(

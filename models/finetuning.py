@@ -20,6 +20,8 @@ class BertForFineTuning(nn.Module):
     kind: str                      # one of HEAD_KINDS
     num_labels: int                # classes (1 for regression; unused for QA)
     classifier_dropout: float = 0.1
+    span_boundaries: str = "token"  # kind="span": heads.SpanClassificationHead's boundaries and summary
+    span_summary: str = "mean"
 
     def setup(self):
         if self.kind not in HEAD_KINDS:
@@ -32,7 +34,9 @@ class BertForFineTuning(nn.Module):
         elif self.kind == "tagging":
             self.head = heads.TokenClassificationHead(self.num_labels, self.classifier_dropout, **common)
         elif self.kind == "span":
-            self.head = heads.SpanClassificationHead(self.num_labels, dropout_rate=self.classifier_dropout, **common)
+            self.head = heads.SpanClassificationHead(self.num_labels, dropout_rate=self.classifier_dropout,
+                                                     boundaries=self.span_boundaries, summary=self.span_summary,
+                                                     **common)
         else:
             self.head = heads.QuestionAnsweringHead(**common)
 

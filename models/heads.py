@@ -137,15 +137,34 @@ def span_representation(sequence: jax.Array, spans: jax.Array) -> jax.Array:
     return jnp.concatenate([gather_positions(sequence, start), gather_positions(sequence, end), mean], axis=-1)
 
 
+def attentive_span_summary(sequence: jax.Array, scores: jax.Array, spans: jax.Array) -> jax.Array:
+    """g_ij = SelfATTN(h_i..h_j) (J&M eq. 11.20), as Lee et al. (2017) find a span's head: a softmax of one
+    learned score per token, taken over the span's tokens only, weights the span's states.
+
+    sequence: [B, L, D]; scores: [B, L]; spans: [B, S, 2] inclusive. Returns [B, S, D] in sequence.dtype; an
+    empty span (padding) attends to its start token alone, so it never divides by zero.
+    """
+    positions = jnp.arange(sequence.shape[1])
+    start, end = spans[..., :1], jnp.maximum(spans[..., 1:], spans[..., :1])            # [B, S, 1]
+    inside = (positions >= start) & (positions <= end)                                 # [B, S, L]
+    weights = jax.nn.softmax(jnp.where(inside, scores[:, None, :].astype(jnp.float32), -jnp.inf), axis=-1)
+    return jnp.einsum("bsl,bld->bsd", weights, sequence.astype(jnp.float32)).astype(sequence.dtype)
+
+
 class SpanClassificationHead(nn.Module):
     """y_ij = softmax(FFNN(spanRep_ij)) (J&M eq. 11.21): dropout -> Dense -> GELU -> dropout -> Dense.
 
+    spanRep_ij = [boundaries; summary]. boundaries="token": h_i and h_j (eq. 11.16); "ffnn": s_i =
+    FFNN_start(h_i) and e_j = FFNN_end(h_j), two learned Dense -> GELU layers (eqs. 11.17-11.19).
+    summary="mean": the average of h_i..h_j (eq. 11.15); "attention": attentive_span_summary (eq. 11.20).
     hidden_size=0 uses the encoder width D. The hidden layer is unsharded like the pooler
     ("embed_out"): a head this small is not worth splitting, and any hidden size then works.
     """
     num_labels: int
     hidden_size: int = 0
     dropout_rate: float = 0.1
+    boundaries: str = "token"     # token | ffnn
+    summary: str = "mean"         # mean | attention
     initializer_range: float = 0.02
     dtype: layers.Dtype = jnp.float32
     param_dtype: layers.Dtype = jnp.float32
@@ -157,11 +176,35 @@ class SpanClassificationHead(nn.Module):
         kw = {"kernel_init": layers.truncated_normal(self.initializer_range),
               "dtype": self.dtype, "param_dtype": self.param_dtype}
         dropout = nn.Dropout(self.dropout_rate)
-        x = span_representation(sequence, spans)                              # [B, S, 3D]
+        x = self.representation(sequence, spans, kw)                          # [B, S, 3D]
+        self.sow("intermediates", "span_representation", x)  # for tests and probes (apply(mutable=...))
         x = dropout(x, deterministic=deterministic)
         x = layers.Dense(self.hidden_size or sequence.shape[-1], ("embed", "embed_out"), name="hidden", **kw)(x)
         x = dropout(layers.exact_gelu(x), deterministic=deterministic)
         return layers.Dense(self.num_labels, ("embed_out", "classes"), name="classifier", **kw)(x).astype(jnp.float32)
+
+    def representation(self, sequence: jax.Array, spans: jax.Array, kw: dict) -> jax.Array:
+        """[B, L, D], [B, S, 2] -> spanRep [B, S, 3D] as `boundaries` and `summary` choose."""
+        if self.boundaries not in ("token", "ffnn") or self.summary not in ("mean", "attention"):
+            raise ValueError(f"span head: boundaries={self.boundaries!r} (token | ffnn), summary={self.summary!r} "
+                             "(mean | attention)")
+        start_end_mean = span_representation(sequence, spans)
+        width = sequence.shape[-1]
+        if self.boundaries == "token":
+            boundaries = start_end_mean[..., :2 * width]
+        else:
+            L = sequence.shape[1]
+
+            def ffnn(name: str, positions: jax.Array) -> jax.Array:
+                h = gather_positions(sequence, jnp.clip(positions, 0, L - 1))
+                return layers.exact_gelu(layers.Dense(width, ("embed", "embed_out"), name=name, **kw)(h))
+            boundaries = jnp.concatenate([ffnn("start_ffnn", spans[..., 0]), ffnn("end_ffnn", spans[..., 1])], -1)
+        if self.summary == "mean":
+            summary = start_end_mean[..., 2 * width:]
+        else:
+            scores = layers.Dense(1, ("embed", "classes"), name="attention_score", **kw)(sequence)[..., 0]
+            summary = attentive_span_summary(sequence, scores, jnp.clip(spans, 0, sequence.shape[1] - 1))
+        return jnp.concatenate([boundaries.astype(sequence.dtype), summary.astype(sequence.dtype)], -1)
 
 
 class QuestionAnsweringHead(nn.Module):

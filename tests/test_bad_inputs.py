@@ -39,6 +39,25 @@ def finetune(*extra: str, workdir: str = "{fresh}") -> list[str]:
             *extra]
 
 
+def token_task(config: str, folder: str, *extra: str) -> list[str]:
+    """pretrain.finetune of a tagging or QA config on one of the broken folders that `workdirs` writes."""
+    return ["pretrain.finetune", f"--config={config}", "--workdir={fresh}", "--config.init={bert}",
+            f"--config.data.dir={{tasks}}/{folder}", "--config.num_epochs=1", "--config.data.max_seq_length=64",
+            *extra]
+
+
+CONLL_TRAIN = "Kalmo NNP B-NP B-PER\nvisited NN O O\nTesvar NNP B-NP B-LOC\n\nAcme NNP B-NP B-ORG\nrose NN O O\n"
+SQUAD = {"data": [{"paragraphs": [{"context": "Kalmo visited Tesvar.", "qas": [
+    {"id": "q1", "question": "Where?", "answers": [{"text": "Tesvar", "answer_start": 14}]}]}]}]}
+TOKEN_TASK_FILES = {  # folder -> {file: text}
+    "conll_columns": {"train.txt": CONLL_TRAIN + "Acme NNP B-ORG\n"},
+    "conll_scheme": {"train.txt": CONLL_TRAIN.replace("B-PER", "X-PER")},
+    "conll_empty_dev": {"train.txt": CONLL_TRAIN, "valid.txt": "-DOCSTART- -X- -X- O\n\n"},
+    "squad_offset": {"train-v1.1.json": json.dumps(SQUAD, indent=1).replace('"answer_start": 14', '"answer_start": 3')},
+    "squad_empty_dev": {"train-v1.1.json": json.dumps(SQUAD), "dev-v1.1.json": json.dumps({"data": []})},
+}
+
+
 # id: (command, exit status, pattern of the one stderr line; None = exit 0 with stdout checked instead)
 CASES = {
     # ----- pretrain.train: the config file and flags -----
@@ -101,6 +120,23 @@ CASES = {
     "finetune/unknown task": (["pretrain.finetune", "--config=configs/glue.py:task=nope", "--workdir={fresh}",
                                "--config.init={bert}"], 2, r"unknown GLUE task 'nope'"),
     "finetune/no workdir": (["pretrain.finetune", f"--config={MRPC}"], 2, r"--workdir is required"),
+    # ----- pretrain.finetune: tagging and QA files -----
+    "finetune/CoNLL line with the wrong column count": (token_task("configs/tagging.py", "conll_columns"), 2,
+                                                        r"conll_columns/train\.txt:7: 3 columns where the file's"),
+    "finetune/CoNLL tag outside BIO": (token_task("configs/tagging.py", "conll_scheme"), 2,
+                                       r"conll_scheme/train\.txt:1: tag 'X-PER' is outside the BIO scheme"),
+    "finetune/CoNLL empty split": (token_task("configs/tagging.py", "conll_empty_dev"), 2,
+                                   r"conll_empty_dev/valid\.txt has no sentences"),
+    "finetune/SQuAD answer_start off its text": (token_task("configs/qa.py", "squad_offset",
+                                                            "--config.data.max_query_length=8",
+                                                            "--config.data.doc_stride=16"), 2,
+                                                 r"squad_offset/train-v1\.1\.json:9: question q1: answer_start 3"),
+    "finetune/SQuAD empty split": (token_task("configs/qa.py", "squad_empty_dev", "--config.data.max_query_length=8",
+                                              "--config.data.doc_stride=16"), 2, r"squad_empty_dev/dev-v1\.1\.json has no questions"),
+    "finetune/QA window without room for the stride": (
+        token_task("configs/qa.py", "squad_offset", "--config.data.max_query_length=32",
+                   "--config.data.doc_stride=32"), 2,
+        r"leaves 29 context pieces per window after a 32-piece question: no room for the overlap"),
     # ----- pretrain.evaluate -----
     "evaluate/a pretraining workdir": (["pretrain.evaluate", "--workdir={bert}"], 2,
                                        r"is not a fine-tuning workdir.*give it to pretrain\.finetune as its init"),
@@ -169,8 +205,12 @@ def workdirs(corpus_and_tokenizer, tiny_bert_workdir, tiny_gpt_workdir, tmp_path
     glue_copy.mkdir(parents=True)
     for split in ("train", "dev"):
         shutil.copy(os.path.join(GLUE, "MRPC", f"{split}.tsv"), glue_copy / f"{split}.tsv")
+    for folder, files in TOKEN_TASK_FILES.items():
+        (root / "tasks" / folder).mkdir(parents=True)
+        for name, text in files.items():
+            (root / "tasks" / folder / name).write_text(text)
     return {"bert": tiny_bert_workdir, "ft": ft, "gpt": tiny_gpt_workdir, "corpus": corpus, "spm": spm,
-            "root": str(root), "glue_copy": str(glue_copy.parent)}
+            "root": str(root), "glue_copy": str(glue_copy.parent), "tasks": str(root / "tasks")}
 
 
 def _prepare_case(name: str, workdirs: dict[str, str]) -> tuple[str, list[str], list[str]]:
@@ -179,6 +219,7 @@ def _prepare_case(name: str, workdirs: dict[str, str]) -> tuple[str, list[str], 
     case_dir = os.path.join(workdirs["root"], "cases", re.sub(r"\W+", "_", name))
     shutil.rmtree(case_dir, ignore_errors=True)
     values = {"binary": sys.executable, "tiny": None, "corpus": workdirs["corpus"], "glue_copy": workdirs["glue_copy"],
+              "tasks": workdirs["tasks"],
               "fresh": os.path.join(case_dir, "fresh"), "damaged": os.path.join(case_dir, "damaged")}
     for key in ("bert", "ft", "gpt"):
         values[key] = os.path.join(case_dir, key)

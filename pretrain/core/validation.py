@@ -83,7 +83,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "batch_size": POSITIVE, "grad_accum_steps": POSITIVE, "num_train_steps": POSITIVE, "num_epochs": POSITIVE,
     "log_every": POSITIVE, "keep_checkpoints": POSITIVE, "eval_batches": POSITIVE, "eval_batch_size": POSITIVE,
     "checkpoint_every": NON_NEGATIVE, "eval_every": NON_NEGATIVE, "prefetch": NON_NEGATIVE, "seed": NON_NEGATIVE,
-    "warmup_fraction": SHARE, "z_loss": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
+    "warmup_fraction": SHARE, "z_loss": NON_NEGATIVE_FLOAT, "head_learning_rate": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
     # optimizer
     "optimizer.name": "optimizer", "optimizer.schedule": "schedule",
     "optimizer.learning_rate": POSITIVE_FLOAT, "optimizer.end_learning_rate": NON_NEGATIVE_FLOAT,

@@ -10,6 +10,7 @@ from pretrain.core.errors import ConfigError
 from pretrain.families.base import Family
 from pretrain.families.bert import BertFamily
 from pretrain.families.bert_qa import BertQaFamily
+from pretrain.families.bert_spans import BertSpanFamily
 from pretrain.families.bert_tagging import BertTaggingFamily
 from pretrain.families.gpt import GPTFamily
 from pretrain.families.t5 import T5Family
@@ -19,6 +20,7 @@ from pretrain.tasks.base import Task
 
 FAMILIES = {"bert": BertFamily, "t5": T5Family, "gpt": GPTFamily}  # GLUE: sequence classification
 TOKEN_FAMILIES = {("tagging", "bert"): BertTaggingFamily,          # the other kinds, by (kind, model)
+                  ("span", "bert"): BertSpanFamily,
                   ("qa", "bert"): BertQaFamily}
 
 

@@ -88,6 +88,8 @@ def make_optimizer(config, params, steps_per_epoch: int, family):
     if opt.warmup_steps < 0:
         opt.warmup_steps = int(round(config.warmup_fraction * total))
     tx, schedule = optimizers.make_optimizer(opt, total), optimizers.learning_rate_schedule(opt, total)
+    if config.get("head_learning_rate", 0.0) > 0:
+        tx = optimizers.with_head_learning_rate(tx, params, config.head_learning_rate, opt.learning_rate)
     if parameter_efficient.is_peft(config):
         mask = parameter_efficient.trainable(params, family.name, config)
         return parameter_efficient.optimizer(tx, mask), schedule, parameter_efficient.unfreeze_steps(mask), mask

@@ -129,7 +129,7 @@ class ConllTask:
     tag_column: str | int
     bio: bool
     labels: tuple[str, ...]
-    kind = "tagging"
+    kind: str = "tagging"  # tagging: a BIO tag per word | span: every span classified (config.head=span)
     dev_splits = ("dev",)
     test_splits = ("test",)
 
@@ -144,7 +144,11 @@ class ConllTask:
             train = read_conll(os.path.join(d.dir, SPLIT_FILES["train"]), d.tag_column, bio=d.bio)
             seen = {t for s in train.sentences for t in s.tags}
             labels = tuple(sorted(seen, key=lambda t: (t != "O", t.partition("-")[2], t)))
-        return cls(config.task, d.dir, d.tag_column, d.bio, labels)
+        kind = "span" if config.get("head") == "span" else "tagging"
+        if kind == "span" and not d.bio:
+            raise ConllDataError(f"head=span classifies entity spans: it needs BIO tags (tags=ner or chunk), not "
+                                 f"tags={d.tag_column}")
+        return cls(config.task, d.dir, d.tag_column, d.bio, labels, kind)
 
     @property
     def main_metric(self) -> str:

@@ -52,6 +52,40 @@ def init_apply(head, *args, **kw):
     return jax.jit(run)(*args)
 
 
+def test_learned_boundaries_and_attentive_summary_match_the_chapters_equations():
+    """boundaries=ffnn, summary=attention (J&M eqs. 11.17-11.20) against numpy on the head's own weights:
+    s_i = GELU(h_i W_s + b_s), e_j = GELU(h_j W_e + b_e), g_ij = sum_k softmax_k(h_k w + b) h_k over i <= k <= j."""
+    rng = np.random.default_rng(1)
+    B, L, D = 2, 7, 4
+    h = rng.normal(size=(B, L, D)).astype(np.float32)
+    spans = np.array([[[0, 0], [1, 4], [2, 6]], [[3, 5], [6, 6], [0, 6]]], np.int32)
+    head = heads.SpanClassificationHead(3, boundaries="ffnn", summary="attention")
+    variables = head.init(jax.random.key(0), jnp.asarray(h), jnp.asarray(spans), deterministic=True)
+    params = jax.tree.map(np.asarray, nn.meta.unbox(variables["params"]))
+    rep = representation(head, variables, h, spans)
+
+    def dense(name, x):
+        return x @ params[name]["kernel"] + params[name]["bias"]
+    gelu = lambda x: 0.5 * x * (1 + np.vectorize(__import__("math").erf)(x / np.sqrt(2)))  # noqa: E731
+    for b in range(B):
+        for n, (i, j) in enumerate(spans[b]):
+            scores = dense("attention_score", h[b, i:j + 1])[:, 0]
+            weights = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+            expected = np.concatenate([gelu(dense("start_ffnn", h[b, i])), gelu(dense("end_ffnn", h[b, j])),
+                                       weights @ h[b, i:j + 1]])
+            np.testing.assert_allclose(rep[b, n], expected, rtol=1e-5, atol=1e-5)
+    plain = heads.SpanClassificationHead(3)  # token boundaries + mean: eq. 11.16, as span_representation
+    plain_vars = plain.init(jax.random.key(0), jnp.asarray(h), jnp.asarray(spans), deterministic=True)
+    np.testing.assert_allclose(representation(plain, plain_vars, h, spans), numpy_span_representation(h, spans),
+                               rtol=1e-5, atol=1e-5)
+
+
+def representation(head, variables, h, spans) -> np.ndarray:
+    """The spanRep [B, S, 3D] the head classifies (sown in 'intermediates')."""
+    _, state = head.apply(variables, jnp.asarray(h), jnp.asarray(spans), deterministic=True, mutable=["intermediates"])
+    return np.asarray(state["intermediates"]["span_representation"][0])
+
+
 def test_head_shapes_and_logical_axes():
     B, L, D, S = 2, 7, 12, 3
     seq = jnp.ones((B, L, D)) * jnp.arange(L)[None, :, None] / L

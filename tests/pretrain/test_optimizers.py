@@ -216,3 +216,18 @@ def test_adamw_is_unchanged_and_names_are_checked():
         with pytest.raises(UserError) as e:
             optimizers.make_optimizer(adafactor_config(**{key: value}), 10)
         assert needle in str(e.value) and repr(value) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_head_learning_rate_scales_only_the_heads_updates():
+    from pretrain.core.errors import ConfigError
+    config = ml_collections.ConfigDict(dict(name="adamw", learning_rate=1e-4, end_learning_rate=0.0, schedule="constant",
+                                            warmup_steps=0, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0,
+                                            grad_clip_norm=0.0))
+    params = {"bert": {"kernel": jnp.ones((3, 3))}, "head": {"kernel": jnp.ones((3, 2))}}
+    tx = optimizers.with_head_learning_rate(optimizers.make_optimizer(config, 10), params, 3e-3, 1e-4)
+    grads = jax.tree.map(lambda p: jnp.full_like(p, 0.5), params)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    np.testing.assert_allclose(updates["bert"]["kernel"], -1e-4, rtol=1e-4)  # Adam's first step: -lr * sign
+    np.testing.assert_allclose(updates["head"]["kernel"], -3e-3, rtol=1e-4)
+    with pytest.raises(ConfigError, match="config.head_learning_rate applies to a task head"):
+        optimizers.with_head_learning_rate(tx, {"gpt": params["bert"], "score": params["head"]}, 3e-3, 1e-4)

@@ -154,3 +154,44 @@ def test_squad_v2_best_threshold_equals_a_brute_force_search():
     assert found["best_f1"] == pytest.approx(brute[0])
     answers = {e.id: p.answer(found["best_f1_threshold"]) for e, p in zip(examples, predictions)}
     assert squad.squad_scores(examples, answers)["f1"] == pytest.approx(found["best_f1"])
+
+
+def span_family(tmp_path, tokenizer, **span_head):
+    (tmp_path / "train.txt").write_text(TRAIN)
+    config = tagging_config.get_config("head=span")
+    config.data.update(dir=str(tmp_path), max_seq_length=16)
+    config.span_head.update(span_head)
+    task = registry.task_for_config(config)
+    return registry.for_config(config, task, tokenizer), task.load(config, "train")
+
+
+def test_span_family_labels_every_span_up_to_the_width_with_its_type_or_null(tmp_path, tokenizer):
+    family, sentences = span_family(tmp_path, tokenizer, max_width=2)
+    assert family.types == ("NULL", "LOC", "ORG", "PER") and family.task.kind == "span"
+    data = family.encode(sentences, batch_size=2)
+    words, labels, spans = data.fields["span_words"][0], data.fields["span_labels"][0], data.fields["spans"][0]
+    real = words[:, 0] >= 0
+    assert real.sum() == 5 + 4  # 5 words: 5 single words and 4 pairs
+    named = {(int(a), int(b)): family.types[t] for (a, b), t in zip(words[real], labels[real]) if t > 0}
+    assert named == {(0, 0): "PER", (2, 3): "LOC"}
+    ids = data.features[0][0]
+    tesvar = spans[real][[tuple(w) == (2, 3) for w in words[real]]][0]
+    assert tokenizer.decode(ids[tesvar[0]:tesvar[1] + 1]).replace(" ", "") == "newtesvar"  # whole words' pieces
+    assert (labels[~real] == -100).all() and data.fields["spans"].shape[1] == 9  # padding to the most spans
+
+
+def test_span_decoding_keeps_nested_spans_and_the_greedy_pass_writes_flat_bio(tmp_path, tokenizer):
+    family, sentences = span_family(tmp_path, tokenizer, max_width=4)
+    data = family.encode(sentences[:1], batch_size=1)
+    words = data.fields["span_words"][0]
+    probs = np.zeros((len(words), 4), np.float32)
+    probs[:, 0] = 1.0  # NULL everywhere but:
+    for (a, b), kind, p in [((2, 3), 1, 0.9), ((2, 2), 1, 0.6), ((0, 0), 3, 0.7), ((1, 3), 2, 0.5)]:
+        row = [tuple(w) for w in words].index((a, b))
+        probs[row] = 0.0
+        probs[row, kind], probs[row, 0] = p, 1 - p - 0.05
+    spans = family.decode_spans(probs, words)
+    assert [(a, b, t) for a, b, t, _ in spans] == [(2, 3, "LOC"), (0, 0, "PER"), (2, 2, "LOC"), (1, 3, "ORG")]
+    assert family.decode(probs[None], data, sentences[:1]) == [["B-PER", "O", "B-LOC", "I-LOC", "O"]]
+    family.config.span_head.threshold = 0.8  # the calibrated non-NULL threshold: only LOC (0.9) stays
+    assert [(a, b) for a, b, _, _ in family.decode_spans(probs, words)] == [(2, 3)]
