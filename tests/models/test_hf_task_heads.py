@@ -166,3 +166,32 @@ def test_best_spans_on_transformers_qa_logits_match_brute_force(minilm, max_answ
     expected = [brute_force_span(s, e, v, max_answer_length) for s, e, v in zip(start, end, valid)]
     assert list(zip(np.asarray(got_start).tolist(), np.asarray(got_end).tolist())) == expected
     assert all(v[i] and v[j] for (i, j), v in zip(expected, valid))  # real context spans, not the (0, 0) fallback
+
+
+@pytest.mark.parametrize("kind", ["tagging", "qa"])
+def test_exported_token_and_qa_heads_load_in_transformers_with_the_same_logits(tmp_path, kind):
+    """save_hf_bert_classifier(kind=...) -> BertForTokenClassification / BertForQuestionAnswering directories that
+    from_pretrained loads whole (no missing or unexpected tensor) and that compute our logits."""
+    from models.bert import BertConfig
+    from models.convert.peft_io import save_hf_bert_classifier
+    config = BertConfig(vocab_size=120, hidden_size=48, num_layers=2, num_heads=4, intermediate_size=96,
+                        max_position_embeddings=64, initializer_range=0.2)
+    model = BertForFineTuning(config, kind, 5)
+    ids = np.random.default_rng(0).integers(1, 120, (3, 10))
+    mask = np.array([[1] * 10, [1] * 7 + [0] * 3, [1] * 4 + [0] * 6])
+    segments = np.array([[0] * 5 + [1] * 5] * 3)
+    params = unbox(model.init(jax.random.key(0), ids, segments, mask)["params"])
+    tags = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
+    save_hf_bert_classifier(str(tmp_path / kind), params, config, tags, kind=kind)
+    cls = transformers.BertForTokenClassification if kind == "tagging" else transformers.BertForQuestionAnswering
+    reference, info = cls.from_pretrained(str(tmp_path / kind), output_loading_info=True)
+    assert not any(info.values()), info  # nothing missing, unexpected or mismatched
+    with torch.no_grad():
+        theirs = reference.eval()(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(segments),
+                                  attention_mask=torch.from_numpy(mask))
+    mine = model.apply({"params": params}, jnp.asarray(ids), jnp.asarray(segments), jnp.asarray(mask))
+    real = mask.astype(bool)
+    for name in (("logits",) if kind == "tagging" else ("start_logits", "end_logits")):
+        np.testing.assert_allclose(np.asarray(mine[name])[real], getattr(theirs, name).numpy()[real], atol=1e-4)
+    if kind == "tagging":
+        assert reference.config.id2label == dict(enumerate(tags))
