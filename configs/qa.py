@@ -10,6 +10,9 @@ Scores are the official script's exact match and F1 (x100); predictions/dev.json
 v2.0 also reports the no-answer threshold that gives the best dev F1 (best_f1, best_f1_threshold, as the
 official v2.0 script does); give it to the next run as --config.data.null_threshold.
 
+model=t5 (size= as in configs/glue.py): "question: ... context: ..." -> the answer's text, T5's fine-tuning
+recipe (configs/glue.py), inputs of 512 pieces truncated rather than windowed, scored by the same metric.
+
 Recipe (Devlin et al. 2019, Section 4.2-4.3; Hugging Face's run_qa for the windows): learning rate 5e-5,
 batch 32, 3 epochs (2 for v2.0), Adam with 10% warm-up and linear decay; 384-piece inputs, questions cut to
 64 pieces, windows overlapping by 128 pieces, answers of at most 30 pieces from the 20 best starts and ends.
@@ -22,25 +25,30 @@ from configs import common, glue
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    arg = common.parse_arg(arg, task="squad", freeze="none", peft="none")
-    if arg.task not in ("squad", "squad_v2"):
-        raise ValueError(f"configs/qa.py: task={arg.task!r} must be 'squad' or 'squad_v2'")
-    c = glue.get_config(f"task=mrpc,model=bert,freeze={arg.freeze},peft={arg.peft}")
+    arg = common.parse_arg(arg, task="squad", model="bert", size="small", freeze="none", peft="none")
+    if arg.task not in ("squad", "squad_v2") or arg.model not in ("bert", "t5"):
+        raise ValueError(f"configs/qa.py: task={arg.task!r} must be 'squad' or 'squad_v2', model={arg.model!r} "
+                         "'bert' or 't5'")
+    c = glue.get_config(f"task=mrpc,model={arg.model},size={arg.size},freeze={arg.freeze},peft={arg.peft}")
     c.unlock()
     c.task = arg.task
     c.num_epochs = 3 if arg.task == "squad" else 2
-    if arg.peft == "none":
+    if arg.peft == "none" and arg.model == "bert":
         c.optimizer.learning_rate = 5e-5
     c.data = ml_collections.ConfigDict(dict(
         dir=os.environ.get("SQUAD_DIR", ""),  # the official JSON files
-        max_seq_length=384,        # [CLS] question [SEP] window [SEP]
-        max_query_length=64,       # question pieces kept
-        doc_stride=128,            # pieces shared by consecutive windows of a long context
-        max_answer_length=30,      # pieces
-        n_best=20,                 # starts and ends considered per window
-        null_threshold=0.0,        # v2.0: answer '' where no-answer beats the best span by more than this
+        max_seq_length=384,        # [CLS] question [SEP] window [SEP] (T5: the input, 512)
+        max_answer_length=30,      # pieces (T5: of the written answer)
         max_train_examples=0,      # > 0: a fixed random subset of the train questions
         pad_to_multiple_of=8,
         length_buckets=4))
+    if arg.model == "bert":  # the windows and the span search: T5 writes its answer instead
+        c.data.update(dict(
+            max_query_length=64,   # question pieces kept
+            doc_stride=128,        # pieces shared by consecutive windows of a long context
+            n_best=20,             # starts and ends considered per window
+            null_threshold=0.0))   # v2.0: answer '' where no-answer beats the best span by more than this
+    else:
+        c.data.max_seq_length = 512
     c.lock()
     return c

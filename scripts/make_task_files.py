@@ -3,11 +3,13 @@
 
   python scripts/make_task_files.py --kind=ner --output=DIR [--train=2000 --dev=300 --test=300 --seed=0]
   python scripts/make_task_files.py --kind=squad --output=DIR [--train=2000 --dev=300]
+  python scripts/make_task_files.py --kind=squad_v2 --output=DIR
 
 ner: DIR/train.txt, valid.txt and test.txt in CoNLL-2003's layout (`word POS chunk NER`, `-DOCSTART-` lines,
 a blank line between sentences), from templates with PER, ORG, LOC and MISC slots, single and multi-word.
 squad: DIR/train-v1.1.json and dev-v1.1.json: paragraphs of such sentences, and questions whose answer is one
-slot of one sentence ("Where did X go?"). The names are invented words, and those of the dev and test files
+slot of one sentence ("Where did X go?"). squad_v2: DIR/train-v2.0.json and dev-v2.0.json, where a third of the
+questions ask about a person the paragraph never names (no answer). The names are invented words, and those of the dev and test files
 never occur in the train file, so a model must read the context rather than remember names.
 """
 from __future__ import annotations
@@ -84,29 +86,35 @@ FACTS = (("{B} visited {A} last week .", "Where did {B} go last week ?", "LOC"),
          ("{A} beat {B} in the final .", "Who beat {B} in the final ?", "PER"))
 
 
-def paragraph(rng: random.Random, names: list[str]) -> dict:
-    """One SQuAD paragraph: three facts about different people, one question per fact."""
+def paragraph(rng: random.Random, names: list[str], unanswerable: float = 0.0) -> dict:
+    """One SQuAD paragraph: three facts about different people, one question per fact; with probability
+    `unanswerable` a question asks about someone else, and has no answer (v2.0)."""
     context, qas = "", []
     for template, question, kind in rng.sample(FACTS, 3):
         answer, subject = " ".join(entity(rng, kind, names)), rng.choice(names)
         sentence = template.replace("{B}", subject)
         start = len(context) + sentence.index("{A}")
         context += sentence.replace("{A}", answer).replace(" .", ".") + " "
-        qas.append({"id": f"q{rng.getrandbits(48):012x}", "question": question.replace("{B}", subject).replace(" ?", "?"),
-                    "answers": [{"text": answer, "answer_start": start}]})
+        asked = subject  # v1.1 draws nothing more, so its files stay as they were
+        if unanswerable and rng.random() < unanswerable:
+            asked = rng.choice([n for n in names if n != subject])
+        answers = [{"text": answer, "answer_start": start}] if asked == subject else []
+        qas.append({"id": f"q{rng.getrandbits(48):012x}", "question": question.replace("{B}", asked).replace(" ?", "?"),
+                    "answers": answers, **({} if answers else {"is_impossible": True})})
     return {"context": context.strip(), "qas": qas}
 
 
-def write_squad(path: str, rng: random.Random, names: list[str], count: int) -> None:
-    paragraphs = [paragraph(rng, names) for _ in range(-(-count // 3))]
+def write_squad(path: str, rng: random.Random, names: list[str], count: int, unanswerable: float = 0.0) -> None:
+    paragraphs = [paragraph(rng, names, unanswerable) for _ in range(-(-count // 3))]
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"version": "1.1", "data": [{"title": "generated", "paragraphs": paragraphs}]}, f, indent=1)
+        json.dump({"version": "2.0" if unanswerable else "1.1",
+                   "data": [{"title": "generated", "paragraphs": paragraphs}]}, f, indent=1)
     print(f"{path}: {3 * len(paragraphs)} questions")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kind", choices=("ner", "squad"), default="ner")
+    parser.add_argument("--kind", choices=("ner", "squad", "squad_v2"), default="ner")
     parser.add_argument("--output", required=True)
     parser.add_argument("--train", type=int, default=2000, help="sentences in train.txt")
     parser.add_argument("--dev", type=int, default=300, help="sentences in valid.txt")
@@ -118,9 +126,10 @@ def main() -> None:
     rng.shuffle(names)
     held_out = names[:200]  # dev and test names: never in train
     os.makedirs(args.output, exist_ok=True)
-    if args.kind == "squad":
-        write_squad(os.path.join(args.output, "train-v1.1.json"), rng, names[200:], args.train)
-        write_squad(os.path.join(args.output, "dev-v1.1.json"), rng, held_out, args.dev)
+    if args.kind.startswith("squad"):
+        version, unanswerable = ("2.0", 1 / 3) if args.kind == "squad_v2" else ("1.1", 0.0)
+        write_squad(os.path.join(args.output, f"train-v{version}.json"), rng, names[200:], args.train, unanswerable)
+        write_squad(os.path.join(args.output, f"dev-v{version}.json"), rng, held_out, args.dev, unanswerable)
         return
     write_split(os.path.join(args.output, "train.txt"), rng, names[200:], args.train)
     write_split(os.path.join(args.output, "valid.txt"), rng, held_out[:100], args.dev)

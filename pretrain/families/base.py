@@ -11,6 +11,9 @@ config.model.name:
   t5            text to text: task prefix + fields in, label word out (t5.py)
   gpt           a decoder with a linear head on the last real token (gpt.py)
   bert tagging  the encoder with a tag classifier at every position, one tag per word (bert_tagging.py)
+  bert span     every span of up to a width classified into a type or NULL (bert_spans.py)
+  bert qa       start and end logits over windows of the context, the best answer (bert_qa.py)
+  t5 qa         "question: ... context: ..." -> the answer's text (t5_qa.py)
 """
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from pretrain.families.bert_spans import BertSpanFamily
 from pretrain.families.bert_tagging import BertTaggingFamily
 from pretrain.families.gpt import GPTFamily
 from pretrain.families.t5 import T5Family
+from pretrain.families.t5_qa import T5QaFamily
 from pretrain.glue.finetuning import GlueFineTuningTask
 from pretrain.tasks import conll, squad
 from pretrain.tasks.base import Task
@@ -21,7 +22,8 @@ from pretrain.tasks.base import Task
 FAMILIES = {"bert": BertFamily, "t5": T5Family, "gpt": GPTFamily}  # GLUE: sequence classification
 TOKEN_FAMILIES = {("tagging", "bert"): BertTaggingFamily,          # the other kinds, by (kind, model)
                   ("span", "bert"): BertSpanFamily,
-                  ("qa", "bert"): BertQaFamily}
+                  ("qa", "bert"): BertQaFamily,
+                  ("qa", "t5"): T5QaFamily}
 
 
 def task_for_config(config: ml_collections.ConfigDict) -> Task:

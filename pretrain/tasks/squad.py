@@ -149,7 +149,7 @@ class SquadTask:
         if not config.data.dir:
             files = ", ".join(SPLIT_FILES[config.task].values())
             raise SquadDataError(f"task {config.task}: no data folder; set --config.data.dir to the folder with {files}")
-        return cls(config.task, config.data.dir, config.data.null_threshold)
+        return cls(config.task, config.data.dir, config.data.get("null_threshold", 0.0))
 
     @property
     def version_2(self) -> bool:

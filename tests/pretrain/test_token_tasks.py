@@ -195,3 +195,24 @@ def test_span_decoding_keeps_nested_spans_and_the_greedy_pass_writes_flat_bio(tm
     assert family.decode(probs[None], data, sentences[:1]) == [["B-PER", "O", "B-LOC", "I-LOC", "O"]]
     family.config.span_head.threshold = 0.8  # the calibrated non-NULL threshold: only LOC (0.9) stays
     assert [(a, b) for a, b, _, _ in family.decode_spans(probs, words)] == [(2, 3)]
+
+
+def test_t5_qa_writes_squads_text_to_text_format_and_decodes_its_targets_back(corpus_and_tokenizer):
+    """T5's "question: ... context: ..." -> answer (Raffel et al., Appendix D); its own target ids, decoded as a
+    prediction, score exact match 100 (the tokenizer lowercases; the official normalisation does too)."""
+    from pretrain.families.t5_qa import text_pair
+    tokenizer = load_tokenizer("sentencepiece", corpus_and_tokenizer[1], lowercase=False, extra_ids=100)
+    config = qa_config.get_config("model=t5,size=tiny")
+    config.data.update(dict(dir="unused", max_seq_length=64, max_answer_length=8))
+    family = registry.for_config(config, squad.SquadTask("squad_v2", "unused"), tokenizer)
+    examples = [qa_example("Kalmo visited Tesvar Bay last week.", "Tesvar Bay"),
+                squad.QaExample("q2", "Who?", "Nobody came.", ())]
+    assert text_pair(examples[0]) == ("question: Where is it? context: Kalmo visited Tesvar Bay last week.",
+                                      "Tesvar Bay")
+    data = family.encode(examples, batch_size=2)
+    targets = data.batch(np.arange(2))["decoder_target_ids"]
+    assert targets.shape == (2, 9) and targets[1, 0] == tokenizer.eos_id  # unanswerable: EOS alone
+    predictions = family.decode(targets, data, examples)
+    assert [p.answer(0.0) for p in predictions][1] == ""
+    scores = squad.squad_scores(examples, {e.id: p.answer(0.0) for e, p in zip(examples, predictions)})
+    assert scores["exact_match"] == 100.0
