@@ -216,3 +216,36 @@ def test_t5_qa_writes_squads_text_to_text_format_and_decodes_its_targets_back(co
     assert [p.answer(0.0) for p in predictions][1] == ""
     scores = squad.squad_scores(examples, {e.id: p.answer(0.0) for e, p in zip(examples, predictions)})
     assert scores["exact_match"] == 100.0
+
+
+@pytest.mark.parametrize("head", ["bio", "span"])
+def test_freezing_and_lora_train_the_token_heads_and_hold_the_encoder(tmp_path, tokenizer, head):
+    """freeze=lowest keeps the embeddings and layer 0 frozen and trains the head from step 0; peft=lora trains the
+    LoRA weights and the head only (the same masks as GLUE's, on the tagging and span heads' trees)."""
+    import jax
+    from pretrain.core import freezing, train_state
+    from pretrain.loops.finetuning import make_optimizer
+    (tmp_path / "train.txt").write_text(TRAIN)
+    for arg in (f"head={head},freeze=lowest", f"head={head},peft=lora"):
+        config = tagging_config.get_config(arg)
+        config.data.update(dir=str(tmp_path), max_seq_length=16)
+        config.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64)
+        config.freezing.num_frozen_layers = 1
+        task = registry.task_for_config(config)
+        family = registry.for_config(config, task, tokenizer)
+        sentences = task.load(config, "train")
+        batch = family.encode(sentences, batch_size=2).batch(np.arange(2))
+        example = family.objective.model_inputs(batch)
+        params = train_state.unbox(jax.eval_shape(
+            lambda: family.build_model().init(jax.random.key(0), **example, deterministic=True)["params"]))
+        _, _, unfreeze_at, _ = make_optimizer(config, params, steps_per_epoch=1, family=family)
+        at = {"/".join(freezing.path_names(p)): s for p, s in jax.tree_util.tree_leaves_with_path(unfreeze_at)}
+        heads = [s for name, s in at.items() if name.startswith("head/")]
+        assert heads and all(s == 0 for s in heads), arg
+        if "lowest" in arg:
+            frozen = [s for name, s in at.items() if "layer_0" in name or "embeddings" in name]
+            assert frozen and all(s == freezing.NEVER for s in frozen), at
+            assert any(s == 0 for name, s in at.items() if "layer_1" in name)
+        else:
+            trained = [name for name, s in at.items() if s == 0 and not name.startswith("head/")]
+            assert trained and all("lora" in name for name in trained), trained
