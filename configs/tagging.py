@@ -50,7 +50,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if arg.peft == "none":
         c.optimizer.learning_rate = 5e-5
     c.data = ml_collections.ConfigDict(dict(
+        source="dir",              # dir: the files in `dir` | tfds: TFDS conll2003 (prepared where there is network)
         dir=os.environ.get("CONLL_DIR", ""),  # train.txt, valid.txt, test.txt
+        tfds_data_dir="",          # source=tfds: TFDS's data_dir ('' = ~/tensorflow_datasets)
         tag_column=arg.tags,       # ner | chunk | pos | a column number
         bio=arg.tags in ("ner", "chunk"),  # check the tags as BIO and score entities (False: token accuracy)
         labels="",                 # the tag set, comma-separated in id order ('' = the train file's)

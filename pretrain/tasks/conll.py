@@ -37,6 +37,13 @@ class ConllFile:
     sentences: list[Sentence]
     columns: int                 # columns per token line
     repaired_starts: int = 0     # I-X tags that start a chunk (after O or another type): read as B-X
+    source: str = ""             # the file's path, or "TFDS conll2003 <split>"
+
+    def where(self, sentence: Sentence, offset: int) -> str:
+        """The place of a sentence's word for a message: file:line, or TFDS's sentence and word number."""
+        if self.source.startswith("TFDS"):
+            return f"{self.source} sentence {sentence.line} word {offset + 1}"
+        return f"{self.source}:{sentence.line + offset}"
 
 
 def tag_column(key: str | int) -> int:
@@ -59,7 +66,7 @@ def read_conll(path: str, tag_key: str | int = "ner", *, bio: bool = True) -> Co
     if not os.path.exists(path):
         raise ConllDataError(f"CoNLL file not found: {path} (give --config.data.dir the folder with train.txt, "
                              "valid.txt and test.txt)")
-    out = ConllFile([], 0)
+    out = ConllFile([], 0, source=path)
     words, tags, rows, first_line = [], [], [], 0
     with open(path, encoding="utf-8") as f:
         for number, raw in enumerate(f, start=1):
@@ -100,6 +107,36 @@ def _check_bio(tag: str, previous: str, where: str) -> int:
     return int(prefix == "I" and previous.partition("-")[2] != kind)
 
 
+def read_conll_tfds(split: str, tag_key: str | int = "ner", data_dir: str = "", *, bio: bool = True) -> ConllFile:
+    """TFDS `conll2003` (array_record, no TensorFlow needed) as the same sentences, each with the rows
+    (word, POS, chunk, NER) a CoNLL file would hold; Sentence.line counts sentences. Prepares the dataset first
+    where `data_dir` lacks it (which downloads: needs the network)."""
+    import tensorflow_datasets as tfds  # optional dependency: import only when used
+    import tensorflow_datasets.text.conll2003  # noqa: F401  registers the builder
+
+    column, where = tag_column(tag_key), data_dir or "~/tensorflow_datasets"
+    try:
+        source = tfds.data_source("conll2003", split=split, data_dir=data_dir or None,
+                                  builder_kwargs={"file_format": "array_record"})
+    except OSError as e:
+        raise ConllDataError(f"TFDS dataset conll2003 is not prepared under {where} and downloading it failed "
+                             f"({type(e).__name__}); prepare it where there is network, or set "
+                             "--config.data.source=dir and --config.data.dir to the CoNLL files") from None
+    names = {key: source.dataset_info.features[key].feature.names for key in ("pos", "chunks", "ner")}
+    out = ConllFile([], 4, source=f"TFDS conll2003 {split}")
+    for number, ex in enumerate(source.__getitems__(list(range(len(source)))), start=1):
+        rows = tuple((w.decode(), names["pos"][p], names["chunks"][c], names["ner"][n])
+                     for w, p, c, n in zip(ex["tokens"], ex["pos"], ex["chunks"], ex["ner"]))
+        tags = [row[column] for row in rows]
+        if bio:
+            out.repaired_starts += sum(_check_bio(tag, tags[i - 1] if i else "O", f"{out.source} sentence {number}")
+                                       for i, tag in enumerate(tags))
+        _close_sentence(out, [row[0] for row in rows], tags, list(rows), number)
+    if not out.sentences:
+        raise ConllDataError(f"{out.source} has no sentences")
+    return out
+
+
 def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
     """Entity-level precision, recall and F1 (fractions) over sentences of BIO tags, counted as conlleval does
     (seqeval's default mode: an I-X after O starts a chunk), and token accuracy."""
@@ -125,30 +162,41 @@ class ConllTask:
     conlleval counts it, or any other tag set (POS) by token accuracy. `labels` is the tag set in id order:
     config.data.labels, or the train file's tags (O first, then sorted) recorded in `settings`."""
     name: str
-    data_dir: str
+    data_dir: str          # the CoNLL files (source dir), or TFDS's data_dir ('' = its default)
     tag_column: str | int
     bio: bool
     labels: tuple[str, ...]
     kind: str = "tagging"  # tagging: a BIO tag per word | span: every span classified (config.head=span)
+    source: str = "dir"    # dir: train.txt, valid.txt, test.txt | tfds: TFDS conll2003
     dev_splits = ("dev",)
     test_splits = ("test",)
 
     @classmethod
     def from_config(cls, config) -> ConllTask:
         d = config.data
-        if not d.dir:
+        if d.source not in ("dir", "tfds"):
+            raise ConllDataError(f"config.data.source={d.source!r}: use dir (CoNLL files) or tfds (TFDS conll2003)")
+        if d.source == "dir" and not d.dir:
             raise ConllDataError(f"task {config.task}: no data folder; set --config.data.dir to the folder with "
                                  f"{', '.join(SPLIT_FILES.values())} (CoNLL-2003's layout)")
-        labels = tuple(filter(None, d.labels.split(","))) if d.labels else ()
-        if not labels:
-            train = read_conll(os.path.join(d.dir, SPLIT_FILES["train"]), d.tag_column, bio=d.bio)
-            seen = {t for s in train.sentences for t in s.tags}
-            labels = tuple(sorted(seen, key=lambda t: (t != "O", t.partition("-")[2], t)))
         kind = "span" if config.get("head") == "span" else "tagging"
         if kind == "span" and not d.bio:
             raise ConllDataError(f"head=span classifies entity spans: it needs BIO tags (tags=ner or chunk), not "
                                  f"tags={d.tag_column}")
-        return cls(config.task, d.dir, d.tag_column, d.bio, labels, kind)
+        task = cls(config.task, d.dir if d.source == "dir" else d.tfds_data_dir, d.tag_column, d.bio, (), kind,
+                   d.source)
+        labels = tuple(filter(None, d.labels.split(","))) if d.labels else ()
+        if not labels:  # the train split's tags, O first
+            seen = {t for s in task.read("train").sentences for t in s.tags}
+            labels = tuple(sorted(seen, key=lambda t: (t != "O", t.partition("-")[2], t)))
+        return dataclasses.replace(task, labels=labels)
+
+    def read(self, split: str) -> ConllFile:
+        if split not in SPLIT_FILES:
+            raise ConllDataError(f"task {self.name} has no split {split!r}; use one of {', '.join(SPLIT_FILES)}")
+        if self.source == "tfds":
+            return read_conll_tfds(split, self.tag_column, self.data_dir, bio=self.bio)
+        return read_conll(os.path.join(self.data_dir, SPLIT_FILES[split]), self.tag_column, bio=self.bio)
 
     @property
     def main_metric(self) -> str:
@@ -167,19 +215,15 @@ class ConllTask:
         return True  # CoNLL's test file has its tags
 
     def load(self, config, split: str, options=None) -> list[Sentence]:
-        if split not in SPLIT_FILES:
-            raise ConllDataError(f"task {self.name} has no split {split!r}; use one of {', '.join(SPLIT_FILES)}")
-        path = os.path.join(self.data_dir, SPLIT_FILES[split])
-        read = read_conll(path, self.tag_column, bio=self.bio)
-        known = set(self.labels)
+        read, known = self.read(split), set(self.labels)
         for sentence in read.sentences:
             for offset, tag in enumerate(sentence.tags):
                 if tag not in known:
-                    raise ConllDataError(f"{path}:{sentence.line + offset}: tag {tag!r} is not in the tag set "
-                                         f"{','.join(self.labels)} (the train file's, or --config.data.labels)")
+                    raise ConllDataError(f"{read.where(sentence, offset)}: tag {tag!r} is not in the tag set "
+                                         f"{','.join(self.labels)} (the train split's, or --config.data.labels)")
         if read.repaired_starts:
-            print(f"Warning: {path}: {read.repaired_starts} I- tags start an entity (after O or another type); "
-                  "read as B-, as conlleval does")
+            print(f"Warning: {read.source}: {read.repaired_starts} I- tags start an entity (after O or another "
+                  "type); read as B-, as conlleval does")
         return read.sentences
 
     def score(self, family, predictions: list[list[str]], examples: list[Sentence]) -> dict[str, float]:

@@ -74,6 +74,35 @@ def _line_of(text: str, question_id: str) -> int:
     return text.count("\n", 0, at) + 1 if at >= 0 else 0
 
 
+TFDS_NAMES = {"squad": "squad/v1.1", "squad_v2": "squad/v2.0"}
+TFDS_SPLITS = {"train": "train", "dev": "validation"}
+
+
+def read_squad_tfds(task: str, split: str, data_dir: str = "") -> list[QaExample]:
+    """TFDS `squad/v1.1` or `squad/v2.0` (array_record, no TensorFlow needed) as the same examples. Prepares the
+    dataset first where `data_dir` lacks it (which downloads: needs the network)."""
+    import tensorflow_datasets as tfds  # optional dependency: import only when used
+    import tensorflow_datasets.question_answering.squad  # noqa: F401  registers the builder
+
+    name = TFDS_NAMES[task]
+    try:
+        source = tfds.data_source(name, split=TFDS_SPLITS[split], data_dir=data_dir or None,
+                                  builder_kwargs={"file_format": "array_record"})
+    except OSError as e:
+        raise SquadDataError(f"TFDS dataset {name} is not prepared under {data_dir or '~/tensorflow_datasets'} and "
+                             f"downloading it failed ({type(e).__name__}); prepare it where there is network, or set "
+                             "--config.data.source=dir and --config.data.dir to the SQuAD files") from None
+    examples = []
+    for ex in source.__getitems__(list(range(len(source)))):
+        answers = ex["answers"]
+        examples.append(QaExample(ex["id"].decode(), ex["question"].decode(), ex["context"].decode(),
+                                  tuple(Answer(t.decode(), int(s)) for t, s in zip(answers["text"],
+                                                                                  answers["answer_start"]))))
+    if not examples:
+        raise SquadDataError(f"TFDS {name} {TFDS_SPLITS[split]} has no questions")
+    return sorted(examples, key=lambda e: e.id)  # array_record's order is a hash; ids give a fixed one
+
+
 def normalize_answer(s: str) -> str:
     """The official script's normalisation: lower case, no punctuation, no articles, single spaces."""
     s = "".join(ch for ch in s.lower() if ch not in set(string.punctuation))
@@ -136,8 +165,9 @@ class SquadTask:
     (x100). v2.0 answers '' where the no-answer score beats the best span by more than `null_threshold`; its
     scores also report the best threshold on the split (the official v2.0 script's best_f1_thresh)."""
     name: str
-    data_dir: str
+    data_dir: str              # the JSON files (source dir), or TFDS's data_dir ('' = its default)
     null_threshold: float = 0.0
+    source: str = "dir"        # dir | tfds
     kind = "qa"
     main_metric = "f1"
     dev_splits = ("dev",)
@@ -146,10 +176,14 @@ class SquadTask:
 
     @classmethod
     def from_config(cls, config) -> SquadTask:
-        if not config.data.dir:
+        d = config.data
+        if d.source not in ("dir", "tfds"):
+            raise SquadDataError(f"config.data.source={d.source!r}: use dir (SQuAD files) or tfds (TFDS squad)")
+        if d.source == "dir" and not d.dir:
             files = ", ".join(SPLIT_FILES[config.task].values())
             raise SquadDataError(f"task {config.task}: no data folder; set --config.data.dir to the folder with {files}")
-        return cls(config.task, config.data.dir, config.data.get("null_threshold", 0.0))
+        return cls(config.task, d.dir if d.source == "dir" else d.tfds_data_dir, d.get("null_threshold", 0.0),
+                   d.source)
 
     @property
     def version_2(self) -> bool:
@@ -162,6 +196,8 @@ class SquadTask:
         files = SPLIT_FILES[self.name]
         if split not in files:
             raise SquadDataError(f"task {self.name} has no split {split!r}; use one of {', '.join(files)}")
+        if self.source == "tfds":
+            return read_squad_tfds(self.name, split, self.data_dir)
         return read_squad(os.path.join(self.data_dir, files[split]))
 
     def score(self, family, predictions: list[Prediction], examples: list[QaExample]) -> dict[str, float]:

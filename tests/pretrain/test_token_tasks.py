@@ -249,3 +249,51 @@ def test_freezing_and_lora_train_the_token_heads_and_hold_the_encoder(tmp_path, 
         else:
             trained = [name for name, s in at.items() if s == 0 and not name.startswith("head/")]
             assert trained and all("lora" in name for name in trained), trained
+
+
+@pytest.fixture(scope="module")
+def tfds_prepared(tmp_path_factory):
+    """TFDS conll2003 and squad/v1.1 prepared offline from small generated files (the download mocked to them,
+    as the GLUE tests do): -> (TFDS data_dir, the CoNLL folder, the SQuAD folder)."""
+    import subprocess
+    import sys
+    from unittest import mock
+
+    from etils import epath
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow_datasets.question_answering.squad  # noqa: F401
+    import tensorflow_datasets.text.conll2003  # noqa: F401
+    from tests.conftest import REPO
+    root = tmp_path_factory.mktemp("token_tfds")
+    for kind, sizes in (("ner", ["--train=30", "--dev=12", "--test=12"]), ("squad", ["--train=30", "--dev=12"])):
+        subprocess.run([sys.executable, "scripts/make_task_files.py", f"--kind={kind}", f"--output={root / kind}",
+                        *sizes], cwd=REPO, check=True, capture_output=True)
+    data_dir = str(root / "tfds")
+    downloads = {"conll2003": epath.Path(root / "ner"),
+                 "squad/v1.1": {"train": epath.Path(root / "squad" / "train-v1.1.json"),
+                                "dev": epath.Path(root / "squad" / "dev-v1.1.json")}}
+    for name, files in downloads.items():
+        with mock.patch.object(tfds.download.DownloadManager, "download_and_extract", return_value=files):
+            tfds.builder(name, data_dir=data_dir, file_format="array_record").download_and_prepare()
+    return data_dir, str(root / "ner"), str(root / "squad")
+
+
+def test_conll_from_tfds_reads_the_same_sentences_and_tag_set_as_the_files(tfds_prepared):
+    data_dir, files, _ = tfds_prepared
+    from_files = registry.task_for_config(conll_config(files))
+    from_tfds = registry.task_for_config(conll_config("", source="tfds", tfds_data_dir=data_dir))
+    assert from_tfds.labels == from_files.labels
+    for split in ("train", "dev", "test"):
+        def key(sentences):
+            return sorted((s.words, s.tags, s.rows) for s in sentences)
+        assert key(from_tfds.load(None, split)) == key(from_files.load(None, split)), split
+
+
+def test_squad_from_tfds_reads_the_same_questions_as_the_files(tfds_prepared):
+    data_dir, _, files = tfds_prepared
+    config = qa_config.get_config()
+    config.data.update(dict(source="tfds", tfds_data_dir=data_dir))
+    from_tfds = registry.task_for_config(config)
+    from_files = squad.SquadTask("squad", files)
+    for split in ("train", "dev"):
+        assert from_tfds.load(config, split) == sorted(from_files.load(config, split), key=lambda e: e.id), split
