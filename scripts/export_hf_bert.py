@@ -5,7 +5,9 @@
 
 --workdir is a pretrain.train workdir (the latest checkpoint, or --step) or a pretrain.finetune workdir (its
 best checkpoint). A fine-tuning workdir exports as a BertForSequenceClassification: the encoder, its pooler
-and the task head (`classifier`, with the task's label names).
+and the task head (`classifier`, with the task's label names); a tagging run (configs/tagging.py) as a
+BertForTokenClassification (tags as id2label) and a QA run (configs/qa.py) as a BertForQuestionAnswering.
+The span head has no transformers class.
 
 A parameter-efficient run (pretrain.finetune with peft=...; its checkpoint holds only what trained) is rebuilt
 over the base it names, checked by fingerprint:
@@ -47,7 +49,7 @@ from pretrain.core import checkpoints, parameter_efficient  # noqa: E402
 from pretrain.core import errors  # noqa: E402
 from pretrain.families import registry  # noqa: E402
 from pretrain.families.base import model_config  # noqa: E402
-from pretrain.glue import tasks as glue  # noqa: E402
+from pretrain.tasks.base import Task  # noqa: E402
 
 
 def export(workdir: str, output: str, step: int | None = None, peft: bool = False) -> str:
@@ -120,7 +122,7 @@ def _check_exportable(workdir: str, family: str, method: str, peft: bool) -> Non
                                "(peft.method=none): export it without --peft")
 
 
-def with_base(config: ml_collections.ConfigDict, task: glue.GlueTask, workdir: str,
+def with_base(config: ml_collections.ConfigDict, task: Task, workdir: str,
               step: int | None) -> tuple[dict, str | None, int]:
     """A PEFT checkpoint's trained part over its base (checked by fingerprint) -> (the whole tree, the base's
     Hugging Face directory or None, the step). The model's shapes come from a dummy input rather than a GLUE
