@@ -112,28 +112,33 @@ def write_squad(path: str, rng: random.Random, names: list[str], count: int, una
     print(f"{path}: {3 * len(paragraphs)} questions")
 
 
+def write_files(kind: str, output: str, train: int, dev: int, test: int = 0, seed: int = 0) -> None:
+    """The files of `kind` (ner | squad | squad_v2) with these many sentences / questions per split."""
+    rng = random.Random(seed)
+    names = invented_names(rng, 600)
+    rng.shuffle(names)
+    held_out = names[:200]  # dev and test names: never in train
+    os.makedirs(output, exist_ok=True)
+    if kind.startswith("squad"):
+        version, unanswerable = ("2.0", 1 / 3) if kind == "squad_v2" else ("1.1", 0.0)
+        write_squad(os.path.join(output, f"train-v{version}.json"), rng, names[200:], train, unanswerable)
+        write_squad(os.path.join(output, f"dev-v{version}.json"), rng, held_out, dev, unanswerable)
+        return
+    write_split(os.path.join(output, "train.txt"), rng, names[200:], train)
+    write_split(os.path.join(output, "valid.txt"), rng, held_out[:100], dev)
+    write_split(os.path.join(output, "test.txt"), rng, held_out[100:], test)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kind", choices=("ner", "squad", "squad_v2"), default="ner")
     parser.add_argument("--output", required=True)
-    parser.add_argument("--train", type=int, default=2000, help="sentences in train.txt")
-    parser.add_argument("--dev", type=int, default=300, help="sentences in valid.txt")
-    parser.add_argument("--test", type=int, default=300, help="sentences in test.txt")
+    parser.add_argument("--train", type=int, default=2000, help="sentences (ner) or questions (squad) in train")
+    parser.add_argument("--dev", type=int, default=300, help="in valid.txt / dev-v*.json")
+    parser.add_argument("--test", type=int, default=300, help="sentences in test.txt (ner)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    rng = random.Random(args.seed)
-    names = invented_names(rng, 600)
-    rng.shuffle(names)
-    held_out = names[:200]  # dev and test names: never in train
-    os.makedirs(args.output, exist_ok=True)
-    if args.kind.startswith("squad"):
-        version, unanswerable = ("2.0", 1 / 3) if args.kind == "squad_v2" else ("1.1", 0.0)
-        write_squad(os.path.join(args.output, f"train-v{version}.json"), rng, names[200:], args.train, unanswerable)
-        write_squad(os.path.join(args.output, f"dev-v{version}.json"), rng, held_out, args.dev, unanswerable)
-        return
-    write_split(os.path.join(args.output, "train.txt"), rng, names[200:], args.train)
-    write_split(os.path.join(args.output, "valid.txt"), rng, held_out[:100], args.dev)
-    write_split(os.path.join(args.output, "test.txt"), rng, held_out[100:], args.test)
+    write_files(args.kind, args.output, args.train, args.dev, args.test, args.seed)
 
 
 if __name__ == "__main__":

@@ -255,19 +255,16 @@ def test_freezing_and_lora_train_the_token_heads_and_hold_the_encoder(tmp_path, 
 def tfds_prepared(tmp_path_factory):
     """TFDS conll2003 and squad/v1.1 prepared offline from small generated files (the download mocked to them,
     as the GLUE tests do): -> (TFDS data_dir, the CoNLL folder, the SQuAD folder)."""
-    import subprocess
-    import sys
     from unittest import mock
 
     from etils import epath
     tfds = pytest.importorskip("tensorflow_datasets")
     import tensorflow_datasets.question_answering.squad  # noqa: F401
     import tensorflow_datasets.text.conll2003  # noqa: F401
-    from tests.conftest import REPO
+    from scripts.make_task_files import write_files
     root = tmp_path_factory.mktemp("token_tfds")
-    for kind, sizes in (("ner", ["--train=30", "--dev=12", "--test=12"]), ("squad", ["--train=30", "--dev=12"])):
-        subprocess.run([sys.executable, "scripts/make_task_files.py", f"--kind={kind}", f"--output={root / kind}",
-                        *sizes], cwd=REPO, check=True, capture_output=True)
+    write_files("ner", str(root / "ner"), train=30, dev=12, test=12)
+    write_files("squad", str(root / "squad"), train=30, dev=12)
     data_dir = str(root / "tfds")
     downloads = {"conll2003": epath.Path(root / "ner"),
                  "squad/v1.1": {"train": epath.Path(root / "squad" / "train-v1.1.json"),
