@@ -32,3 +32,14 @@ class Task(Protocol):
 
     def write_predictions(self, directory: str, split: str, family, predictions: Sequence, examples: list) -> str:
         """The predictions of a split in the task's own layout; returns the file's path."""
+
+
+def data_location(data_config, task: str, files: str, tfds_name: str, error: type[Exception]) -> str:
+    """config.data (source, dir, tfds_data_dir) -> where the task reads: the folder of its files, or TFDS's
+    data_dir ('' = TFDS's default). `files` and `tfds_name` name what each source holds, for the errors."""
+    if data_config.source not in ("dir", "tfds"):
+        raise error(f"config.data.source={data_config.source!r}: use dir ({files} in config.data.dir) or tfds "
+                    f"(TFDS {tfds_name})")
+    if data_config.source == "dir" and not data_config.dir:
+        raise error(f"task {task}: no data folder; set --config.data.dir to the folder with {files}")
+    return data_config.dir if data_config.source == "dir" else data_config.tfds_data_dir

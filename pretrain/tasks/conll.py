@@ -15,6 +15,7 @@ import os
 
 from pretrain.core import storage
 from pretrain.core.errors import UserError
+from pretrain.tasks.base import data_location
 
 TAG_COLUMNS = {"pos": 1, "chunk": 2, "ner": 3}  # CoNLL-2003's columns after the word
 DOCSTART = "-DOCSTART-"
@@ -174,17 +175,12 @@ class ConllTask:
     @classmethod
     def from_config(cls, config) -> ConllTask:
         d = config.data
-        if d.source not in ("dir", "tfds"):
-            raise ConllDataError(f"config.data.source={d.source!r}: use dir (CoNLL files) or tfds (TFDS conll2003)")
-        if d.source == "dir" and not d.dir:
-            raise ConllDataError(f"task {config.task}: no data folder; set --config.data.dir to the folder with "
-                                 f"{', '.join(SPLIT_FILES.values())} (CoNLL-2003's layout)")
+        location = data_location(d, config.task, ", ".join(SPLIT_FILES.values()), "conll2003", ConllDataError)
         kind = "span" if config.get("head") == "span" else "tagging"
         if kind == "span" and not d.bio:
             raise ConllDataError(f"head=span classifies entity spans: it needs BIO tags (tags=ner or chunk), not "
                                  f"tags={d.tag_column}")
-        task = cls(config.task, d.dir if d.source == "dir" else d.tfds_data_dir, d.tag_column, d.bio, (), kind,
-                   d.source)
+        task = cls(config.task, location, d.tag_column, d.bio, (), kind, d.source)
         labels = tuple(filter(None, d.labels.split(","))) if d.labels else ()
         if not labels:  # the train split's tags, O first
             seen = {t for s in task.read("train").sentences for t in s.tags}

@@ -18,6 +18,7 @@ import string
 
 from pretrain.core import storage
 from pretrain.core.errors import UserError
+from pretrain.tasks.base import data_location
 
 
 class SquadDataError(UserError):
@@ -177,13 +178,9 @@ class SquadTask:
     @classmethod
     def from_config(cls, config) -> SquadTask:
         d = config.data
-        if d.source not in ("dir", "tfds"):
-            raise SquadDataError(f"config.data.source={d.source!r}: use dir (SQuAD files) or tfds (TFDS squad)")
-        if d.source == "dir" and not d.dir:
-            files = ", ".join(SPLIT_FILES[config.task].values())
-            raise SquadDataError(f"task {config.task}: no data folder; set --config.data.dir to the folder with {files}")
-        return cls(config.task, d.dir if d.source == "dir" else d.tfds_data_dir, d.get("null_threshold", 0.0),
-                   d.source)
+        location = data_location(d, config.task, ", ".join(SPLIT_FILES[config.task].values()), TFDS_NAMES[config.task],
+                                 SquadDataError)
+        return cls(config.task, location, d.get("null_threshold", 0.0), d.source)
 
     @property
     def version_2(self) -> bool:

@@ -294,3 +294,14 @@ def test_squad_from_tfds_reads_the_same_questions_as_the_files(tfds_prepared):
     from_files = squad.SquadTask("squad", files)
     for split in ("train", "dev"):
         assert from_tfds.load(config, split) == sorted(from_files.load(config, split), key=lambda e: e.id), split
+
+
+def test_token_task_without_data_or_with_an_unknown_source_is_a_one_line_error():
+    with pytest.raises(conll.ConllDataError, match=r"no data folder; set --config.data.dir .*train.txt, valid.txt"):
+        registry.task_for_config(conll_config(""))
+    with pytest.raises(conll.ConllDataError, match=r"config.data.source='csv': use dir .* or tfds \(TFDS conll2003\)"):
+        registry.task_for_config(conll_config("x", source="csv"))
+    config = qa_config.get_config("task=squad_v2")
+    config.data.dir = ""
+    with pytest.raises(squad.SquadDataError, match=r"folder with train-v2.0.json, dev-v2.0.json"):
+        registry.task_for_config(config)
