@@ -48,6 +48,11 @@ def align_word_labels(tokenizer, words: list[str], word_labels: list[int], max_s
             "word_index": as_array(word_index, -1)}
 
 
+def piece_ids(row: dict[str, np.ndarray]) -> list[int]:
+    """The real ids of an align_word_labels row: [CLS] pieces [SEP], without the padding."""
+    return row["input_ids"][:row["input_mask"].sum()].tolist()
+
+
 def decode_word_tags(token_tags: np.ndarray, word_index: np.ndarray, num_words: int) -> list[int]:
     """Word tags from token tags [L]: each word takes the tag at its first piece (word_index [L]).
 

@@ -20,8 +20,16 @@ class BertFamily:
 
     def __init__(self, config: ml_collections.ConfigDict, task: glue.GlueTask, tokenizer):
         self.config, self.task, self.tokenizer = config, task, tokenizer
-        self.kind = "regression" if task.is_regression else "classification"
-        self.objective = FineTuningObjective(self.kind, task.num_labels)
+        self.objective = self.make_objective()
+
+    def make_objective(self) -> FineTuningObjective:
+        """The head's kind and size (GLUE: classification or regression on the pooled vector)."""
+        return FineTuningObjective("regression" if self.task.is_regression else "classification",
+                                   self.task.num_labels)
+
+    @property
+    def kind(self) -> str:
+        return self.objective.kind
 
     @property
     def num_layers(self) -> int:
@@ -44,8 +52,12 @@ class BertFamily:
                                             **finetune_data.padding(c.data))
 
     def build_model(self) -> BertForFineTuning:
-        return BertForFineTuning(model_config(self.config), self.kind,
-                                 self.objective.num_labels, self.config.model.classifier_dropout)
+        return BertForFineTuning(model_config(self.config), self.kind, self.objective.num_labels,
+                                 self.config.model.classifier_dropout, **self.head_options())
+
+    def head_options(self) -> dict:
+        """BertForFineTuning's options of this family's head (none for the plain heads)."""
+        return {}
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
         merged = dict(params)
@@ -53,11 +65,16 @@ class BertFamily:
         return merged, fresh  # the task head is always fresh: only surprises in the encoder are listed
 
     def predict_fn(self, model):
-        """(params, batch) -> {'label' [B]} or {'score' [B]}: a forward pass, argmax / regression output."""
+        """(params, batch) -> `predictions` of a forward pass."""
         def predict(params, batch):
             outputs = model.apply({"params": params}, **self.objective.model_inputs(batch), deterministic=True)
-            return self.objective.predictions(outputs, batch)
+            return self.predictions(outputs, batch)
         return predict
+
+    def predictions(self, outputs: dict, batch: dict) -> dict:
+        """The model's outputs -> what the host needs of a batch (here {'label' [B]} or {'score' [B]}: the
+        argmax or the regression output); traced inside the jitted predict."""
+        return self.objective.predictions(outputs, batch)
 
     def to_labels(self, predictions: dict[str, np.ndarray]) -> np.ndarray:
         return next(iter(predictions.values()))

@@ -16,7 +16,6 @@ import collections
 import dataclasses
 import re
 
-import ml_collections
 import numpy as np
 
 from objectives.finetuning import FineTuningObjective
@@ -48,11 +47,11 @@ def split_words(context: str) -> tuple[list[str], list[int], list[int]]:
 class BertQaFamily(BertFamily):
     """params['bert'] + params['head'] (QuestionAnsweringHead); predictions are answer texts (squad.Prediction)."""
 
-    def __init__(self, config: ml_collections.ConfigDict, task: SquadTask, tokenizer):
-        self.config, self.task, self.tokenizer = config, task, tokenizer
-        self.kind = "qa"
-        self.objective = FineTuningObjective("qa", 2, max_answer_length=config.data.max_answer_length,
-                                             allow_null_answer=task.version_2)
+    task: SquadTask
+
+    def make_objective(self) -> FineTuningObjective:
+        return FineTuningObjective("qa", 2, max_answer_length=self.config.data.max_answer_length,
+                                   allow_null_answer=self.task.version_2)
 
     def check(self) -> None:
         super().check()
@@ -112,11 +111,8 @@ class BertQaFamily(BertFamily):
                                             **finetune_data.padding(self.config.data),
                                             token_fields=("context_mask", "word"))
 
-    def predict_fn(self, model):
-        """(params, batch) -> start and end logits [B, L]."""
-        def predict(params, batch):
-            return model.apply({"params": params}, **self.objective.model_inputs(batch), deterministic=True)
-        return predict
+    def predictions(self, outputs: dict, batch: dict) -> dict:
+        return outputs  # start and end logits [B, L]: the n-best search runs on the host, over windows
 
     def to_labels(self, predictions: dict[str, np.ndarray]) -> np.ndarray:
         """-> [B, 2, max_seq_length] start and end logits, padded with NEG."""

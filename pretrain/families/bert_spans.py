@@ -12,13 +12,10 @@ writes them as BIO tags, so the task scores, and writes, the same files as head=
 from __future__ import annotations
 
 import jax
-import ml_collections
 import numpy as np
 
-from models.finetuning import BertForFineTuning
 from objectives.finetuning import IGNORE, FineTuningObjective
 from pretrain.data import finetune_data, tagging
-from pretrain.families.base import model_config
 from pretrain.families.bert import BertFamily
 from pretrain.tasks.conll import ConllTask, Sentence
 
@@ -28,16 +25,19 @@ NULL = "NULL"
 class BertSpanFamily(BertFamily):
     """params['bert'] + params['head'] (SpanClassificationHead); predictions are BIO tags per word."""
 
-    def __init__(self, config: ml_collections.ConfigDict, task: ConllTask, tokenizer):
-        self.config, self.task, self.tokenizer = config, task, tokenizer
-        self.kind = "span"
-        self.types = (NULL, *sorted({tag[2:] for tag in task.labels if tag != "O"}))
-        self.objective = FineTuningObjective("span", len(self.types))
+    task: ConllTask
 
-    def build_model(self) -> BertForFineTuning:
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The span classes: NULL, then the entity types of the task's BIO tags."""
+        return (NULL, *sorted({tag[2:] for tag in self.task.labels if tag != "O"}))
+
+    def make_objective(self) -> FineTuningObjective:
+        return FineTuningObjective("span", len(self.types))
+
+    def head_options(self) -> dict:
         head = self.config.span_head
-        return BertForFineTuning(model_config(self.config), "span", len(self.types), self.config.model.classifier_dropout,
-                                 span_boundaries=head.boundaries, span_summary=head.summary)
+        return {"span_boundaries": head.boundaries, "span_summary": head.summary}
 
     def sentence_spans(self, sentence: Sentence) -> tuple[list[int], list[tuple[int, int]], list[tuple[int, int]],
                                                           list[int]]:
@@ -55,7 +55,7 @@ class BertSpanFamily(BertFamily):
                 pieces.append((int(firsts[a]), int(lasts[b])))
                 words.append((a, b))
                 labels.append(self.types.index(gold[(a, b)]) if (a, b) in gold else 0)
-        return row["input_ids"][:row["input_mask"].sum()].tolist(), pieces, words, labels
+        return tagging.piece_ids(row), pieces, words, labels
 
     def encode(self, sentences: list[Sentence], batch_size: int) -> finetune_data.FineTuningData:
         """Per sentence: pieces; 'spans' [N, S, 2] piece positions, 'span_labels' [N, S] (IGNORE on padding),
@@ -72,12 +72,8 @@ class BertSpanFamily(BertFamily):
         return finetune_data.FineTuningData(features, {"spans": spans, "span_labels": labels, "span_words": words},
                                             batch_size, self.tokenizer.pad_id, **finetune_data.padding(self.config.data))
 
-    def predict_fn(self, model):
-        """(params, batch) -> {'probs': [B, S, types]}."""
-        def predict(params, batch):
-            outputs = model.apply({"params": params}, **self.objective.model_inputs(batch), deterministic=True)
-            return {"probs": jax.nn.softmax(outputs["logits"], axis=-1)}
-        return predict
+    def predictions(self, outputs: dict, batch: dict) -> dict:
+        return {"probs": jax.nn.softmax(outputs["logits"], axis=-1)}  # [B, S, types]
 
     def to_labels(self, predictions: dict[str, np.ndarray]) -> np.ndarray:
         return predictions["probs"]

@@ -7,7 +7,6 @@ it are tagged O, as Hugging Face's run_ner leaves them unlabelled).
 """
 from __future__ import annotations
 
-import ml_collections
 import numpy as np
 
 from objectives.finetuning import FineTuningObjective
@@ -20,10 +19,10 @@ from pretrain.tasks.conll import ConllTask, Sentence
 class BertTaggingFamily(BertFamily):
     """params['bert'] + params['head'] (TokenClassificationHead); predictions are tag names per word."""
 
-    def __init__(self, config: ml_collections.ConfigDict, task: ConllTask, tokenizer):
-        self.config, self.task, self.tokenizer = config, task, tokenizer
-        self.kind = "tagging"
-        self.objective = FineTuningObjective(self.kind, task.num_labels)
+    task: ConllTask
+
+    def make_objective(self) -> FineTuningObjective:
+        return FineTuningObjective("tagging", self.task.num_labels)
 
     def check(self) -> None:
         super().check()
@@ -35,7 +34,7 @@ class BertTaggingFamily(BertFamily):
         rows = [tagging.align_word_labels(self.tokenizer, list(s.words), [ids[t] for t in s.tags],
                                           c.data.max_seq_length, label_all_subwords=c.data.label_all_subwords)
                 for s in sentences]
-        features = [(r["input_ids"][:r["input_mask"].sum()].tolist(), [0] * int(r["input_mask"].sum())) for r in rows]
+        features = [(ids, [0] * len(ids)) for ids in map(tagging.piece_ids, rows)]
         fields = {name: np.stack([r[name] for r in rows]) for name in ("labels", "word_index")}
         return finetune_data.FineTuningData(features, fields, batch_size, self.tokenizer.pad_id,
                                             **finetune_data.padding(c.data), token_fields=("labels", "word_index"))

@@ -54,8 +54,11 @@ class GPTFamily(BertFamily):
 
     def __init__(self, config: ml_collections.ConfigDict, task: glue.GlueTask, tokenizer):
         super().__init__(config, task, tokenizer)
-        self.objective = LastTokenObjective(self.kind, task.num_labels)
         self.separator, self.end = special_ids(tokenizer)
+
+    def make_objective(self) -> LastTokenObjective:
+        head = super().make_objective()
+        return LastTokenObjective(head.kind, head.num_labels)
 
     def check(self) -> None:
         c = self.config

@@ -45,10 +45,15 @@ class T5Family:
     def __init__(self, config: ml_collections.ConfigDict, task: glue.GlueTask, tokenizer):
         self.config, self.task, self.tokenizer = config, task, tokenizer
         self.objective = TextToTextObjective(config.get("z_loss", 0.0))
+        # The longest target plus EOS: the target length of every batch and the decoding budget.
+        self.targets_length = self.longest_target() + 1
+
+    def longest_target(self) -> int:
+        """Pieces of the longest label word (STS-B: of the scores 0.0, 0.2, ..., 5.0)."""
+        task = self.task
         words = ([text_to_text.label_text(task, i / 5) for i in range(26)] if task.is_regression
                  else list(task.labels))
-        # The longest label word plus EOS: the target length of every batch and the decoding budget.
-        self.targets_length = max(len(ids) for ids in tokenizer.encode_batch(words)) + 1
+        return max(len(ids) for ids in self.tokenizer.encode_batch(words))
 
     @property
     def num_layers(self) -> int:
@@ -64,14 +69,19 @@ class T5Family:
 
     def encode(self, examples: list[glue.Example], batch_size: int) -> finetune_data.Seq2SeqData:
         """(input ids + EOS truncated to max_seq_length, label-word ids + EOS) per example."""
+        return self.seq2seq_data(text_to_text.text_pairs(self.task, examples),
+                                 {"label": self.task.label_array(examples)}, batch_size)
+
+    def seq2seq_data(self, pairs: list[tuple[str, str]], fields: dict[str, np.ndarray],
+                     batch_size: int) -> finetune_data.Seq2SeqData:
+        """(input text, target text) pairs -> input ids cut to max_seq_length - 1 and target ids cut to
+        targets_length - 1, each + EOS."""
         eos, limit = self.tokenizer.eos_id, self.config.data.max_seq_length
-        pairs = text_to_text.text_pairs(self.task, examples)
         inputs = self.tokenizer.encode_batch([a for a, _ in pairs])
         targets = self.tokenizer.encode_batch([b for _, b in pairs])
         features = [(ids[:limit - 1] + [eos], target[:self.targets_length - 1] + [eos])
                     for ids, target in zip(inputs, targets)]
-        labels = self.task.label_array(examples)
-        return finetune_data.Seq2SeqData(features, {"label": labels}, batch_size, self.tokenizer.pad_id,
+        return finetune_data.Seq2SeqData(features, fields, batch_size, self.tokenizer.pad_id,
                                          **finetune_data.padding(self.config.data), targets_length=self.targets_length)
 
     def build_model(self) -> t5.T5:
@@ -90,15 +100,18 @@ class T5Family:
 
     def to_labels(self, predictions: dict[str, np.ndarray]) -> np.ndarray:
         """Decoded ids (up to EOS) -> text -> class id / score; unreadable text -> INVALID_*."""
-        eos = self.tokenizer.eos_id
-        texts = []
-        for row in predictions["tokens"]:
-            ends = np.flatnonzero(row == eos)
-            texts.append(self.tokenizer.decode(row[:ends[0]] if len(ends) else row))
-        parsed = [text_to_text.parse_label(self.task, t) for t in texts]
+        parsed = [text_to_text.parse_label(self.task, t) for t in self.texts(predictions["tokens"])]
         return np.array(parsed, np.float32 if self.task.is_regression else np.int32)
 
     decode = staticmethod(one_per_example)
+
+    def texts(self, tokens: np.ndarray) -> list[str]:
+        """Decoded ids [N, targets_length] -> each row's text up to its first EOS."""
+        out = []
+        for row in tokens:
+            ends = np.flatnonzero(row == self.tokenizer.eos_id)
+            out.append(self.tokenizer.decode(row[:ends[0]] if len(ends) else row))
+        return out
 
     def for_metrics(self, predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
         return text_to_text.predictions_for_metrics(self.task, predictions, labels)

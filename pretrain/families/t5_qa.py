@@ -3,11 +3,10 @@ answer's text out, scored by the same official SQuAD metric as the BERT path. An
 target is the empty string (EOS alone), so an empty output is its no-answer prediction."""
 from __future__ import annotations
 
-import ml_collections
 import numpy as np
 
 from pretrain.data import finetune_data
-from pretrain.families.t5 import T5Family, TextToTextObjective
+from pretrain.families.t5 import T5Family
 from pretrain.tasks.squad import Prediction, QaExample, SquadTask
 
 
@@ -20,30 +19,19 @@ def text_pair(example: QaExample) -> tuple[str, str]:
 class T5QaFamily(T5Family):
     """T5ForConditionalGeneration fine-tuned whole; the answer is decoded greedily with the cache."""
 
-    def __init__(self, config: ml_collections.ConfigDict, task: SquadTask, tokenizer):
-        self.config, self.task, self.tokenizer = config, task, tokenizer
-        self.objective = TextToTextObjective(config.get("z_loss", 0.0))
-        self.targets_length = config.data.max_answer_length + 1  # pieces + EOS: every batch, and the budget
+    task: SquadTask
+
+    def longest_target(self) -> int:
+        return self.config.data.max_answer_length  # pieces of a written answer
 
     def encode(self, examples: list[QaExample], batch_size: int) -> finetune_data.Seq2SeqData:
-        """(input ids cut to max_seq_length - 1, + EOS; answer ids cut to max_answer_length, + EOS) per question:
-        a context longer than the model is truncated, as T5 does, not windowed."""
-        eos, limit = self.tokenizer.eos_id, self.config.data.max_seq_length
-        pairs = [text_pair(e) for e in examples]
-        inputs = self.tokenizer.encode_batch([a for a, _ in pairs])
-        targets = self.tokenizer.encode_batch([b for _, b in pairs])
-        features = [(ids[:limit - 1] + [eos], target[:self.targets_length - 1] + [eos])
-                    for ids, target in zip(inputs, targets)]
-        return finetune_data.Seq2SeqData(features, {}, batch_size, self.tokenizer.pad_id,
-                                         **finetune_data.padding(self.config.data), targets_length=self.targets_length)
+        """T5's (input, answer) per question: a context longer than the model is truncated, as T5 does, not
+        windowed."""
+        return self.seq2seq_data([text_pair(e) for e in examples], {}, batch_size)
 
     def to_labels(self, predictions: dict[str, np.ndarray]) -> np.ndarray:
         return predictions["tokens"]  # [B, targets_length]
 
     def decode(self, tokens: np.ndarray, data, examples: list[QaExample]) -> list[Prediction]:
         """Decoded ids up to EOS -> the answer text (the empty one says 'no answer')."""
-        eos, out = self.tokenizer.eos_id, []
-        for row in tokens:
-            ends = np.flatnonzero(row == eos)
-            out.append(Prediction(self.tokenizer.decode(row[:ends[0]] if len(ends) else row).strip(), -np.inf))
-        return out
+        return [Prediction(text.strip(), -np.inf) for text in self.texts(tokens)]

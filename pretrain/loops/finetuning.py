@@ -122,8 +122,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     family.check()
 
     # ----- Data -----
-    train_data, _ = load_split(config, family, "train", config.batch_size, subset=config.data.max_train_examples)
-    print(f"Task {task.name}: {len(train_data)} training examples, {train_data.steps_per_epoch} steps/epoch x "
+    train_data, examples = load_split(config, family, "train", config.batch_size,
+                                      subset=config.data.max_train_examples)
+    windows = f" in {len(train_data)} windows" if len(train_data) != len(examples) else ""  # QA's long contexts
+    print(f"Task {task.name}: {len(examples)} training examples{windows}, {train_data.steps_per_epoch} steps/epoch x "
           f"{config.num_epochs} epochs")
 
     # ----- Model, optimizer (with freezing) and sharded state -----

@@ -82,6 +82,9 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     test submission files) and write WORKDIR/eval_results.json; returns what it writes."""
     config = _finetuning_config(workdir)
     if glue_dir:
+        if "glue_dir" not in config.data:
+            raise UserError(f"--glue_dir applies to GLUE runs; {workdir} fine-tuned {config.task}, which reads the "
+                            "data named in its config.json (data.dir or data.source=tfds)")
         config.data.glue_dir = glue_dir
     task = registry.task_for_config(config)
     wanted = []
