@@ -79,7 +79,7 @@ def _restart_with_unlimited_stack() -> None:
 def _compile() -> tuple[dict, object]:
     from pretrain.core import aot
     from pretrain.core.errors import ConfigError
-    from pretrain.loops.steps import train_step
+    from pretrain.loops.aot import compile_pretraining
     config = _CONFIG.value
     if _MESH.value:
         try:
@@ -90,9 +90,9 @@ def _compile() -> tuple[dict, object]:
             config.mesh_shape = shape
     topology = _TOPOLOGY.value.strip()
     devices = None if topology in ("", "cpu", "local") else aot.tpu_devices(topology)
-    result = aot.compile_pretraining(config, devices, step_fn=train_step,
-                                     hbm_bytes=int(_HBM_GIB.value * aot.GIB) or None,
-                                     peak_flops=_PEAK.value * 1e12 or None)
+    result = compile_pretraining(config, devices,
+                                 hbm_bytes=int(_HBM_GIB.value * aot.GIB) or None,
+                                 peak_flops=_PEAK.value * 1e12 or None)
     out = {"model": config.model.name, "topology": topology or "cpu", "batch_size": config.batch_size,
            "grad_accum_steps": config.grad_accum_steps, "seq_length": config.data.max_seq_length,
            "dtype": config.model.get("dtype"), "scan_layers": config.model.get("scan_layers"),

@@ -1,8 +1,8 @@
 """The configs (SIZES, build_config) and the two sides of scripts/bench_accelerator.py, each side run in a
 worker process of its own.
 
-  ours  this project's train_step (pretrain/loops/steps.py) jitted with the shardings of
-        train_state.init_sharded, exactly as pretrain/loops/pretraining.py builds it.
+  ours  the trainer pretrain/loops/pretraining.py builds (pretrain/loops/setup.py: the sharded state and the
+        jitted train step of pretrain/loops/steps.py), over a stand-in tokenizer.
   HF    transformers' model of the same architecture: forward + loss (under bf16 autocast on a GPU),
         backward, clip_grad_norm_(1.0), AdamW (fused on a GPU); eager or torch.compile'd.
 
@@ -116,37 +116,13 @@ def _out_of_memory(e: Exception) -> bool:
 def run_jax(config, batches: list[dict[str, np.ndarray]]) -> dict:
     # XLA preallocates 75% of GPU memory by default; this process is alone on the device (one per side).
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
-    import functools
-
     import jax
-    import jax.numpy as jnp
 
-    from models import build_model
-    from objectives import build_objective
-    from pretrain.core import aot, optimizers, partitioning, train_state
-    from pretrain.loops.steps import micro_batches, train_step
+    from pretrain.core import train_state
+    from pretrain.loops import setup
+    from scripts.bench_pretrain import timed_steps
 
-    tokenizer = aot.StandInTokenizer(config.model.vocab_size, config.tokenizer.get("extra_ids", 0))
-    objective = build_objective(config.objective, tokenizer)
-    mesh = partitioning.create_mesh(config.mesh_shape)
-    model = build_model(config.model)
-    example = {k: jnp.asarray(v[:1]) for k, v in objective.model_inputs(batches[0]).items()}  # [1, ...]
-    init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
-    tx = optimizers.make_optimizer(config.optimizer, config.num_train_steps)
-    state, shardings, _ = train_state.init_sharded(model, example, init_rng, tx, mesh)
-    schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
-    step = train_state.jit_train_step(functools.partial(train_step, objective=objective, schedule=schedule,
-                                                        skip_nonfinite=config.skip_nonfinite_updates),
-                                      shardings, mesh)
-    # [1, B, ...]: one micro-batch, as the loop feeds the step
-    device_batches = [partitioning.shard_batch(micro_batches(b, 1), mesh, batch_dim=1) for b in batches]
-    times, losses = [], []
-    with mesh:
-        for batch in device_batches:
-            start = time.perf_counter()
-            state, metrics = step(state, batch, dropout_rng)
-            losses.append(float(metrics["loss"]))  # blocks until the step is done
-            times.append(time.perf_counter() - start)
+    state, times, losses = timed_steps(setup.pretraining_trainer(config), batches)
     stats = jax.devices()[0].memory_stats() or {}  # None on a CPU
     return {"times": times, "losses": losses, "params": train_state.count_params(state.params),
             "peak_bytes": stats.get("peak_bytes_in_use"), "device": jax.devices()[0].device_kind}

@@ -1,7 +1,7 @@
 """Compile time of the pretraining programs on this host, looped layers (before) against scanned (after).
 
 For each model the state initializer and the train step (pretrain/loops/steps.py's, with the loop's
-shardings) are lowered and compiled ahead of time by pretrain/core/aot.py, once with
+shardings) are lowered and compiled ahead of time by pretrain/loops/aot.py, once with
 --config.model.scan_layers=False and once with True; the table gives seconds and after / before. The batch is
 small (only compile time matters) and nothing runs: no memory is allocated for the state.
 
@@ -19,8 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from configs import common  # noqa: E402
-from pretrain.core import aot  # noqa: E402
-from pretrain.loops.steps import train_step  # noqa: E402
+from pretrain.loops.aot import compile_pretraining  # noqa: E402
 
 MODELS = {  # name: config file and argument
     "bert_large": "configs/bert.py:size=large",
@@ -41,7 +40,7 @@ def measure(spec: str, batch_size: int, scan: bool) -> tuple[float, float, int]:
     """-> (initializer seconds, step seconds, parameters): trace + lower + compile of each program."""
     config = load(spec, batch_size=batch_size, grad_accum_steps=1, mesh_shape=(-1, 1, 1),
                   **{"model.scan_layers": scan})
-    result = aot.compile_pretraining(config, step_fn=train_step, hbm_bytes=2 ** 60)
+    result = compile_pretraining(config, hbm_bytes=2 ** 60)
     return result.init_compile_seconds, result.step_compile_seconds, result.params
 
 

@@ -23,11 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs import bert as bert_configs
-from models import build_model
 from objectives import build_objective
-from pretrain.core import optimizers, train_state
+from pretrain.core import partitioning, train_state
 from pretrain.data import pipeline, streaming, tokenizers
-from pretrain.loops.steps import train_step
+from pretrain.loops import setup
+from pretrain.loops.steps import micro_batches
 
 
 def demo_assets(directory: str) -> tuple[str, str]:
@@ -67,22 +67,25 @@ def train_flops_per_step(config, batch_size: int, seq_len: int, predictions: int
     return encoder + attention + decoder
 
 
-def run_jax(config, batches: list[dict], objective) -> tuple[list[float], list[float]]:
-    model = build_model(config.model)
-    example = {k: jnp.asarray(v[:1]) for k, v in objective.model_inputs(batches[0]).items()}
-    tx = optimizers.make_optimizer(config.optimizer, config.num_train_steps)
-    state = jax.jit(lambda: train_state.unbox(
-        train_state.create_train_state(model, example, jax.random.key(0), tx)))()
-    schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
-    step = jax.jit(lambda s, b, r: train_step(s, b, r, objective=objective, schedule=schedule),
-                   donate_argnums=(0,))
+def timed_steps(trainer: setup.Trainer, batches: list[dict[str, np.ndarray]]
+                ) -> tuple[train_state.TrainState, list[float], list[float]]:
+    """The trainer's fresh state through its step on each [B, ...] batch (one micro-batch, as the loop feeds the
+    step, already on the devices); -> (state, seconds per step, losses). A step is timed from its dispatch to its
+    loss on the host."""
+    state = trainer.init_state()
+    device_batches = [partitioning.shard_batch(micro_batches(b, 1), trainer.mesh, batch_dim=1) for b in batches]
     times, losses = [], []
-    for batch in batches:
-        micro = {k: jnp.asarray(v)[None] for k, v in batch.items()}  # one micro-batch
-        start = time.perf_counter()
-        state, metrics = step(state, micro, jax.random.key(1))
-        losses.append(float(metrics["loss"]))  # blocks: the step is done
-        times.append(time.perf_counter() - start)
+    with trainer.mesh:
+        for batch in device_batches:
+            start = time.perf_counter()
+            state, metrics = trainer.train_step(state, batch, trainer.dropout_rng)
+            losses.append(float(metrics["loss"]))  # blocks until the step is done
+            times.append(time.perf_counter() - start)
+    return state, times, losses
+
+
+def run_jax(config, batches: list[dict], objective) -> tuple[list[float], list[float]]:
+    _, times, losses = timed_steps(setup.pretraining_trainer(config, objective), batches)
     return times, losses
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import functools
 import glob
 import gzip
 import json
@@ -62,12 +61,12 @@ def profile_ours(args) -> dict:
     import jax
     import jax.numpy as jnp
 
-    import models
     import objectives
     from configs import gpt2 as gpt2_configs
-    from pretrain.core import optimizers, partitioning, train_state
+    from pretrain.core import partitioning
     from pretrain.data import pipeline, streaming, tokenizers
-    from pretrain.loops.steps import micro_batches, train_step
+    from pretrain.loops import setup
+    from pretrain.loops.steps import micro_batches
 
     config = gpt2_configs.get_config(CONFIG_ARG)
     with config.unlocked():
@@ -83,17 +82,10 @@ def profile_ours(args) -> dict:
     out = {"host_batch_ms": mean_ms(lambda: next(rows), 10 * args.iters)}
     data.close()
 
-    mesh = partitioning.create_mesh(config.mesh_shape)
-    model = models.build_model(config.model)
+    trainer = setup.pretraining_trainer(config, objective)  # the loop's set-up: its state, its jitted step
+    state, step, rng = trainer.init_state(), trainer.train_step, trainer.dropout_rng
     host_batch = next(data.iterate(0))[1]
-    example = {k: jnp.asarray(v) for k, v in objective.model_inputs(host_batch).items()}
-    init_rng, rng = jax.random.split(jax.random.key(config.seed))
-    tx = optimizers.make_optimizer(config.optimizer, config.num_train_steps)
-    state, shardings, _ = train_state.init_sharded(model, example, init_rng, tx, mesh)
-    schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
-    step = train_state.jit_train_step(functools.partial(train_step, objective=objective, schedule=schedule),
-                                      shardings, mesh)
-    batch = partitioning.shard_batch(micro_batches(host_batch, 1), mesh, batch_dim=1)
+    batch = partitioning.shard_batch(micro_batches(host_batch, 1), trainer.mesh, batch_dim=1)
     flat = jax.tree.map(lambda x: x[0], batch)
 
     def loss(params):
@@ -109,7 +101,7 @@ def profile_ours(args) -> dict:
         holder[0], metrics = step(holder[0], batch, rng)
         jax.block_until_ready(metrics)
 
-    with mesh:
+    with trainer.mesh:
         out["dispatch_ms"] = median_ms(lambda: noop(x).block_until_ready(), args.iters, args.warmup)
         out["forward_ms"] = median_ms(lambda: jax.block_until_ready(forward(state.params)), args.iters, args.warmup)
         out["fwd_bwd_ms"] = median_ms(lambda: jax.block_until_ready(grads(state.params)), args.iters, args.warmup)

@@ -202,11 +202,13 @@ def with_head_learning_rate(tx: optax.GradientTransformation, params: dict, head
                                         {name: name == head for name in params}))
 
 
-def make_optimizer(config: ml_collections.ConfigDict, num_train_steps: int) -> optax.GradientTransformation:
+def make_optimizer(config: ml_collections.ConfigDict, num_train_steps: int,
+                   schedule: optax.Schedule | None = None) -> optax.GradientTransformation:
     """config = config.optimizer. Clipping by global norm (grad_clip_norm; 0 = off) comes first, as in
     BERT (clip the raw gradient). Adafactor's keys default to T5's values when a config lacks them:
-    decay_rate 0.8, clipping_threshold 1.0, multiply_by_parameter_scale True, weight_decay 0."""
-    schedule = learning_rate_schedule(config, num_train_steps)
+    decay_rate 0.8, clipping_threshold 1.0, multiply_by_parameter_scale True, weight_decay 0. `schedule`:
+    learning_rate_schedule(config, num_train_steps), when the caller has built it already (the step logs it)."""
+    schedule = schedule or learning_rate_schedule(config, num_train_steps)
     if config.name == "adamw":
         tx = optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
                          weight_decay=config.weight_decay, mask=weight_decay_mask)

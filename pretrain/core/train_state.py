@@ -49,32 +49,17 @@ def count_params(params: Any) -> int:
     return int(sum(jnp.size(x) for x in jax.tree.leaves(unbox(params))))
 
 
-def sharded_initializer(model: nn.Module, example_inputs: dict[str, jax.Array], rng: jax.Array,
-                        tx: optax.GradientTransformation, mesh: Mesh
-                        ) -> tuple[Callable[[], TrainState], TrainState, TrainState]:
+def init_sharded(model: nn.Module, example_inputs: dict[str, jax.Array], rng: jax.Array,
+                 tx: optax.GradientTransformation, mesh: Mesh
+                 ) -> tuple[Callable[[], TrainState], TrainState, TrainState]:
     """-> (the jitted initializer, whose out_shardings place the state on the mesh; its shardings; the
     unboxed abstract state), for a model initialised from `example_inputs` ([1, ...] arrays). Called
-    (under the mesh) it materialises the state; lowered, it is what ahead-of-time compilation measures."""
+    (under the mesh) it materialises the state; lowered, it is what ahead-of-time compilation measures; a
+    run that resumes never calls it and restores into the abstract state instead."""
     init_fn = functools.partial(create_train_state, model, example_inputs, rng, tx)
     boxed_abstract = jax.eval_shape(init_fn)
     shardings = partitioning.logical_shardings(boxed_abstract, mesh)
     return jax.jit(lambda: unbox(init_fn()), out_shardings=shardings), shardings, unbox(boxed_abstract)
-
-
-def init_sharded(model: nn.Module, example_inputs: dict[str, jax.Array], rng: jax.Array,
-                 tx: optax.GradientTransformation, mesh: Mesh, *, materialize: bool = True
-                 ) -> tuple[TrainState | None, TrainState, TrainState]:
-    """-> (state placed on the mesh, or None when not `materialize`d; its shardings; the unboxed
-    abstract state), for a model initialised from `example_inputs` ([1, ...] arrays).
-
-    A run that resumes passes materialize=False and restores into the abstract state instead.
-    """
-    initialize, shardings, abstract = sharded_initializer(model, example_inputs, rng, tx, mesh)
-    state = None
-    if materialize:
-        with mesh:
-            state = initialize()
-    return state, shardings, abstract
 
 
 def jit_train_step(step: Callable, shardings: TrainState, mesh: Mesh) -> Callable:

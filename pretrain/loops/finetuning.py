@@ -16,11 +16,13 @@ uninterrupted run. DIR/resume/ goes once results.json is written.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
-import functools
+import dataclasses
 import json
 import os
 import time
+from typing import Any
 
 import jax
 import ml_collections
@@ -37,7 +39,8 @@ from pretrain.data import tokenizers
 from pretrain.data.pipeline import prefetch
 from pretrain.families import registry
 from pretrain.loops.scoring import dev_score, load_split, predict, score_splits
-from pretrain.loops.steps import train_step
+from pretrain.loops import setup
+from pretrain.loops.steps import micro_batches
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,30 +67,14 @@ def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.Co
     return config, init
 
 
-def create_state(config, family, model, example, mesh, tx, init: pretrained.Pretrained | None, peft_mask=None):
-    """Sharded TrainState: random init, then the pretrained encoder put onto the same shardings. With PEFT,
-    the frozen parameters are held out of the gradient (pretrain/core/parameter_efficient.py)."""
-    state, shardings, _ = train_state.init_sharded(model, example, jax.random.key(config.seed), tx, mesh)
-    if init is not None:
-        params, fresh = family.merge_pretrained(state.params, init)
-        fresh = [name for name in fresh if not peft.is_peft_path(name.split("/"))]  # new by design, as the head
-        if config.peft.method == "prompt" and config.peft.prompt.init == "vocab":
-            params = parameter_efficient.prompt_from_vocabulary(params, config.seed)
-        state = state.replace(params=jax.device_put(params, shardings.params))
-        print(f"Weights from {init.source}" + (f"; freshly initialised: {', '.join(fresh)}" if fresh else ""))
-    if peft_mask is not None:  # the shardings' tree carries the same static apply_fn
-        apply_fn = parameter_efficient.hold_frozen(state.apply_fn, peft_mask)
-        state, shardings = state.replace(apply_fn=apply_fn), shardings.replace(apply_fn=apply_fn)
-    return state, shardings
-
-
 def make_optimizer(config, params, steps_per_epoch: int, family):
     """-> (tx, schedule, each parameter's first training step, the PEFT trainable mask or None)."""
     total = config.num_epochs * steps_per_epoch
     opt = copy.deepcopy(config.optimizer)
     if opt.warmup_steps < 0:
         opt.warmup_steps = int(round(config.warmup_fraction * total))
-    tx, schedule = optimizers.make_optimizer(opt, total), optimizers.learning_rate_schedule(opt, total)
+    schedule = optimizers.learning_rate_schedule(opt, total)
+    tx = optimizers.make_optimizer(opt, total, schedule=schedule)
     if config.get("head_learning_rate", 0.0) > 0:
         tx = optimizers.with_head_learning_rate(tx, params, config.head_learning_rate, opt.learning_rate)
     if parameter_efficient.is_peft(config):
@@ -96,6 +83,44 @@ def make_optimizer(config, params, steps_per_epoch: int, family):
     unfreeze_at = freezing.unfreeze_steps(params, config.freezing, num_layers=family.num_layers,
                                           steps_per_epoch=steps_per_epoch)
     return freezing.freeze(tx, unfreeze_at), schedule, unfreeze_at, None
+
+
+@dataclasses.dataclass
+class Model:
+    """The trainer of one run and what it starts from: the sharded state (pretrained weights + a fresh head),
+    each parameter's first training step, the PEFT mask and the reference to the weights PEFT adapts."""
+
+    trainer: setup.Trainer
+    state: train_state.TrainState
+    unfreeze_at: Any
+    peft_mask: Any = None
+    peft_base: dict | None = None  # stored in a PEFT checkpoint: the weights its trained parameters adapt
+
+
+def build(config, family, train_data, init: pretrained.Pretrained | None) -> Model:
+    """The optimizer (freezing or PEFT), the trainer and the state: random init, then the pretrained weights put
+    onto the same shardings. With PEFT the frozen parameters are held out of the gradient."""
+    model, objective = family.build_model(), family.objective
+    rows = train_data.batch(np.arange(1))
+    example = {k: v[:1] for k, v in objective.model_inputs(rows).items()}
+    abstract_params = train_state.unbox(jax.eval_shape(
+        lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
+    tx, schedule, unfreeze_at, peft_mask = make_optimizer(config, abstract_params, train_data.steps_per_epoch, family)
+    trainer = setup.build_trainer(
+        config, model=model, objective=objective, example_rows=rows, tx=tx, schedule=schedule,
+        init_rng=jax.random.key(config.seed), dropout_rng=jax.random.key(config.seed + 1),
+        mesh=partitioning.create_mesh(config.mesh_shape),
+        wrap_apply=None if peft_mask is None else lambda apply: parameter_efficient.hold_frozen(apply, peft_mask))
+    state = trainer.init_state()
+    if init is not None:
+        params, fresh = family.merge_pretrained(state.params, init)
+        fresh = [name for name in fresh if not peft.is_peft_path(name.split("/"))]  # new by design, as the head
+        if config.peft.method == "prompt" and config.peft.prompt.init == "vocab":
+            params = parameter_efficient.prompt_from_vocabulary(params, config.seed)
+        state = state.replace(params=jax.device_put(params, trainer.shardings.params))
+        print(f"Weights from {init.source}" + (f"; freshly initialised: {', '.join(fresh)}" if fresh else ""))
+    base = parameter_efficient.base_reference(config, init.params, init.source) if peft_mask is not None else None
+    return Model(trainer, state, unfreeze_at, peft_mask, base)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,62 +136,30 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
         print(f"Nothing to do: {results_path} exists (use a new --workdir to train again)")
         return json.loads(storage.read_text(results_path))
     config, init = resolve_config(config)
-    task = registry.task_for_config(config)
-    config.data.update(task.settings)  # what the task read from its data (a tag set) is kept in config.json
-    validation.validate(config)
-    tokenizer = tokenizers.from_config(config.tokenizer)
-    if tokenizer.vocab_size > config.model.vocab_size:
-        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary "
-                          f"has {config.model.vocab_size}; use the tokenizer the checkpoint was trained with")
-    family = registry.for_config(config, task, tokenizer)
-    family.check()
-
-    # ----- Data -----
+    task, family = _task_and_family(config)
     train_data, examples = load_split(config, family, "train", config.batch_size,
                                       subset=config.data.max_train_examples)
     windows = f" in {len(train_data)} windows" if len(train_data) != len(examples) else ""  # QA's long contexts
     print(f"Task {task.name}: {len(examples)} training examples{windows}, {train_data.steps_per_epoch} steps/epoch x "
           f"{config.num_epochs} epochs")
-
-    # ----- Model, optimizer (with freezing) and sharded state -----
-    mesh = partitioning.create_mesh(config.mesh_shape)
-    model, objective = family.build_model(), family.objective
-    example = {k: v[:1] for k, v in objective.model_inputs(train_data.batch(np.arange(1))).items()}
-    abstract_params = train_state.unbox(jax.eval_shape(
-        lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
-    tx, schedule, unfreeze_at, peft_mask = make_optimizer(config, abstract_params, train_data.steps_per_epoch, family)
-    state, shardings = create_state(config, family, model, example, mesh, tx, init, peft_mask)
-    trainable = freezing.trainable_fraction(state.params, unfreeze_at, 0)
-    print(f"Model: {train_state.count_params(state.params):,} parameters, {trainable:.2%} trainable at step 0 "
+    built = build(config, family, train_data, init)
+    mesh = built.trainer.mesh
+    trainable = freezing.trainable_fraction(built.state.params, built.unfreeze_at, 0)
+    print(f"Model: {train_state.count_params(built.state.params):,} parameters, {trainable:.2%} trainable at step 0 "
           f"(freezing: {config.freezing.strategy}, peft: {config.peft.method}); mesh {dict(mesh.shape)}; "
           f"workdir {storage.absolute(workdir)}")
-    jit_train = train_state.jit_train_step(functools.partial(train_step, objective=objective, schedule=schedule,
-                                                             skip_nonfinite=config.skip_nonfinite_updates),
-                                           shardings, mesh)
-    jit_predict = jax.jit(family.predict_fn(model), in_shardings=(shardings.params, partitioning.batch_sharding(mesh)))
-
-    # ----- Epochs (resumable: DIR/resume holds the whole state and the loop's position) -----
-    run = _Epochs(config, workdir, task, family, train_data, mesh, jit_train, jit_predict, peft_mask,
-                  # A PEFT checkpoint stores the trained parameters and this reference to the weights they adapt.
-                  parameter_efficient.base_reference(config, init.params, init.source) if peft_mask is not None
-                  else None)
-    state = run.resume_or_start(state, shardings)
-    state, train_time = run.train(state)
-
-    # ----- Best checkpoint: predictions and results -----
-    best_params, _ = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
-    if run.base is not None:  # the trained part over the base, which the run never changed (left where it is)
-        best_params = parameter_efficient.overlay(state.params, best_params)
-    params = jax.device_put(best_params, shardings.params)
-    splits = list(task.dev_splits) + (list(task.test_splits) if config.write_test_predictions else [])
-    with mesh:  # the best epoch's dev metrics again, and those of labelled test splits (CoNLL)
-        scored = score_splits(config, family, jit_predict, params, mesh, splits, workdir)
-    results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": run.best[0],
-               "best_score": run.best[1], "metrics": {**run.best[2], **scored}, "epochs": run.epochs,
-               "wall_time_sec": time.perf_counter() - started, "train_time_sec": train_time, "seed": config.seed,
-               "learning_rate": config.optimizer.learning_rate, "freezing": config.freezing.strategy,
-               "peft": config.peft.method, "parameters": train_state.count_params(state.params),
-               "trainable_parameters": freezing.trainable_count(state.params, unfreeze_at, 0),
+    jit_predict = jax.jit(family.predict_fn(built.trainer.model),
+                          in_shardings=(built.trainer.shardings.params, partitioning.batch_sharding(mesh)))
+    run = _Epochs(config, workdir, task, family, train_data, built, jit_predict)  # resumable: DIR/resume
+    state, train_time = run.train(run.resume_or_start(built.state))
+    results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": run.position.best.epoch,
+               "best_score": run.position.best.score,
+               "metrics": {**run.position.best.dev, **_score_best(config, task, family, run, state, jit_predict)},
+               "epochs": run.position.epochs, "wall_time_sec": time.perf_counter() - started,
+               "train_time_sec": train_time, "seed": config.seed, "learning_rate": config.optimizer.learning_rate,
+               "freezing": config.freezing.strategy, "peft": config.peft.method,
+               "parameters": train_state.count_params(state.params),
+               "trainable_parameters": freezing.trainable_count(state.params, built.unfreeze_at, 0),
                "init": init.source if init else "random", "train_examples": len(train_data)}
     if distributed.is_primary():  # one writer: processes racing on a shared disk would lose the rename
         workdirs.write_json_atomic(results_path, results)  # results.json marks a finished run: never half-written
@@ -174,168 +167,216 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return results
 
 
+def _task_and_family(config) -> tuple:
+    """The task of config.task and the model family that fine-tunes on it (config.data gains what the task read
+    from its data, a tag set, so config.json keeps it); the whole config is validated here."""
+    task = registry.task_for_config(config)
+    config.data.update(task.settings)
+    validation.validate(config)
+    tokenizer = tokenizers.from_config(config.tokenizer)
+    if tokenizer.vocab_size > config.model.vocab_size:
+        raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary "
+                          f"has {config.model.vocab_size}; use the tokenizer the checkpoint was trained with")
+    family = registry.for_config(config, task, tokenizer)
+    family.check()
+    return task, family
+
+
+def _score_best(config, task, family, run: "_Epochs", state, jit_predict) -> dict:
+    """The best epoch's checkpoint scored again on dev, and on the labelled test splits (CoNLL); its dev and
+    test predictions written."""
+    best_params, _ = checkpoints.restore_params(os.path.join(run.workdir, "checkpoints"))
+    if run.model.peft_base is not None:  # the trained part over the base, which the run never changed
+        best_params = parameter_efficient.overlay(state.params, best_params)
+    params = jax.device_put(best_params, run.model.trainer.shardings.params)
+    splits = list(task.dev_splits) + (list(task.test_splits) if config.write_test_predictions else [])
+    with run.mesh:
+        return score_splits(config, family, jit_predict, params, run.mesh, splits, run.workdir)
+
+
+@dataclasses.dataclass
+class BestEpoch:
+    epoch: int                         # counted from 1
+    score: float                       # the task's main metric on dev
+    dev: dict[str, dict[str, float]]   # dev split -> its metrics
+
+
+@dataclasses.dataclass
+class Position:
+    """Where a run is: what DIR/resume keeps beside the train state, and what results.json reports."""
+
+    order: dict                        # what fixes the data order: a resume with another one is refused
+    epoch: int = 0                     # the epoch in progress, counted from 0
+    index: int = 0                     # its batches done
+    step: int = 0                      # updates done
+    best: BestEpoch | None = None
+    epochs: list[dict] = dataclasses.field(default_factory=list)   # every finished epoch's record
+    losses: list[float] = dataclasses.field(default_factory=list)  # the epoch in progress's, so far
+    fetched: list[dict] = dataclasses.field(default_factory=list)  # host metrics since the last log
+    skipped: int = 0                   # non-finite updates skipped, over the whole run
+
+    def to_json(self) -> dict:
+        """A copy: Orbax may write the JSON after these lists have grown."""
+        return copy.deepcopy(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, saved: dict) -> "Position":
+        best = saved.get("best")  # [epoch, score, dev] in the checkpoints of earlier versions
+        best = BestEpoch(*best) if isinstance(best, list) else BestEpoch(**best) if best else None
+        return cls(**{**saved, "best": best})
+
+    def start_epoch(self, epoch: int) -> None:
+        """Enters `epoch`: a new one starts empty; the one a resume stopped in goes on where it was."""
+        if epoch != self.epoch:
+            self.epoch, self.index, self.losses, self.fetched = epoch, 0, [], []
+
+
 class _Epochs:
     """The epochs of one run: steps, one-sync-per-log metrics, resume saves, dev after each epoch, the best epoch's
-    checkpoint. Its position (epoch, index, step, best, epochs, losses, fetched, skipped) is what DIR/resume keeps."""
+    checkpoint; `position` is what DIR/resume keeps."""
 
-    def __init__(self, config, workdir: str, task, family, train_data, mesh, jit_train, jit_predict, peft_mask, base):
+    def __init__(self, config, workdir: str, task, family, train_data, model: Model, jit_predict):
         self.config, self.workdir, self.task, self.family = config, workdir, task, family
-        self.train_data, self.mesh, self.jit_train, self.jit_predict = train_data, mesh, jit_train, jit_predict
-        self.peft_mask, self.base = peft_mask, base
+        self.train_data, self.model, self.jit_predict = train_data, model, jit_predict
+        self.mesh, self.jit_train = model.trainer.mesh, model.trainer.train_step
         self.dev_data = {s: load_split(config, family, s, config.eval_batch_size) for s in task.dev_splits}
         self.ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=0, keep=1)
         self.resume = checkpoints.Checkpointer(os.path.join(workdir, "resume"), save_every=config.checkpoint_every,
                                                keep=1)
-        self.order = {"seed": config.seed, "batch_size": config.batch_size, "train_examples": len(train_data),
-                      "num_epochs": config.num_epochs}
-        self.position = {"epoch": 0, "index": 0, "step": 0, "best": None, "epochs": [], "losses": [], "fetched": [],
-                         "skipped": 0, "order": self.order}
+        self.position = Position(order={"seed": config.seed, "batch_size": config.batch_size,
+                                        "train_examples": len(train_data), "num_epochs": config.num_epochs})
         self.profiler = profiling.StepProfiler(config.get("profile_steps", ""), workdir,
                                                config.get("profile_all_processes", False))
 
-    def resume_or_start(self, state, shardings):
+    def resume_or_start(self, state):
         """The state to train from: DIR/resume's where there is one. Then config.json and the metric writer."""
         if self.resume.latest_step() is not None:
-            state, self.position = restore_position(self.resume, self.ckpt, state, shardings, self.order, self.workdir,
-                                                    self.config)
+            state, self.position = restore_position(self.resume, self.ckpt, state, self.model.trainer.shardings,
+                                                    self.position.order, self.workdir, self.config)
         if distributed.is_primary():
             workdirs.save_config(self.workdir, self.config)  # validated, and fits the state it resumes
-        self.ckpt.discard_after(self.position["step"])  # best-epoch saves of a killed run past the resume point
-        self.writer = MetricWriter(self.workdir, resume_step=self.position["step"])
-        self.best, self.epochs = self.position["best"], self.position["epochs"]
-        self.step, self.skipped_total = self.position["step"], self.position["skipped"]
+        self.ckpt.discard_after(self.position.step)  # best-epoch saves of a killed run past the resume point
+        self.writer = MetricWriter(self.workdir, resume_step=self.position.step)
         return state
 
     def train(self, state):
         """Every epoch not done; -> (state, train seconds). Preemption: DIR/resume saved, preemption.Preempted."""
         train_started, preempted = time.perf_counter(), None
-        try:
+        with contextlib.ExitStack() as stack:  # unwinds in reverse: Orbax's saves complete, then the writer
+            stack.callback(self.writer.close)
+            for ckpt in (self.ckpt, self.resume):  # a second Ctrl-C stops without waiting for a save in flight
+                stack.push(lambda exc_type, exc, tb, ckpt=ckpt: None if exc_type is KeyboardInterrupt else ckpt.close())
+            stack.push(lambda exc_type, exc, tb: None if exc_type is None else self.profiler.stop())
             with self.mesh, preemption.Watcher() as watcher:
-                for epoch in range(self.position["epoch"], self.config.num_epochs):
+                for epoch in range(self.position.epoch, self.config.num_epochs):
                     state, preempted = self.train_epoch(state, epoch, watcher)
                     if preempted is not None:
                         break
                     self.evaluate_epoch(state, epoch)
-        except KeyboardInterrupt:  # a second Ctrl-C: stop now, without waiting for a save in flight
-            self.writer.close()
-            raise
-        except BaseException:
-            self.profiler.stop()  # the trace of the steps that ran
-            self.ckpt.close()  # saves in flight hold good states: let them complete
-            self.resume.close()
-            self.writer.close()
-            raise
-        train_time = time.perf_counter() - train_started
-        self.ckpt.close()
-        self.resume.close()
-        self.writer.close()
+            train_time = time.perf_counter() - train_started
         if preempted is not None:
             raise preemption.Preempted(preempted, self.resume.directory)
         return state, train_time
 
     def train_epoch(self, state, epoch: int, watcher):
-        """One epoch's steps from where the position says; -> (state, the step of a preemption stop or None)."""
-        config, steps_per_epoch = self.config, self.train_data.steps_per_epoch
-        chunks = self.train_data.epoch_order(config.seed, epoch)
-        first = self.position["index"] if epoch == self.position["epoch"] else 0
-        # losses: this epoch's so far; fetched: host metrics since the last log; window: device metrics not
-        # fetched yet (one sync per log, and before every save)
-        resumed = epoch == self.position["epoch"]
-        losses, fetched = (self.position["losses"], self.position["fetched"]) if resumed else ([], [])
-        window = []
-        bar = tqdm(prefetch(lambda i: self.train_data.batch(chunks[i]), range(first, len(chunks)), config.prefetch),
-                   total=len(chunks), initial=first, desc=f"epoch {epoch + 1}/{config.num_epochs}",
+        """One epoch's steps from where the position says; -> (state, the step of a preemption stop or None).
+        Device metrics are fetched once per log and before every save (`window`: those not fetched yet)."""
+        config, position, steps_per_epoch = self.config, self.position, self.train_data.steps_per_epoch
+        position.start_epoch(epoch)
+        chunks, window = self.train_data.epoch_order(config.seed, epoch), []
+        bar = tqdm(prefetch(lambda i: self.train_data.batch(chunks[i]), range(position.index, len(chunks)),
+                            config.prefetch),
+                   total=len(chunks), initial=position.index, desc=f"epoch {epoch + 1}/{config.num_epochs}",
                    unit="step", dynamic_ncols=True, mininterval=1.0, disable=not distributed.is_primary())
-        dropout_rng = jax.random.key(config.seed + 1)
         for index, host_batch in bar:
-            batch = partitioning.shard_batch({k: v[None] for k, v in host_batch.items()}, self.mesh, batch_dim=1,
-                                             global_batch=True)
-            self.step += 1
-            with self.profiler.step(self.step) as outputs:
-                state, metrics = self.jit_train(state, batch, dropout_rng)
+            batch = partitioning.shard_batch(micro_batches(host_batch, config.grad_accum_steps), self.mesh,
+                                             batch_dim=1, global_batch=True)
+            position.step += 1
+            with self.profiler.step(position.step) as outputs:
+                state, metrics = self.jit_train(state, batch, self.model.trainer.dropout_rng)
                 outputs.append(metrics)
             window.append(metrics)
-            stop = watcher.should_stop(self.step)  # SIGTERM, SIGINT, JAX's preemption notice
-            save = stop or (config.checkpoint_every > 0 and self.step % config.checkpoint_every == 0)
-            logs = self.step % config.log_every == 0 or self.step % steps_per_epoch == 0
+            stop = watcher.should_stop(position.step)  # SIGTERM, SIGINT, JAX's preemption notice
+            save = stop or (config.checkpoint_every > 0 and position.step % config.checkpoint_every == 0)
+            logs = position.step % config.log_every == 0 or position.step % steps_per_epoch == 0
             if logs or save:
-                self.fetch(window, losses, fetched)
+                self.fetch(window)
                 window = []
             if logs:
-                record = self.log(fetched)
+                record = self.log()
                 bar.set_postfix(loss=f"{record.get('loss', float('nan')):.3f}")
-                fetched = []
-            if save:  # a copy: Orbax may write the JSON after these lists have grown
-                guards.check_params_finite(self.step, state.params)
-                position = copy.deepcopy({"epoch": epoch, "index": index + 1, "step": self.step, "best": self.best,
-                                          "epochs": self.epochs, "losses": losses, "fetched": fetched,
-                                          "skipped": self.skipped_total, "order": self.order})
-                self.resume.save(self.step, state, position, force=True)
+            if save:
+                guards.check_params_finite(position.step, state.params)
+                position.index = index + 1
+                self.resume.save(position.step, state, position.to_json(), force=True)
             if stop:
                 self.resume.wait()  # complete on disk before the exit status says so
-                return state, self.step
-        self.losses = losses
+                return state, position.step
         return state, None
 
-    def fetch(self, window: list, losses: list[float], fetched: list[dict]) -> None:
-        """The device metrics of the steps in `window` (which end at self.step), checked: a non-finite update stops
-        the run here (guards) or, when skipped, is counted and kept out of the means."""
+    def fetch(self, window: list) -> None:
+        """The device metrics of the steps in `window` (which end at position.step), checked: a non-finite update
+        stops the run here (guards) or, when skipped, is counted and kept out of the means."""
+        position = self.position
         for offset, m in enumerate(jax.device_get(window)):
             m = {k: float(v) for k, v in m.items()}
-            if guards.check_finite(self.step - len(window) + 1 + offset, m, self.config.skip_nonfinite_updates):
-                self.skipped_total += 1
+            if guards.check_finite(position.step - len(window) + 1 + offset, m, self.config.skip_nonfinite_updates):
+                position.skipped += 1
                 m = {"skipped": 1.0}
             else:
-                losses.append(m["loss"])
-            fetched.append(m)
+                position.losses.append(m["loss"])
+            position.fetched.append(m)
 
-    def log(self, fetched: list[dict]) -> dict:
+    def log(self) -> dict:
         """One metrics.jsonl record: the means over the window's applied updates, and the skipped ones."""
+        fetched, self.position.fetched = self.position.fetched, []
         applied = [m for m in fetched if "skipped" not in m]
         record = {k: float(np.mean([m[k] for m in applied])) for k in (applied[0] if applied else {})
                   if k not in ("examples", "nonfinite")}
         if self.config.skip_nonfinite_updates:
-            record.update(skipped_updates=len(fetched) - len(applied), skipped_updates_total=self.skipped_total)
-        self.writer.write(self.step, record)
+            record.update(skipped_updates=len(fetched) - len(applied), skipped_updates_total=self.position.skipped)
+        self.writer.write(self.position.step, record)
         return record
 
     def evaluate_epoch(self, state, epoch: int) -> None:
         """Dev metrics after an epoch; the best epoch so far is saved (parameters only; with PEFT, the trained
         ones: the whole state for resuming lives in DIR/resume)."""
+        position = self.position
         dev = {s: self.task.score(self.family, predict(self.jit_predict, self.family, state.params, d, self.mesh,
                                                        examples), examples)
                for s, (d, examples) in self.dev_data.items()}
         score = dev_score(self.task, dev)
         for split, values in dev.items():
-            self.writer.write(self.step, values, prefix=f"eval_{split}")
-        self.epochs.append({"epoch": epoch + 1, "step": self.step,
-                            "train_loss": float(np.mean(self.losses)) if self.losses else None, "dev": dev})
+            self.writer.write(position.step, values, prefix=f"eval_{split}")
+        position.epochs.append({"epoch": epoch + 1, "step": position.step,
+                                "train_loss": float(np.mean(position.losses)) if position.losses else None, "dev": dev})
         print(f"epoch {epoch + 1}: " + "; ".join(f"{s} " + ", ".join(f"{k}={v:.4f}" for k, v in m.items())
                                                  for s, m in dev.items()))
-        if self.best is None or score > self.best[1]:
-            guards.check_params_finite(self.step, state.params)
-            self.best = [epoch + 1, score, dev]
-            params = state.params if self.base is None else parameter_efficient.stored_part(state.params,
-                                                                                            self.peft_mask)
-            self.ckpt.save(self.step, {"params": params}, {"epoch": epoch + 1, self.task.main_metric: score,
-                                                           **({"peft_base": self.base} if self.base else {})},
+        if position.best is None or score > position.best.score:
+            guards.check_params_finite(position.step, state.params)
+            position.best = BestEpoch(epoch + 1, score, dev)
+            base = self.model.peft_base
+            params = state.params if base is None else parameter_efficient.stored_part(state.params,
+                                                                                       self.model.peft_mask)
+            self.ckpt.save(position.step, {"params": params}, {"epoch": epoch + 1, self.task.main_metric: score,
+                                                               **({"peft_base": base} if base else {})},
                            force=True)
 
 
 def restore_position(resume: checkpoints.Checkpointer, ckpt: checkpoints.Checkpointer, state, shardings,
-                     order: dict, workdir: str, config) -> tuple[train_state.TrainState, dict]:
+                     order: dict, workdir: str, config) -> tuple[train_state.TrainState, Position]:
     """The whole train state and the loop's position from DIR/resume (one line if another run wrote it)."""
     try:
         workdirs.check_resume(workdir, config)
-        restored, position, step = resume.restore(checkpoints.abstract_with_shardings(state, shardings))
-        if position.get("order") != order:
+        restored, saved, step = resume.restore(checkpoints.abstract_with_shardings(state, shardings))
+        if saved.get("order") != order:
             raise ConfigError(f"resume checkpoint {resume.directory}/{step} was written by a run with another data "
-                              f"order ({position.get('order')}, here {order}); rerun with the config that wrote it "
+                              f"order ({saved.get('order')}, here {order}); rerun with the config that wrote it "
                               "or use a new --workdir")
     except UserError:
         resume.close()  # Orbax's background threads must stop before the process exits
         ckpt.close()
         raise
-    print(f"Resumed from {resume.directory}/{step} (epoch {position['epoch'] + 1}, step {step})")
+    position = Position.from_json(saved)
+    print(f"Resumed from {resume.directory}/{step} (epoch {position.epoch + 1}, step {step})")
     return restored, position
-

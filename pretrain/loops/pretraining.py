@@ -6,26 +6,26 @@ objective come from the config by name; nothing here knows whether it trains BER
 """
 from __future__ import annotations
 
-import functools
+import contextlib
+import dataclasses
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from tqdm import tqdm
 
-import models
 import objectives
-from pretrain.core import (checkpoints, distributed, guards, optimizers, partitioning, preemption, profiling,
-                           storage, train_state, validation)
+from pretrain.core import (checkpoints, distributed, guards, partitioning, preemption, profiling, storage,
+                           train_state, validation)
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError
 from pretrain.core.metric_writers import MetricWriter
 from pretrain.data import pipeline, statistics, streaming, tokenizers
-from pretrain.loops.steps import eval_step, micro_batches, shard_map_train_step, train_step
+from pretrain.loops import setup
+from pretrain.loops.steps import micro_batches
 
 
 def _check_tokenizer(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer) -> None:
@@ -54,47 +54,42 @@ def training_data(config: ml_collections.ConfigDict
 
 
 # ---------------------------------------------------------------------------------------------
-# Set-up: sharded state (fresh or restored), jitted steps.
+# Set-up: the state, fresh or restored.
 # ---------------------------------------------------------------------------------------------
-def _restore_or_init(config, workdir: str, model, example: dict, init_rng, tx, mesh, ckpt, train_data):
-    """-> (state, its shardings, the step it is at, the data position to resume from or None). A checkpoint of
-    another run is refused before it is read; Orbax's threads are stopped before any error leaves."""
-    resume = ckpt.latest_step() is not None
-    try:
-        if resume:
-            workdirs.check_resume(workdir, config)  # before reading the checkpoint: name what differs
-        state, shardings, abstract_state = train_state.init_sharded(model, example, init_rng, tx, mesh,
-                                                                    materialize=not resume)
-        if not resume:
-            return state, shardings, 0, None
-        abstract_state = checkpoints.abstract_with_shardings(abstract_state, shardings)
-        state, data_position, start_step = ckpt.restore(abstract_state)
-        train_data.check_position(data_position)
-    except (ConfigError, checkpoints.CheckpointError):
-        ckpt.close()  # Orbax's background threads must stop before the process exits
-        raise
-    print(f"Resumed from {ckpt.directory}/{start_step}")
-    return state, shardings, start_step, data_position
+@dataclasses.dataclass
+class Start:
+    """Where the steps start: the state, the step it is at, the data position to resume from (None: the start)."""
+
+    state: train_state.TrainState
+    step: int = 0
+    data_position: dict | None = None
 
 
-def _jit_steps(config, objective, schedule, state_shardings, mesh):
-    """-> (jitted train step with donation, jitted evaluation step)."""
-    step_fn = (functools.partial(shard_map_train_step, mesh=mesh) if config.get("mesh_mode") == "shard_map"
-               else train_step)
-    jit_train = train_state.jit_train_step(functools.partial(step_fn, objective=objective, schedule=schedule,
-                                                             skip_nonfinite=config.skip_nonfinite_updates),
-                                           state_shardings, mesh)
-    jit_eval = jax.jit(functools.partial(eval_step, objective=objective),
-                       in_shardings=(state_shardings, partitioning.batch_sharding(mesh)),
-                       out_shardings=partitioning.replicated(mesh))
-    return jit_train, jit_eval
+def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpoints.Checkpointer,
+                     train_data: streaming.StreamingData) -> Start:
+    """The fresh state, or the latest checkpoint's. A checkpoint of another run is refused before it is read."""
+    if ckpt.latest_step() is None:
+        return Start(trainer.init_state())
+    workdirs.check_resume(workdir, config)  # before reading the checkpoint: name what differs
+    abstract_state = checkpoints.abstract_with_shardings(trainer.abstract_state, trainer.shardings)
+    state, data_position, step = ckpt.restore(abstract_state)
+    train_data.check_position(data_position)
+    print(f"Resumed from {ckpt.directory}/{step}")
+    return Start(state, step, data_position)
+
+
+def _close_unless_interrupted(stack: contextlib.ExitStack, close: Callable[[], None]) -> None:
+    """close() when the stack unwinds, but not on KeyboardInterrupt: a second Ctrl-C stops now, without waiting
+    for a save in flight (the saves of any other exit hold good states: they complete)."""
+    stack.push(lambda exc_type, exc, tb: None if exc_type is KeyboardInterrupt else close())
 
 
 class _Evaluator:
     """Held-out metrics: the first `config.eval_batches` held-out batches (this process's rows), built once."""
 
-    def __init__(self, config, eval_data, jit_eval, mesh, writer: MetricWriter):
-        self.config, self.data, self.jit_eval, self.mesh, self.writer = config, eval_data, jit_eval, mesh, writer
+    def __init__(self, config, eval_data: streaming.StreamingData, trainer: setup.Trainer, writer: MetricWriter):
+        self.config, self.data, self.writer = config, eval_data, writer
+        self.jit_eval, self.mesh = trainer.eval_step, trainer.mesh
         self.batches: list[dict] = []
 
     def __call__(self, state, step: int) -> dict[str, float]:
@@ -182,80 +177,52 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
     """
     validation.validate(config)
     workdir = workdirs.prepare(workdir)
-
-    # ----- Data -----
     objective, train_data, eval_data = training_data(config)
-
-    # ----- Model and sharded state -----
-    mesh = partitioning.create_mesh(config.mesh_shape)
-    model = models.build_model(config.model)
-    example = {k: jnp.asarray(v) for k, v in objective.model_inputs(train_data.example()).items()}
-    init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
-    tx = optimizers.make_optimizer(config.optimizer, config.num_train_steps)
-    ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
-                                    keep=config.keep_checkpoints)
-    state, state_shardings, start_step, data_position = _restore_or_init(config, workdir, model, example, init_rng,
-                                                                         tx, mesh, ckpt, train_data)
-    print(f"Model {config.model.name}: {train_state.count_params(state.params):,} parameters; "
-          f"mesh {dict(mesh.shape)}; workdir {storage.absolute(workdir)}")
-
-    # ----- Jitted steps -----
-    schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
-    jit_train, jit_eval = _jit_steps(config, objective, schedule, state_shardings, mesh)
-
-    # ----- Loop -----
-    if start_step >= config.num_train_steps:
-        print(f"Nothing to do: the checkpoint at step {start_step} already reaches "
-              f"config.num_train_steps={config.num_train_steps} (raise it to train further)")
-        ckpt.close()
-        return {}
-    if distributed.is_primary():
-        workdirs.save_config(workdir, config)  # validated, and fits the checkpoint it resumes
-    writer = MetricWriter(workdir, resume_step=start_step)
-    progress = tqdm(total=config.num_train_steps, initial=start_step, desc="train", unit="step",
-                    dynamic_ncols=True, mininterval=1.0, disable=not distributed.is_primary())
-    metrics = _MetricWindow(config, writer, progress, (data_position or {}).get("skipped_updates_total", 0))
-    evaluate = _Evaluator(config, eval_data, jit_eval, mesh, writer) if eval_data is not None else None
-    profiler = profiling.StepProfiler(config.get("profile_steps", ""), workdir,
-                                      config.get("profile_all_processes", False))
-    try:
-        with mesh, preemption.Watcher(deadline=deadline) as watcher:
-            stopped = _run_steps(config, state, jit_train, dropout_rng, train_data, start_step, data_position, mesh,
-                                 ckpt, metrics, evaluate, watcher, profiler)
-    except KeyboardInterrupt:  # a second Ctrl-C: stop now, without waiting for a save in flight
-        progress.close()
-        writer.close()
-        raise
-    except BaseException:
-        progress.close()
-        ckpt.close()  # saves in flight hold good states: let them complete
-        writer.close()
-        raise
-    finally:
-        profiler.stop()  # a run stopped inside the range keeps the trace of the steps it ran
-        train_data.close()  # Grain's worker processes
-    progress.close()
-    ckpt.close()
-    writer.close()
+    trainer = setup.pretraining_trainer(config, objective)
+    with contextlib.ExitStack() as stack:  # unwinds in reverse: the profiler, the writers, Orbax, Grain
+        stack.callback(train_data.close)  # Grain's worker processes
+        ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
+                                        keep=config.keep_checkpoints)
+        _close_unless_interrupted(stack, ckpt.close)  # Orbax's threads stop before the process exits
+        start = _restore_or_init(config, workdir, trainer, ckpt, train_data)
+        print(f"Model {config.model.name}: {train_state.count_params(start.state.params):,} parameters; "
+              f"mesh {dict(trainer.mesh.shape)}; workdir {storage.absolute(workdir)}")
+        if start.step >= config.num_train_steps:
+            print(f"Nothing to do: the checkpoint at step {start.step} already reaches "
+                  f"config.num_train_steps={config.num_train_steps} (raise it to train further)")
+            return {}
+        if distributed.is_primary():
+            workdirs.save_config(workdir, config)  # validated, and fits the checkpoint it resumes
+        writer = stack.enter_context(contextlib.closing(MetricWriter(workdir, resume_step=start.step)))
+        progress = stack.enter_context(tqdm(total=config.num_train_steps, initial=start.step, desc="train",
+                                            unit="step", dynamic_ncols=True, mininterval=1.0,
+                                            disable=not distributed.is_primary()))
+        metrics = _MetricWindow(config, writer, progress, (start.data_position or {}).get("skipped_updates_total", 0))
+        evaluate = _Evaluator(config, eval_data, trainer, writer) if eval_data is not None else None
+        profiler = profiling.StepProfiler(config.get("profile_steps", ""), workdir,
+                                          config.get("profile_all_processes", False))
+        stack.callback(profiler.stop)  # a run stopped inside the range keeps the trace of the steps it ran
+        with trainer.mesh, preemption.Watcher(deadline=deadline) as watcher:
+            stopped = _run_steps(config, trainer, start, train_data, ckpt, metrics, evaluate, watcher, profiler)
     if stopped is not None:
         raise preemption.Preempted(stopped[0], ckpt.directory, stopped[1])
     return metrics.last_logged
 
 
-def _run_steps(config, state, jit_train, dropout_rng, train_data, start_step: int, data_position, mesh, ckpt,
-               metrics: _MetricWindow, evaluate: _Evaluator | None, watcher, profiler: profiling.StepProfiler
-               ) -> tuple[int, str] | None:
-    """The steps from `start_step` on: train, log one step late, save, evaluate; -> (step, reason) of a stop
+def _run_steps(config, trainer: setup.Trainer, start: Start, train_data: streaming.StreamingData,
+               ckpt: checkpoints.Checkpointer, metrics: _MetricWindow, evaluate: _Evaluator | None,
+               watcher: preemption.Watcher, profiler: profiling.StepProfiler) -> tuple[int, str] | None:
+    """The steps from `start` on: train, log one step late, save, evaluate; -> (step, reason) of a stop
     (preemption, time budget), or None at config.num_train_steps."""
-    last_step = config.num_train_steps
+    last_step, state, mesh = config.num_train_steps, start.state, trainer.mesh
     batches = ((s, micro_batches(rows, config.grad_accum_steps), windows)  # windows: stream positions after s
-               for s, (_, rows, windows) in zip(range(start_step, last_step),
-                                                train_data.iterate(start_step, data_position)))
+               for s, (_, rows, windows) in zip(range(start.step, last_step),
+                                                train_data.iterate(start.step, start.data_position)))
     for step, host_batch, windows in pipeline.prefetch_iterator(batches, config.prefetch):
         done = step + 1
         with profiler.step(done) as outputs:
-            state, device_metrics = jit_train(state, partitioning.shard_batch(host_batch, mesh, batch_dim=1),
-                                              dropout_rng)
+            state, device_metrics = trainer.train_step(state, partitioning.shard_batch(host_batch, mesh, batch_dim=1),
+                                                       trainer.dropout_rng)
             outputs.append(device_metrics)
         metrics.add(done, device_metrics)
         stop = done < last_step and watcher.should_stop(done)  # SIGTERM, SIGINT, JAX's notice, the deadline

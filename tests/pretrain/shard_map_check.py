@@ -39,8 +39,10 @@ def compiled(step_fn, accum: int, dropout: float):
     model = GPT(GPTConfig(vocab_size=V, n_positions=L, d_model=16, num_layers=2, num_heads=2, d_ff=32,
                           dropout_rate=dropout, attention_dropout_rate=dropout, attention="einsum"))
     tx = optax.adamw(1e-2)
-    state, shardings, _ = train_state.init_sharded(model, {"input_ids": jnp.ones((1, L), jnp.int32)},
-                                                   jax.random.key(0), tx, mesh)
+    initialize, shardings, _ = train_state.init_sharded(model, {"input_ids": jnp.ones((1, L), jnp.int32)},
+                                                        jax.random.key(0), tx, mesh)
+    with mesh:
+        state = initialize()
     schedule = optax.constant_schedule(1e-2)
     # the reference's micro-batches of 2 rows do not split over 8 devices: it takes the batch replicated
     batch_sharding = (partitioning.batch_sharding(mesh, batch_dim=1) if B // accum % 8 == 0

@@ -12,7 +12,7 @@ import pytest
 
 from configs import bert
 from pretrain.core import aot
-from pretrain.loops.steps import train_step
+from pretrain.loops.aot import compile_pretraining
 from tests.conftest import run_module
 
 # The tiny BERT, its vocabulary cut to 1,000 ids: small enough to compile in seconds.
@@ -42,7 +42,7 @@ def analytic_flops(config) -> float:
 
 @pytest.fixture(scope="module")
 def tiny_result():
-    return aot.compile_pretraining(tiny_config(), step_fn=train_step, hbm_bytes=2 ** 50)
+    return compile_pretraining(tiny_config(), hbm_bytes=2 ** 50)
 
 
 def test_tiny_bert_compiles_for_the_cpu(tiny_result):
@@ -116,7 +116,7 @@ def test_matmul_flops_counts_a_pallas_grid_and_every_shard_map_device():
 def test_resource_exhausted_becomes_one_line():
     message = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
                "Used 20.50G of 15.75G hbm. Exceeded hbm capacity by 4.75G.\n\nTotal hbm usage >= 21.1G:\n ...")
-    line, used = aot._out_of_memory(RuntimeError(message))
+    line, used = aot.out_of_memory(RuntimeError(message))
     assert line.startswith("RESOURCE_EXHAUSTED") and "\n" not in line
     assert used == int(20.5 * 2 ** 30)
 
@@ -165,12 +165,11 @@ def test_tiny_bert_compiles_for_a_tpu_slice():
     devices = aot.tpu_devices("v5e:2x2")
     assert len(devices) == 4 and devices[0].device_kind == "TPU v5 lite"
     config = tiny_config(**{"model.dtype": "bfloat16"})
-    r = aot.compile_pretraining(config, devices, step_fn=train_step)
+    r = compile_pretraining(config, devices)
     assert r.fits is True and r.hbm_bytes == 16 * 2 ** 30 and 0 < r.total_bytes < 2 ** 30
     assert r.model_flops == pytest.approx(analytic_flops(config), rel=0.02)
     assert r.step_seconds > 0 and r.step_seconds_source in ("xla", "roofline") and 0 < r.mfu < 1
-    huge = aot.compile_pretraining(tiny_config(**{"batch_size": 4096 * 8, "model.dtype": "bfloat16"}), devices[:1],
-                                   step_fn=train_step)  # ~120 GiB of activations on one 16 GiB chip
+    huge = compile_pretraining(tiny_config(**{"batch_size": 4096 * 8, "model.dtype": "bfloat16"}), devices[:1])  # ~120 GiB of activations on one 16 GiB chip
     assert huge.fits is False and huge.error and "RESOURCE_EXHAUSTED" in huge.error
 
 
@@ -182,6 +181,6 @@ def test_pallas_attention_compiles_for_a_tpu_slice_sharded_over_the_batch():
     devices = aot.tpu_devices("v5e:2x2")
     config = tiny_config(**{"model.dtype": "bfloat16", "model.attention": "pallas",
                             "model.attention_dropout_rate": 0.0, "mesh_shape": (4, 1, 1)})
-    r = aot.compile_pretraining(config, devices, step_fn=train_step)
+    r = compile_pretraining(config, devices)
     assert r.fits is True and 0 < r.total_bytes < 2 ** 30
     assert r.model_flops == pytest.approx(analytic_flops(config), rel=0.02)

@@ -1,0 +1,120 @@
+"""Ahead-of-time compilation of the pretraining step: will this config fit, and how fast could it run?
+
+`compile_pretraining(config, devices)` builds the trainer a run builds (pretrain/loops/setup.py: the model,
+the objective over a stand-in tokenizer, the optimizer, the sharded initializer and the jitted step with its
+shardings and donation) and lowers and compiles its two programs from abstract values only: no corpus, no
+tokenizer file, no weights. `devices`: this host's, or a TPU slice's compile-only devices from libtpu
+(`aot.tpu_devices("v5e:4x4")`, any host). XLA's per-device memory and cost analyses are read into an
+`aot.AotResult` (pretrain/core/aot.py: the chips, the FLOP count, the verdict).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+
+from pretrain.core import aot, train_state, validation
+from pretrain.core.errors import ConfigError
+from pretrain.loops import setup
+
+
+def abstract_batch(rows: dict[str, np.ndarray], batch_size: int, accum: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """-> the global batch of one step, [accum, batch_size / accum, ...] per key, as pretraining.py feeds it."""
+    return {k: jax.ShapeDtypeStruct((accum, batch_size // accum, *v.shape[1:]), jax.dtypes.canonicalize_dtype(v.dtype))
+            for k, v in rows.items()}
+
+
+def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | None = None, *,
+                        hbm_bytes: int | None = None, peak_flops: float | None = None) -> aot.AotResult:
+    """Compiles the initializer and the train step of `config` for a Mesh of `devices` (default: this host's)
+    shaped config.mesh_shape. `hbm_bytes` / `peak_flops` replace the chip table's per-device figures (defaults
+    for a CPU: the host's memory over the devices, no peak)."""
+    validation.check_ranges(config)
+    validation.check_relations(config)
+    devices = list(jax.devices() if devices is None else devices)
+    trainer = setup.pretraining_trainer(config, devices=devices)
+    mesh, accum, batch_size = trainer.mesh, config.grad_accum_steps, config.batch_size
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    if batch_size % accum or (batch_size // accum) % shards:
+        raise ConfigError(f"config.batch_size={batch_size} / config.grad_accum_steps={accum} micro-batches must "
+                          f"split over the {shards} batch shards (data x fsdp) of the mesh {dict(mesh.shape)}")
+    chip = aot.chip_of(devices[0])
+    result = aot.AotResult(devices=len(devices), device_kind=devices[0].device_kind, mesh=dict(mesh.shape),
+                           params=train_state.count_params(trainer.abstract_state.params),
+                           hbm_bytes=hbm_bytes or (chip.hbm_bytes if chip else _host_memory_per_device(devices)),
+                           peak_flops_per_device=peak_flops or (chip.peak_bf16_flops if chip else None))
+    batch = abstract_batch(trainer.example_rows, batch_size, accum)  # [accum, B / accum, ...]
+    rng = jax.eval_shape(lambda: jax.random.key(0))
+    result.model_flops = 3 * accum * _forward_flops(trainer, batch, rng)
+    with mesh:
+        init, init_error, init_needed, result.init_compile_seconds = _compile(trainer.initialize.lower)
+        start = time.perf_counter()
+        traced = trainer.train_step.trace(trainer.abstract_state, batch, rng)
+        step, step_error, step_needed, _ = _compile(traced.lower)
+        result.step_compile_seconds = time.perf_counter() - start  # trace + lower + compile
+    result.init_total_bytes = _total(init.memory_analysis()) if init is not None else init_needed
+    result.error = step_error or init_error
+    result.hardware_flops = aot.matmul_flops(traced.jaxpr)
+    if step is not None:
+        _read_compiled(result, step, traced.jaxpr, chip, len(devices))
+    else:
+        result.total_bytes = step_needed
+    return aot.judge(result)
+
+
+def _forward_flops(trainer: setup.Trainer, batch: dict[str, jax.ShapeDtypeStruct], rng) -> float:
+    """Matmul FLOPs of one micro-batch's forward pass and loss (the step's loss_fn, without its gradient)."""
+    state, objective = trainer.abstract_state, trainer.objective
+
+    def forward(params, micro_batch, dropout_rng):
+        outputs = state.apply_fn({"params": params}, **objective.model_inputs(micro_batch),
+                                 deterministic=False, rngs={"dropout": dropout_rng})
+        return objective.loss(outputs, micro_batch)[0]
+    micro = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), batch)
+    return aot.matmul_flops(jax.make_jaxpr(forward)(state.params, micro, rng))
+
+
+def _compile(lower: Callable[[], Any]) -> tuple[Any, str | None, int | None, float]:
+    """-> (the compiled program or None, XLA's RESOURCE_EXHAUSTED line, the bytes it says the program needs,
+    seconds); any other compiler error is raised."""
+    start = time.perf_counter()
+    try:
+        return lower().compile(), None, None, time.perf_counter() - start
+    except Exception as e:  # noqa: BLE001 -- XLA's JaxRuntimeError; only RESOURCE_EXHAUSTED is reported
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        return (None, *aot.out_of_memory(e), time.perf_counter() - start)
+
+
+def _read_compiled(result: aot.AotResult, compiled, jaxpr, chip: aot.Chip | None, num_devices: int) -> None:
+    """Memory, XLA's cost estimate and the step time of a compiled step, into `result`."""
+    memory = compiled.memory_analysis()
+    result.argument_bytes, result.output_bytes = memory.argument_size_in_bytes, memory.output_size_in_bytes
+    result.alias_bytes, result.temp_bytes = memory.alias_size_in_bytes, memory.temp_size_in_bytes
+    result.code_bytes, result.total_bytes = memory.generated_code_size_in_bytes, _total(memory)
+    cost = compiled.cost_analysis()
+    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+    result.xla_flops_per_device = cost.get("flops")
+    result.xla_optimal_seconds = cost.get("optimal_seconds")
+    loops = result.hardware_flops / max(aot.matmul_flops(jaxpr, loops_once=True), 1.0)  # XLA's shortfall
+    if result.xla_optimal_seconds and result.xla_optimal_seconds > 0:
+        result.step_seconds, result.step_seconds_source = result.xla_optimal_seconds * loops, "xla"
+    elif chip and result.peak_flops_per_device and cost.get("bytes accessed"):
+        # XLA's estimate can come out negative for a whole step (seen for BERT on v5e, not for any of its
+        # ops alone): then the roofline of the chip's peak and HBM bandwidth, collectives left out.
+        compute = result.hardware_flops / num_devices / result.peak_flops_per_device
+        memory = cost["bytes accessed"] * loops / chip.hbm_bandwidth
+        result.step_seconds, result.step_seconds_source = max(compute, memory), "roofline"
+
+
+def _host_memory_per_device(devices: Sequence) -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // len(devices)
+
+
+def _total(memory: Any) -> int:
+    return (memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes
+            + memory.temp_size_in_bytes + memory.generated_code_size_in_bytes)
