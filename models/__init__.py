@@ -2,43 +2,29 @@
 
 `model_config(config.model)` turns the config's fields into the family's frozen dataclass (BertConfig,
 T5Config, GPTConfig); `build_model(config.model)` wraps it in the pretraining module. Fine-tuning
-modules (models/finetuning.py, models/gpt_heads.py) take the same dataclass.
+modules (models/finetuning.py, models/gpt_heads.py) take the same dataclass. The families themselves,
+with everything else that differs per family, are registered in models/registry.py.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
 
 from models.errors import ModelInputError
+from models.registry import FAMILIES, ModelFamily, family  # noqa: F401 (the table, re-exported)
 
 # Keys a fine-tuning config keeps beside the architecture: they configure the task head, not the body.
 HEAD_KEYS = ("classifier_dropout",)
-# family -> (module, config dataclass, pretraining module); modules are imported on demand.
-FAMILIES = {
-    "bert": ("models.bert", "BertConfig", "BertForPreTraining"),
-    "t5": ("models.t5", "T5Config", "T5"),
-    "gpt": ("models.gpt", "GPTConfig", "GPT"),
-}
-
-
-def _family(name: str) -> tuple[type, type]:
-    """-> (config dataclass, pretraining module class) of family `name`."""
-    if name not in FAMILIES:
-        raise ModelInputError(f"config.model.name={name!r} is unknown; available: {', '.join(map(repr, FAMILIES))}")
-    module, config_cls, model_cls = FAMILIES[name]
-    module = importlib.import_module(module)
-    return getattr(module, config_cls), getattr(module, model_cls)
 
 
 def model_config(fields: Mapping[str, Any], **overrides) -> Any:
     """config.model ('name' picks the family, HEAD_KEYS are left to the head) + overrides -> the family's
     config dataclass. Any other key the dataclass lacks is an error that names it."""
     fields = dict(fields.to_dict() if hasattr(fields, "to_dict") else fields, **overrides)
-    cls, _ = _family(fields.pop("name", None))
+    cls = family(fields.pop("name", None)).config_cls()
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(fields) - known - set(HEAD_KEYS))
     if unknown:
@@ -49,5 +35,4 @@ def model_config(fields: Mapping[str, Any], **overrides) -> Any:
 
 def build_model(config: Mapping[str, Any]) -> nn.Module:
     """config.model -> the family's pretraining module (BertForPreTraining, T5, GPT)."""
-    _, module_cls = _family(config["name"])
-    return module_cls(model_config(config))
+    return family(config["name"]).model_cls()(model_config(config))

@@ -21,13 +21,12 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+# A fine-tuning model's top-level subtree -> the pretrained body it is (its family registers the key, the
+# embedding blocks and the blocks above the top layer), or None: a new task head, which always trains.
+from models.registry import body
+
 NEVER = 2**31 - 1
 STRATEGIES = ("none", "head_only", "lowest", "gradual")
-# The pretrained body of a fine-tuning model (models/finetuning.py, models/gpt_heads.py); any other
-# top-level subtree is a new task head, which always trains.
-BODIES = ("bert", "gpt")
-EMBEDDINGS = ("embeddings", "token_embedding", "position_embedding")  # BERT's block, GPT's two tables
-TOP = ("pooler", "final_norm")  # above the top layer: trains with the head under `gradual`
 
 
 def path_names(path) -> list[str]:
@@ -52,19 +51,20 @@ def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers
 
     def start_step(path, _) -> int:
         names = path_names(path)
-        if names[0] not in BODIES or strategy == "none":
+        pretrained = body(names[0])
+        if pretrained is None or strategy == "none":
             return 0                                   # the task head always trains
         part = names[1]
         if strategy == "head_only":
             return NEVER
         if strategy == "lowest":
-            if part in EMBEDDINGS:
+            if part in pretrained.embeddings:
                 return NEVER if config.freeze_embeddings else 0
             if part.startswith("layer_"):
                 return NEVER if int(part.removeprefix("layer_")) < config.num_frozen_layers else 0
             return 0
         # gradual: distance from the top decides the epoch a block joins.
-        if part in TOP:
+        if part in pretrained.top:
             return 0
         if part.startswith("layer_"):
             return (num_layers - 1 - int(part.removeprefix("layer_"))) * every

@@ -59,7 +59,7 @@ def trainable(params: Any, family: str, config: ml_collections.ConfigDict) -> An
         names = freezing.path_names(path)
         if peft_modules.is_peft_path(names):
             return True
-        if family not in HEADLESS and names[0] not in freezing.BODIES:
+        if family not in HEADLESS and freezing.body(names[0]) is None:
             return True
         return norms and any(name.endswith("norm") for name in names)
 

@@ -3,7 +3,9 @@
 `load_pretrained(path)` returns the family (bert | t5 | gpt), its architecture, the parameters the
 fine-tuning model starts from (BERT: the `bert` encoder subtree; T5 and GPT: the whole model) and the
 tokenizer that goes with them, so that `--config.init=PATH` is all a user has to give. Generation,
-perplexity and few-shot evaluation (pretrain/lm/) load their model the same way.
+perplexity and few-shot evaluation (pretrain/lm/) load their model the same way. What differs per family
+(its Hugging Face loaders and tokenizers, the subtree and the fields it inherits) is its registration
+in models/registry.py.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
+import models
 from models import stack
 from pretrain.core import checkpoints, storage
 from pretrain.core.errors import UserError
@@ -30,12 +33,10 @@ class Pretrained:
     source: str                    # 'orbax:<dir>/<step>' or 'huggingface:<dir>'
 
 
-ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                     "max_position_embeddings", "type_vocab_size", "layer_norm_eps")
-# Training-time fields the fine-tuning config sets itself rather than inheriting.
+# Training-time fields the fine-tuning config sets itself rather than inheriting (a family that names its
+# architecture_keys in models/registry.py inherits those instead).
 NOT_ARCHITECTURE = ("name", "dropout_rate", "attention_dropout_rate", "dtype", "param_dtype", "attention",
                     "scan_layers", "remat", "peft")  # peft: the fine-tuning config's own (config.peft)
-FAMILIES = ("bert", "t5", "gpt")
 
 
 def _hf_model_type(path: str) -> str | None:
@@ -45,32 +46,32 @@ def _hf_model_type(path: str) -> str | None:
     return json.loads(storage.read_text(config)).get("model_type")
 
 
+def _hf_directories() -> str:
+    """'a Hugging Face BERT, T5 or GPT-2 directory', from the registered checkpoints."""
+    titles = [checkpoint.title for family in models.FAMILIES.values() for checkpoint in family.hf]
+    listed = f"{', '.join(titles[:-1])} or {titles[-1]}" if len(titles) > 1 else "".join(titles)
+    return f"a Hugging Face {listed} directory"
+
+
+def _inherited(family: models.ModelFamily, model: dict[str, Any], params: dict) -> tuple[dict, dict]:
+    """A checkpoint's config.model fields and params -> what fine-tuning starts from (see ModelFamily)."""
+    if family.architecture_keys is not None:
+        model = {k: model[k] for k in family.architecture_keys}
+    else:
+        model = {k: v for k, v in model.items() if k not in NOT_ARCHITECTURE}
+    return model, params if family.params_subtree is None else params[family.params_subtree]
+
+
 def _load_hf(path: str, model_type: str) -> Pretrained:
-    if model_type == "gpt2":
-        from models.convert.hf_gpt2 import load_hf_gpt2
-        config, params = load_hf_gpt2(path)
-        model = {k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_ARCHITECTURE}
-        # GPT-2's byte-level BPE: vocab.json + merges.txt in the same directory, cased.
-        return Pretrained("gpt", model, params, dict(kind="gpt2_bpe", path=path, lowercase=False),
-                          f"huggingface:{path}")
-    if model_type == "t5":
-        from models.convert.hf_t5 import load_hf_t5
-        config, params = load_hf_t5(path)
-        model = {k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_ARCHITECTURE}
-        # T5's SentencePiece model (spiece.model) plus the 100 sentinels <extra_id_*>, cased.
-        tokenizer = dict(kind="sentencepiece", path=os.path.join(path, "spiece.model"), lowercase=False,
-                         extra_ids=100)
-        return Pretrained("t5", model, params, tokenizer, f"huggingface:{path}")
-    from models.convert import load_hf_bert
-    config, params = load_hf_bert(path)
-    lowercase = True
-    tokenizer_config = os.path.join(path, "tokenizer_config.json")
-    if os.path.isfile(tokenizer_config):
-        with open(tokenizer_config) as f:
-            lowercase = bool(json.load(f).get("do_lower_case", True))
-    model = {k: getattr(config, k) for k in ARCHITECTURE_KEYS}
-    return Pretrained("bert", model, params["bert"], dict(kind="wordpiece", path=path, lowercase=lowercase),
-                      f"huggingface:{path}")
+    found = models.registry.hf_checkpoint(model_type)
+    if found is None:
+        known = ", ".join(repr(c.model_type) for family in models.FAMILIES.values() for c in family.hf)
+        raise UserError(f"{os.path.join(path, 'config.json')}: model_type={model_type!r} is not one this project "
+                        f"loads ({known}); give {_hf_directories()}")
+    family, checkpoint = found
+    config, params = models.registry.resolve(checkpoint.loader)(path)
+    model, params = _inherited(family, dataclasses.asdict(config), params)
+    return Pretrained(family.name, model, params, checkpoint.tokenizer(path), f"huggingface:{path}")
 
 
 def _find_workdir(path: str, flag: str) -> tuple[str, str]:
@@ -81,8 +82,7 @@ def _find_workdir(path: str, flag: str) -> tuple[str, str]:
         if storage.isfile(os.path.join(workdir, "config.json")) and storage.isdir(ckpt):
             return workdir, ckpt
     raise UserError(f"{flag}={path} is neither a pretrain.train workdir (config.json + checkpoints/) "
-                    "nor a Hugging Face BERT, T5 or GPT-2 directory (config.json + model.safetensors or "
-                    "pytorch_model.bin)")
+                    f"nor {_hf_directories()} (config.json + model.safetensors or pytorch_model.bin)")
 
 
 def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
@@ -91,8 +91,7 @@ def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
         storage.check_url(path, flag)
     path = storage.absolute(os.path.expanduser(path))
     if not storage.exists(path):
-        raise UserError(f"{flag}={path} does not exist (give a pretrain.train workdir or a "
-                        "Hugging Face BERT, T5 or GPT-2 directory)")
+        raise UserError(f"{flag}={path} does not exist (give a pretrain.train workdir or {_hf_directories()})")
     model_type = _hf_model_type(path)
     if model_type is not None:
         if storage.is_url(path):
@@ -102,18 +101,15 @@ def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
 
     workdir, ckpt = _find_workdir(path, flag)
     config = json.loads(storage.read_text(os.path.join(workdir, "config.json")))
-    family = config.get("model", {}).get("name")
-    if family not in FAMILIES:
-        raise UserError(f"{flag}={path}: its config.json names model {family!r}; "
-                        f"a pretrained model is one of {FAMILIES}")
+    name = config.get("model", {}).get("name")
+    if name not in models.FAMILIES:
+        raise UserError(f"{flag}={path}: its config.json names model {name!r}; "
+                        f"a pretrained model is one of {tuple(models.FAMILIES)}")
     params, step = checkpoints.restore_params(ckpt)
     # A relative tokenizer path is relative to where pretraining ran; --config.tokenizer.path overrides it.
     tokenizer = dict(config["tokenizer"])
-    if family == "bert":
-        model, params = {k: config["model"][k] for k in ARCHITECTURE_KEYS}, params["bert"]
-    else:
-        model = {k: v for k, v in config["model"].items() if k not in NOT_ARCHITECTURE}
-    return Pretrained(family, model, params, tokenizer, f"orbax:{ckpt}/{step}")
+    model, params = _inherited(models.FAMILIES[name], config["model"], params)
+    return Pretrained(name, model, params, tokenizer, f"orbax:{ckpt}/{step}")
 
 
 def merge_params(params: dict, pretrained_params: dict, source: str, prefix: str = "") -> tuple[dict, list[str]]:

@@ -154,27 +154,25 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
             raise _fail(key, value, allowed)
 
 
-# ----- The relations within one model family (config.model.name). -----
-def _heads_divide(width_key: str):
-    def check(config) -> None:
-        width, heads = config.model[width_key], config.model.num_heads
-        if width % heads:
-            raise ConfigError(f"config.model.{width_key}={width} is not a multiple of config.model.num_heads={heads};"
-                              " change one of them")
-    return check
+# ----- The relations within one model family (config.model.name), as models/registry.py registers them. -----
+def _heads_divide(width_key: str, config) -> None:
+    width, heads = config.model[width_key], config.model.num_heads
+    if width % heads:
+        raise ConfigError(f"config.model.{width_key}={width} is not a multiple of config.model.num_heads={heads};"
+                          " change one of them")
 
 
-def _t5_feed_forward(config) -> None:
-    from models.t5 import FEED_FORWARDS
-    if config.model.feed_forward not in FEED_FORWARDS:
-        raise _fail("model.feed_forward", config.model.feed_forward, "one of " + ", ".join(map(repr, FEED_FORWARDS)))
-
-
-FAMILY_CHECKS = {  # name -> the checks of that family's config.model
-    "bert": (_heads_divide("hidden_size"), lambda config: _fits("max_position_embeddings", config)),
-    "gpt": (_heads_divide("d_model"), lambda config: _fits("n_positions", config)),
-    "t5": (_t5_feed_forward,),
-}
+def _family_relations(config) -> None:
+    import models
+    family = models.family(config.model.name)
+    if family.width_key is not None:
+        _heads_divide(family.width_key, config)
+    if family.positions_key is not None:
+        _fits(family.positions_key, config)
+    for key, names in family.choices.items():
+        allowed = models.registry.resolve(names)
+        if key in config.model and config.model[key] not in allowed:
+            raise _fail(f"model.{key}", config.model[key], "one of " + ", ".join(map(repr, allowed)))
 
 
 def _fits(positions_key: str, config) -> None:
@@ -196,8 +194,7 @@ def check_relations(config: ml_collections.ConfigDict) -> None:
     if objective is not None and objective.get("replace_with_mask", 0) + objective.get("replace_with_random", 0) > 1:
         raise ConfigError(f"config.objective.replace_with_mask={objective.replace_with_mask} + replace_with_random="
                           f"{objective.replace_with_random} exceeds 1 (BERT: 0.8 + 0.1, the rest kept)")
-    for check in FAMILY_CHECKS[config.model.name]:
-        check(config)
+    _family_relations(config)
     _fused_attention_without_dropout(config)
     profiling.parse_steps(config.get("profile_steps", ""))
     _layerwise_freezing_needs_looped_layers(config)
@@ -217,7 +214,9 @@ def _peft_fits(config) -> None:
                           "(a pretrain.train workdir or a Hugging Face directory) with config.init_weights=pretrained")
     from pretrain.core import parameter_efficient
     virtual = parameter_efficient.peft_config(config).virtual_positions  # and the method's own checks, one line
-    positions = config.model.get("max_position_embeddings", config.model.get("n_positions"))
+    import models
+    positions_key = models.family(config.model.name).positions_key
+    positions = config.model.get(positions_key) if positions_key else None
     if virtual and positions is not None and config.data.max_seq_length + virtual > positions:
         raise ConfigError(f"config.peft.{peft.method}.length={virtual} + config.data.max_seq_length="
                           f"{config.data.max_seq_length} exceed the model's {positions} positions: shorten one")

@@ -1,29 +1,18 @@
-"""The fine-tuning tasks and families by name: the only module that knows all of them.
+"""The fine-tuning tasks by name, and the family that fine-tunes a model on one.
 
-config.task names the task (a GLUE task, conll2003 / conll for CoNLL column files, squad / squad_v2); its kind and
-config.model.name choose the family that fine-tunes on it."""
+config.task names the task (a GLUE task, conll2003 / conll for CoNLL column files, squad / squad_v2). The
+task's kind and config.model.name choose the family: each model family registers its fine-tuning families
+by task kind in models/registry.py (ModelFamily.finetuning), as 'module:Class' names of this room."""
 from __future__ import annotations
 
 import ml_collections
 
+import models
 from pretrain.core.errors import ConfigError
 from pretrain.families.base import Family
-from pretrain.families.bert import BertFamily
-from pretrain.families.bert_qa import BertQaFamily
-from pretrain.families.bert_spans import BertSpanFamily
-from pretrain.families.bert_tagging import BertTaggingFamily
-from pretrain.families.gpt import GPTFamily
-from pretrain.families.t5 import T5Family
-from pretrain.families.t5_qa import T5QaFamily
 from pretrain.glue.finetuning import GlueFineTuningTask
 from pretrain.tasks import conll, squad
 from pretrain.tasks.base import Task
-
-FAMILIES = {"bert": BertFamily, "t5": T5Family, "gpt": GPTFamily}  # GLUE: sequence classification
-TOKEN_FAMILIES = {("tagging", "bert"): BertTaggingFamily,          # the other kinds, by (kind, model)
-                  ("span", "bert"): BertSpanFamily,
-                  ("qa", "bert"): BertQaFamily,
-                  ("qa", "t5"): T5QaFamily}
 
 
 def task_for_config(config: ml_collections.ConfigDict) -> Task:
@@ -37,13 +26,10 @@ def task_for_config(config: ml_collections.ConfigDict) -> Task:
 
 def for_config(config: ml_collections.ConfigDict, task: Task, tokenizer) -> Family:
     """The family for `task`'s kind and config.model.name, with its tokenizer."""
-    if task.kind in ("classification", "regression"):
-        family = FAMILIES.get(config.model.name)
-        choices = ", ".join(map(repr, FAMILIES))
-    else:
-        family = TOKEN_FAMILIES.get((task.kind, config.model.name))
-        choices = ", ".join(repr(model) for kind, model in TOKEN_FAMILIES if kind == task.kind)
+    model = models.FAMILIES.get(config.model.name)
+    family = model.finetuning.get(task.kind) if model is not None else None
     if family is None:
+        choices = ", ".join(repr(name) for name, f in models.FAMILIES.items() if task.kind in f.finetuning)
         raise ConfigError(f"config.model.name={config.model.name!r} cannot be fine-tuned on {task.name} here; "
                           f"use one of {choices}")
-    return family(config, task, tokenizer)
+    return models.registry.resolve(family)(config, task, tokenizer)
