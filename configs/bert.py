@@ -82,7 +82,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         whole_word_masking=arg.wwm, next_sentence=arg.nsp, short_seq_prob=0.1))
 
     c.data = ml_collections.ConfigDict(dict(
-        source="text",               # text | tfds | prepared (scripts/prepare_corpus.py)
+        source="text",               # text | tfds | prepared (python -m pretrain.tools.prepare_corpus)
         path="",                     # text: file(s), globs, comma-separated
         tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",
         max_documents=0,             # 0 = all

@@ -1,5 +1,5 @@
-"""The TPU fit table (docs/training.md): one `scripts/aot_compile.py` run per row, JSON lines collected in a file, the
-table printed as Markdown.
+"""The TPU fit table (docs/training.md): one `python -m pretrain.tools.aot_compile` run per row, JSON lines
+collected in a file, the table printed as Markdown.
 
   python scripts/aot_table.py --output runs/aot_table.jsonl                 # every row not in the file yet
   python scripts/aot_table.py --output runs/aot_table.jsonl --rows bert     # rows whose name contains "bert"
@@ -34,7 +34,7 @@ class Row:
     overrides: tuple[str, ...] = ()
 
     def command(self) -> list[str]:
-        return [sys.executable, os.path.join(REPO, "scripts", "aot_compile.py"), f"--config={self.config}",
+        return [sys.executable, "-m", "pretrain.tools.aot_compile", f"--config={self.config}",
                 f"--topology={self.topology}", f"--mesh={self.mesh}", "--config.model.dtype=bfloat16",
                 "--config.model.scan_layers=True", f"--config.model.remat={self.remat}", *self.overrides]
 

@@ -1,7 +1,7 @@
 """Peak memory of pretraining on a prepared corpus does not grow with the corpus.
 
 Builds text corpora of the given sizes by repeating the demo corpus's documents in a shuffled order, prepares
-each with scripts/prepare_corpus.py, then runs the real `python -m pretrain.train` (the tiny BERT,
+each with pretrain.tools.prepare_corpus, then runs the real `python -m pretrain.train` (the tiny BERT,
 data.source=prepared) on each for the same number of steps and prints the training process's peak RSS
 (getrusage of the child) beside the corpus size. The in-memory pipeline (data.source=text) is run on the
 smallest corpus for comparison: it tokenizes the whole corpus into memory.
@@ -83,7 +83,7 @@ def main() -> None:
                 rows.append(("text (in memory)", nbytes, None, None, wall, rss))
                 print(rows[-1], flush=True)
             directory = os.path.join(work, f"prepared_{size}gb")
-            prepare = peak([sys.executable, "scripts/prepare_corpus.py", "--input", text, "--tokenizer", spm,
+            prepare = peak([sys.executable, "-m", "pretrain.tools.prepare_corpus", "--input", text, "--tokenizer", spm,
                             "--output", directory, "--num_shards", "16", "--no_progress"])
             os.remove(text)
             train = peak(train_command("prepared", directory, spm, args.steps, os.path.join(work, f"run_{size}")))

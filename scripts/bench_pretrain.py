@@ -32,8 +32,8 @@ from pretrain.loops.steps import train_step
 
 def demo_assets(directory: str) -> tuple[str, str]:
     """The demo corpus and tokenizer (built here if `make demo` has not made them)."""
-    from scripts import train_tokenizer
-    from scripts.build_corpus import build_corpus
+    from pretrain.tools import train_tokenizer
+    from pretrain.tools.build_corpus import build_corpus
     corpus, spm = os.path.join(directory, "corpus.txt"), os.path.join(directory, "tokenizer", "spm.model")
     if not os.path.exists(corpus):
         build_corpus(corpus, max_mb=4)

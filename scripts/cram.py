@@ -7,7 +7,7 @@ at the scale of a few CPU cores).
       --config=configs/t5.py:size=tiny --set data.source=text   # another family or arm on the same assets
 
 What it does, in order:
-  1. DIR/corpus.txt: scripts/build_corpus.py with every source (its statistics in DIR/corpus.json), once
+  1. DIR/corpus.txt: pretrain.tools.build_corpus with every source (its statistics in DIR/corpus.json), once
      (--corpus: an existing one instead).
   2. DIR/spm.model: a SentencePiece vocabulary of --vocab_size pieces on it, once (--tokenizer: an existing one).
   3. The recipe (--config, by default configs/bert.py:size=tiny,recipe=cram,nsp=False) is timed for a few
@@ -36,7 +36,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from configs import common  # noqa: E402
-from scripts import build_corpus, train_tokenizer  # noqa: E402
+from pretrain.tools import build_corpus, train_tokenizer  # noqa: E402
 
 CONFIG = "configs/bert.py:size=tiny,recipe=cram,nsp=False"  # docs/cram.md: the measurements that chose it
 CALIBRATION_STEPS = 80       # timed from step 30 on: the first windows hold the compilation and batches built
@@ -154,7 +154,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sources", nargs="+", choices=build_corpus.SOURCES, default=list(build_corpus.SOURCES))
     parser.add_argument("--glue_dir", default=build_corpus.GLUE_DIR)
     parser.add_argument("--repeat", action="append", default=[], metavar="SOURCE=N",
-                        help="write that corpus source N times (scripts/build_corpus.py)")
+                        help="write that corpus source N times (pretrain.tools.build_corpus)")
     parser.add_argument("--corpus", default="", help="an existing corpus (with --tokenizer): no corpus is built")
     parser.add_argument("--tokenizer", default="", help="an existing SentencePiece model (with --corpus)")
     return parser

@@ -45,8 +45,8 @@ def demo_assets(args) -> tuple[str, str]:
     docs and an 8,000-piece SentencePiece model, as the tiny configs expect)."""
     if args.corpus and args.tokenizer:
         return os.path.abspath(args.corpus), os.path.abspath(args.tokenizer)
-    from scripts import train_tokenizer
-    from scripts.build_corpus import build_corpus
+    from pretrain.tools import train_tokenizer
+    from pretrain.tools.build_corpus import build_corpus
     assets = os.path.join(os.path.abspath(args.output), "assets")
     corpus, model = os.path.join(assets, "corpus.txt"), os.path.join(assets, "spm.model")
     if not os.path.exists(model):

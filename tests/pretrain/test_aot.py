@@ -1,4 +1,4 @@
-"""Ahead-of-time compilation (pretrain/core/aot.py, scripts/aot_compile.py): the real pretraining step of the
+"""Ahead-of-time compilation (pretrain/core/aot.py, pretrain/tools/aot_compile.py): the real pretraining step of the
 tiny BERT compiled for this host's CPU, for 8 fake CPU devices, and (where libtpu is installed) for a TPU slice."""
 from __future__ import annotations
 
@@ -132,7 +132,7 @@ def _aot(*flags, devices: int = 1):
     env = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     args = ["--config=configs/bert.py:size=tiny", *(f"--config.{k}={v}" for k, v in OVERRIDES.items()
                                                      if k != "mesh_shape"), *flags]
-    proc = run_module("scripts.aot_compile", args, env=env, check=False)
+    proc = run_module("pretrain.tools.aot_compile", args, env=env, check=False)
     lines = proc.stdout.strip().splitlines()
     return proc, (json.loads(lines[-1]) if lines else None)
 

@@ -1,6 +1,6 @@
 """Plot the loss curves of a run from its metrics.jsonl into a PNG.
 
-  python scripts/plot_metrics.py --workdir runs/bert_tiny [--output runs/bert_tiny/loss.png]
+  python -m pretrain.tools.plot_metrics --workdir runs/bert_tiny [--output runs/bert_tiny/loss.png]
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 r"""Trains a SentencePiece tokenizer with the ids the BERT objectives expect.
 
-  python scripts/train_tokenizer.py --input corpus.txt [more.txt ...] --model_prefix OUT/spm \
+  python -m pretrain.tools.train_tokenizer --input corpus.txt [more.txt ...] --model_prefix OUT/spm \
       --vocab_size 8000 [--model_type unigram|bpe] [--character_coverage 0.9995] \
       [--input_sentence_size N] [--no-lowercase]
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 
 SPECIALS = ("[CLS]", "[SEP]", "[MASK]")  # ids 2, 3, 4: right after pad=0 and unk=1
@@ -107,6 +106,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    # Runnable as `python scripts/train_tokenizer.py` from a checkout without installing it.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     main()

@@ -1,8 +1,8 @@
 """Tokenizes a corpus once into ArrayRecord shards that pretraining reads with --config.data.source=prepared.
 
-  python scripts/prepare_corpus.py --input 'books/*.txt' --tokenizer out/spm.model --output prepared/books \
+  python -m pretrain.tools.prepare_corpus --input 'books/*.txt' --tokenizer out/spm.model --output prepared/books \
       --num_shards 8 [--eval_documents 100] [--workers N] [--max_documents M]
-  python scripts/prepare_corpus.py --tfds wikipedia/20230601.en [--tfds_data_dir DIR] [--text_key text] \
+  python -m pretrain.tools.prepare_corpus --tfds wikipedia/20230601.en [--tfds_data_dir DIR] [--text_key text] \
       --tokenizer vocab.txt --tokenizer_kind wordpiece --output prepared/wiki --num_shards 256
 
 --input is the text format of --config.data.source=text (one sentence per line, blank lines between
@@ -19,11 +19,8 @@ import os
 import shlex
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)  # runnable from a checkout; spawned workers re-import this file too
-
-from pretrain.core import errors  # noqa: E402
-from pretrain.data import prepared, preparation, sources, tokenizers  # noqa: E402
+from pretrain.core import errors
+from pretrain.data import prepared, preparation, sources, tokenizers
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -70,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     with errors.one_line_errors():
-        index = run(args, command=shlex.join(["python", "scripts/prepare_corpus.py", *argv]))
+        index = run(args, command=shlex.join(["python", "-m", "pretrain.tools.prepare_corpus", *argv]))
         for split, summary in index["splits"].items():
             print(f"{split:5s} {summary['documents']:>12,} documents {summary['tokens']:>15,} tokens"
                   f" in {len(summary['shards'])} shards")

@@ -1,6 +1,6 @@
 """Exports a BERT checkpoint of ours to a Hugging Face directory (config.json + model.safetensors).
 
-  python scripts/export_hf_bert.py --workdir runs/bert_base --output hf/bert_base
+  python -m pretrain.tools.export_hf_bert --workdir runs/bert_base --output hf/bert_base
   python -c "from transformers import BertForPreTraining; BertForPreTraining.from_pretrained('hf/bert_base')"
 
 --workdir is a pretrain.train workdir (the latest checkpoint, or --step) or a pretrain.finetune workdir (its
@@ -18,8 +18,8 @@ over the base it names, checked by fingerprint:
   prompt   directory holds the prefix table [P, 2 * L * D] (the MLP's output) or the prompt embeddings [P, D]
   adapters no export: the peft library has no bottleneck adapters, and they cannot be merged either
 
-  python scripts/export_hf_bert.py --workdir runs/mrpc_lora --output hf/mrpc_lora
-  python scripts/export_hf_bert.py --workdir runs/mrpc_lora --output hf/mrpc_lora_peft --peft
+  python -m pretrain.tools.export_hf_bert --workdir runs/mrpc_lora --output hf/mrpc_lora
+  python -m pretrain.tools.export_hf_bert --workdir runs/mrpc_lora --output hf/mrpc_lora_peft --peft
   python -c "from transformers import BertForSequenceClassification as B; from peft import PeftModel; \
       PeftModel.from_pretrained(B.from_pretrained('BASE', num_labels=2), 'hf/mrpc_lora_peft')"
 
@@ -35,21 +35,18 @@ import json
 import os
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+import ml_collections
+import numpy as np
 
-import ml_collections  # noqa: E402
-import numpy as np  # noqa: E402
-
-from models.convert import peft_io, save_hf_bert  # noqa: E402
-import models  # noqa: E402
-from models import peft as peft_modules  # noqa: E402
-from models.stack import to_layout  # noqa: E402
-from pretrain.core import checkpoints, parameter_efficient  # noqa: E402
-from pretrain.core import errors  # noqa: E402
-from pretrain.families import registry  # noqa: E402
-from pretrain.families.base import model_config  # noqa: E402
-from pretrain.tasks.base import Task  # noqa: E402
+from models.convert import peft_io, save_hf_bert
+import models
+from models import peft as peft_modules
+from models.stack import to_layout
+from pretrain.core import checkpoints, parameter_efficient
+from pretrain.core import errors
+from pretrain.families import registry
+from pretrain.families.base import model_config
+from pretrain.tasks.base import Task
 
 
 def export(workdir: str, output: str, step: int | None = None, peft: bool = False) -> str:

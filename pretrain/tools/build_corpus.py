@@ -1,10 +1,10 @@
 r"""Builds the offline English pretraining corpus: every source that installs here without network.
 
-  python scripts/build_corpus.py --output DIR/corpus.txt \
+  python -m pretrain.tools.build_corpus --output DIR/corpus.txt \
       [--sources cpython wordnet fortunes shakespeare glue] [--glue_dir ../shared/data/glue] [--max_mb 0] \
       [--repeat glue=8]
 
-The sources (scripts/corpus_sources.py) in the order given: CPython's documentation, WordNet's glosses and
+The sources (pretrain/tools/corpus_sources.py) in the order given: CPython's documentation, WordNet's glosses and
 examples, the BSD fortune files, tinyshakespeare and the GLUE tasks' training sentences (no labels). Every
 sentence is compared lowercased with single spaces: one seen before is dropped (deduplication), and so is one
 equal to any dev or test sentence of the GLUE tasks in --glue_dir, whatever its source. Output is BERT's
@@ -20,10 +20,10 @@ import json
 import os
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from pretrain.tools import corpus_sources
 
-from scripts import corpus_sources  # noqa: E402
+# The checkout's root: the defaults read the shared data beside it (../shared/data), as the Makefile does.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SOURCES = ("cpython", "wordnet", "fortunes", "shakespeare", "glue")
 SHAKESPEARE = os.path.join(REPO, "..", "shared", "data", "tinyshakespeare", "input.txt")

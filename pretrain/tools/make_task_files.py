@@ -1,9 +1,9 @@
 """Small task files in the official layouts, for trying the tagging and QA commands offline (`make demo-ner`,
 `make demo-qa`, the tests).
 
-  python scripts/make_task_files.py --kind=ner --output=DIR [--train=2000 --dev=300 --test=300 --seed=0]
-  python scripts/make_task_files.py --kind=squad --output=DIR [--train=2000 --dev=300]
-  python scripts/make_task_files.py --kind=squad_v2 --output=DIR
+  python -m pretrain.tools.make_task_files --kind=ner --output=DIR [--train=2000 --dev=300 --test=300 --seed=0]
+  python -m pretrain.tools.make_task_files --kind=squad --output=DIR [--train=2000 --dev=300]
+  python -m pretrain.tools.make_task_files --kind=squad_v2 --output=DIR
 
 ner: DIR/train.txt, valid.txt and test.txt in CoNLL-2003's layout (`word POS chunk NER`, `-DOCSTART-` lines,
 a blank line between sentences), from templates with PER, ORG, LOC and MISC slots, single and multi-word.

@@ -1,4 +1,4 @@
-r"""The sources of the offline English corpus (scripts/build_corpus.py): each yields documents, lists of
+r"""The sources of the offline English corpus (pretrain/tools/build_corpus.py): each yields documents, lists of
 sentences, in a fixed order, from text that installs without network.
 
   cpython      the Language Reference topics of `pydoc_data.topics` (one topic = one document), then the

@@ -1,9 +1,9 @@
 """Ahead-of-time compilation of a pretraining config for a TPU slice (or this host): fits or not, per-chip
 memory, FLOPs per step, XLA's step time estimate and the implied MFU, as ONE JSON line on stdout.
 
-  python scripts/aot_compile.py --config=configs/t5.py:size=xl,version=1.1 --topology=v5e:4x4 --mesh=1,16,1 \
+  python -m pretrain.tools.aot_compile --config=configs/t5.py:size=xl,version=1.1 --topology=v5e:4x4 --mesh=1,16,1 \
       --config.model.dtype=bfloat16 --config.model.scan_layers=True --config.model.remat=full
-  python scripts/aot_compile.py --config=configs/bert.py:size=tiny            # this host's CPU devices
+  python -m pretrain.tools.aot_compile --config=configs/bert.py:size=tiny            # this host's CPU devices
 
 --topology: GENERATION:SHAPE of libtpu, GENERATION one of v4, v5e (alias v5litepod), v5p, v6e: v4:2x2x1
 (v4-8, 4 chips), v5e:4x4 (v5litepod-16), v5p:2x2x1 (v5p-8), v6e:2x2; 'cpu' or none: this host's devices
@@ -24,12 +24,10 @@ import os
 import resource
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import flags
+from ml_collections import config_flags
 
-from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
-
-from pretrain.core import cli, compilation_cache, errors  # noqa: E402  (none imports JAX)
+from pretrain.core import cli, compilation_cache, errors  # (none imports JAX)
 
 EXIT_DOES_NOT_FIT = 3
 _RESTARTED = "LMPRETRAIN_AOT_STACK_RAISED"  # set in the re-executed process: restart once only
@@ -62,7 +60,7 @@ def main(argv: list[str]) -> None:
 
 
 def _restart_with_unlimited_stack() -> None:
-    """Re-executes this script with the soft stack limit at the hard one (usually unlimited). libtpu's compiler
+    """Re-executes this module with the soft stack limit at the hard one (usually unlimited). libtpu's compiler
     recursed past the usual 8 MiB and segfaulted on BERT-Base at batch 256 (batch 8 compiled); with
     `ulimit -s unlimited` it compiles. The limit has to be there when the process starts (the kernel lays out
     memory below the stack by it): raising it in the running process, or compiling on a Python thread with a
@@ -73,7 +71,7 @@ def _restart_with_unlimited_stack() -> None:
     resource.setrlimit(resource.RLIMIT_STACK, (hard, hard))
     os.environ[_RESTARTED] = "1"
     sys.stdout.flush()
-    os.execv(sys.executable, [sys.executable] + sys.argv)
+    os.execv(sys.executable, [sys.executable, "-m", "pretrain.tools.aot_compile", *sys.argv[1:]])
 
 
 def _compile() -> tuple[dict, object]:
