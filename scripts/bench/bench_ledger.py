@@ -4,7 +4,7 @@ with the repository), so a table that takes many sessions survives losing the ma
 A record is the run's results (results.json and the driver's measurements) plus its command line made
 portable: the absolute paths that differ between machines (the run's own directory, the model, the data,
 this checkout) become placeholders, so a run recorded on one machine still counts on the next one with
-the same settings. The interpreter is left out, as scripts/bench_glue.py's same_settings does.
+the same settings. The interpreter is left out, as scripts/bench/bench_glue.py's same_settings does.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def portable(text: str, paths: dict[str, str]) -> str:

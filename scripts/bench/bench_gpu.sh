@@ -7,17 +7,17 @@
 # default.{json,md,log} to OUTPUT_DIR. Runs from the repository with PYTHONPATH, never a pip install of the
 # project: a GPU image's jax can lie outside setup.py's range. Extra options go to bench_accelerator.py
 # (the test runs it on a CPU with --size=tiny).
-#   scripts/bench_gpu.sh OUTPUT_DIR [bench_accelerator.py options]
+#   scripts/bench/bench_gpu.sh OUTPUT_DIR [bench_accelerator.py options]
 set -euo pipefail
-out=${1:?usage: scripts/bench_gpu.sh OUTPUT_DIR [bench_accelerator.py options]}
+out=${1:?usage: scripts/bench/bench_gpu.sh OUTPUT_DIR [bench_accelerator.py options]}
 shift
-repo=$(cd "$(dirname "$0")/.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 py=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
-$py "$repo/scripts/bench_accelerator.py" --steps=20 --set=bert:model.attention_dropout_rate=0.0 \
+$py -m scripts.bench.bench_accelerator --steps=20 --set=bert:model.attention_dropout_rate=0.0 \
     --set=t5:model.dropout_rate=0.0 --output="$out/fused.json" --markdown="$out/fused.md" "$@" \
     2>&1 | tee "$out/fused.log"
-$py "$repo/scripts/bench_accelerator.py" --steps=20 --models=bert,t5 --sides=jax \
+$py -m scripts.bench.bench_accelerator --steps=20 --models=bert,t5 --sides=jax \
     --output="$out/default.json" --markdown="$out/default.md" "$@" 2>&1 | tee "$out/default.log"

@@ -12,9 +12,9 @@ Defaults follow the paper (Section 4.1): batch 32, 3 epochs, lr in {5e-5, 4e-5, 
 paper reports the best of several restarts, here we report the mean over seeds. Changing --epochs,
 --max_train_examples or --init needs another --output (the sweep refuses to mix settings).
 
-  python scripts/reproduce_glue_table.py --init=/path/to/bert-base-uncased      # HF directory
-  python scripts/reproduce_glue_table.py --init=runs/bert_base --tasks mrpc rte --seeds 0
-  python scripts/reproduce_glue_table.py --init=DIR --tasks mrpc wnli --learning_rates 5e-5 --seeds 0 \\
+  python -m scripts.reproduce.reproduce_glue_table --init=/path/to/bert-base-uncased      # HF directory
+  python -m scripts.reproduce.reproduce_glue_table --init=runs/bert_base --tasks mrpc rte --seeds 0
+  python -m scripts.reproduce.reproduce_glue_table --init=DIR --tasks mrpc wnli --learning_rates 5e-5 --seeds 0 \\
       --epochs 1 --max_train_examples 64 --output runs/glue_smoke                # smoke test
 """
 from __future__ import annotations
@@ -24,17 +24,15 @@ import json
 import os
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)  # for `pretrain.*`
+import numpy as np
 
-import numpy as np  # noqa: E402
+from configs.sweeps import product, sweep
+from pretrain.glue import metrics as glue_metrics
+from pretrain.glue import tasks as glue
+from pretrain.core.errors import EXIT_PREEMPTED, UserError
+from pretrain.ops import sweep_runner, sweeps
 
-from configs.sweeps import product, sweep  # noqa: E402
-from pretrain.glue import metrics as glue_metrics  # noqa: E402
-from pretrain.glue import tasks as glue  # noqa: E402
-from pretrain.core.errors import EXIT_PREEMPTED, UserError  # noqa: E402
-from pretrain.ops import sweep_runner, sweeps  # noqa: E402
-
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
 
 

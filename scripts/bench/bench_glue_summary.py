@@ -1,5 +1,5 @@
-"""scripts/bench_glue.py's summaries: per (task, method), each side's runs over seeds (mean ± std of the dev
-metrics, wall time, peak memory, trainable parameters), the check ours against HF, and the table in docs/benchmarks.md."""
+"""bench_glue.py's summaries: per (task, method), each side's runs over seeds (mean ± std of the dev metrics,
+wall time, peak memory, trainable parameters), the check ours against HF, and the table in docs/benchmarks.md."""
 from __future__ import annotations
 
 import numpy as np

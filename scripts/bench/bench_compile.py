@@ -5,22 +5,20 @@ shardings) are lowered and compiled ahead of time by pretrain/core/aot.py, once 
 --config.model.scan_layers=False and once with True; the table gives seconds and after / before. The batch is
 small (only compile time matters) and nothing runs: no memory is allocated for the state.
 
-  python scripts/bench_compile.py                    # BERT-Large, T5-Base, T5 1.1-XL, GPT-2 medium
-  python scripts/bench_compile.py --models=bert_large --batch_size=8
+  python -m scripts.bench.bench_compile                    # BERT-Large, T5-Base, T5 1.1-XL, GPT-2 medium
+  python -m scripts.bench.bench_compile --models=bert_large --batch_size=8
 """
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from configs import common  # noqa: E402
-from pretrain.core import aot  # noqa: E402
-from pretrain.loops.steps import train_step  # noqa: E402
+from configs import common
+from pretrain.core import aot
+from pretrain.loops.steps import train_step
 
 MODELS = {  # name: config file and argument
     "bert_large": "configs/bert.py:size=large",

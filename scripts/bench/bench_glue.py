@@ -9,13 +9,13 @@ example order from the seed, dev evaluation after every epoch and the best epoch
 
   ours: `python -m pretrain.finetune` (JAX, JAX_PLATFORMS=cpu) as a subprocess;
   HF:   BertForSequenceClassification (wrapped by peft's get_peft_model for lora, prefix, prompt) and a
-        plain PyTorch loop with dynamic padding, also a subprocess (`--hf_cell`, scripts/bench_glue_hf.py).
+        plain PyTorch loop with dynamic padding, also a subprocess (`--hf_cell`, scripts/bench/bench_glue_hf.py).
 Both sides' metrics come from `pretrain.glue.metrics.compute_metrics`. Wall time is a whole run: process
 start, imports, data, model load, JAX compilation (ours), training and dev evaluations; peak memory is the
 run's maximum resident set (`run_process`). Sides alternate per (task, method, seed), so machine noise hits
 both alike. A (task, method) passes when |our mean - HF mean| <= max(1.0, HF std, our std) points; the exit
 status is 1 when one fails or a run crashes. Finished runs are not rerun: a run directory with results.json,
-or a run that --ledger (JSON lines of finished runs, scripts/bench_ledger.py) recorded with these settings,
+or a run that --ledger (JSON lines of finished runs, scripts/bench/bench_ledger.py) recorded with these settings,
 on this machine or another.
 
 `--peft` (default none = full fine-tuning) makes the grid task x method x seed: ours runs
@@ -30,15 +30,15 @@ The summary ends with a markdown table for docs/benchmarks.md: per task and meth
 Our runs share JAX's compilation cache <workdir>/jax_cache (empty at first); after the first (task, method,
 seed), ours runs it again in a new workdir ("ours, 2nd run"), loading what the first compiled.
 
-  python scripts/bench_glue.py --quick                    # MRPC, seed 0 (about 15 min on 2 idle CPU cores)
-  python scripts/bench_glue.py                            # MRPC, CoLA, SST-2 (8k) x seeds 0 1 2
-  python scripts/bench_glue.py --peft none adapters lora prefix prompt   # the PEFT table: every method
-  python scripts/bench_glue.py --peft lora prompt --quick                 # MRPC, seed 0, those methods
-  python scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0
+  python -m scripts.bench.bench_glue --quick                    # MRPC, seed 0 (about 15 min on 2 idle CPU cores)
+  python -m scripts.bench.bench_glue                            # MRPC, CoLA, SST-2 (8k) x seeds 0 1 2
+  python -m scripts.bench.bench_glue --peft none adapters lora prefix prompt   # the PEFT table: every method
+  python -m scripts.bench.bench_glue --peft lora prompt --quick                 # MRPC, seed 0, those methods
+  python -m scripts.bench.bench_glue --peft none adapters lora prefix prompt --sides ours --length_buckets 0
                                                     # docs/benchmarks.md's methods table (ours only; make bench-glue-peft)
-  python scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 --report
+  python -m scripts.bench.bench_glue --peft none adapters lora prefix prompt --sides ours --length_buckets 0 --report
                                                     # runs nothing: that table from the runs finished so far
-  python scripts/bench_glue.py --tasks mrpc --seeds 0 --epochs 1 --max_train_examples 64 --max_seq_length 32 \
+  python -m scripts.bench.bench_glue --tasks mrpc --seeds 0 --epochs 1 --max_train_examples 64 --max_seq_length 32 \
       --peft lora prefix prompt                                           # smoke
 """
 from __future__ import annotations
@@ -49,14 +49,13 @@ import os
 import shutil
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)  # for `pretrain.*`, `configs.*`, `scripts.*`
+from scripts.bench import bench_ledger
+from scripts.bench.bench_glue_hf import (HF_METHODS, default_model_dir, hf_cell, max_train_for, run_process,
+                                         write_json)
+from scripts.bench.bench_glue_summary import (SIDES, markdown_table, print_rerun, print_summary, rerun_summary,
+                                              summarize)
 
-from scripts import bench_ledger  # noqa: E402
-from scripts.bench_glue_hf import (HF_METHODS, default_model_dir, hf_cell, max_train_for, run_process,  # noqa: E402
-                                   write_json)
-from scripts.bench_glue_summary import (SIDES, markdown_table, print_rerun, print_summary, rerun_summary,  # noqa: E402
-                                        summarize)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 METHODS = ("none", "adapters", "lora", "prefix", "prompt")
 
 
@@ -88,10 +87,11 @@ def command(side: str, args, task: str, method: str, seed: int, cell: str) -> li
     """The run's command line. Method none's is what it was before --peft, so older cells stay valid."""
     lr = args.learning_rates[method]
     if side == "hf":
-        return [sys.executable, os.path.abspath(__file__), f"--hf_cell={cell}", "--tasks", task, "--seeds", str(seed),
-                f"--epochs={args.epochs}", f"--learning_rate={lr}", f"--batch_size={args.batch_size}",
-                f"--max_seq_length={args.max_seq_length}", f"--glue_dir={args.glue_dir}",
-                f"--model_dir={args.model_dir}", f"--max_train_examples={args.max_train_examples}"
+        return [sys.executable, "-m", "scripts.bench.bench_glue", f"--hf_cell={cell}", "--tasks", task,
+                "--seeds", str(seed), f"--epochs={args.epochs}", f"--learning_rate={lr}",
+                f"--batch_size={args.batch_size}", f"--max_seq_length={args.max_seq_length}",
+                f"--glue_dir={args.glue_dir}", f"--model_dir={args.model_dir}",
+                f"--max_train_examples={args.max_train_examples}"
                 ] + ([f"--peft={method}"] if method != "none" else [])
     peft = f",peft={method}" if method != "none" else ""
     return [sys.executable, "-m", "pretrain.finetune", f"--config=configs/glue.py:task={task}{peft}",
@@ -271,7 +271,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--output", default="runs/bench_glue.json", help="JSON with every run and the summary")
     parser.add_argument("--prior", default="",
                         help="JSON of earlier runs of ours known only by their per-(task, method) summaries "
-                             "(scripts/results/bench_glue_peft_prior.json): their seeds are not run, and the "
+                             "(scripts/bench/results/bench_glue_peft_prior.json): their seeds are not run, and the "
                              "table joins them with the other seeds' runs")
     parser.add_argument("--hf_cell", default="", help=argparse.SUPPRESS)  # internal: one HF run into this dir
     args = parser.parse_args()

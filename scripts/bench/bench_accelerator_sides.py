@@ -1,4 +1,4 @@
-"""The configs (SIZES, build_config) and the two sides of scripts/bench_accelerator.py, each side run in a
+"""The configs (SIZES, build_config) and the two sides of scripts/bench/bench_accelerator.py, each side run in a
 worker process of its own.
 
   ours  this project's train_step (pretrain/loops/steps.py) jitted with the shardings of
@@ -100,7 +100,7 @@ def probe() -> dict:
     device = jax.devices()[0]
     result = {"backend": jax.default_backend(), "kind": device.device_kind}
     if result["backend"] == "cpu":
-        from scripts.bench_pretrain import matmul_roofline
+        from scripts.bench.bench_pretrain import matmul_roofline
         result["roofline"] = matmul_roofline()
     return result
 

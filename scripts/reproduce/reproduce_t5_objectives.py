@@ -12,22 +12,21 @@ Here: configs/t5.py:size=tiny with objective.mode = bert_style | prefix_lm | iid
 text (configs/glue.py:task=sst2,model=t5; Adafactor, constant lr 1e-3) over seeds, dev accuracy. Kendall's
 tau-b compares the two rankings (1: the same order; tied scores share their mean rank).
 
-  python scripts/reproduce_t5_objectives.py            # 4 objectives x 3 seeds
-  python scripts/reproduce_t5_objectives.py --quick --parallel 2   # seed 0, fewer steps (10.9 min, 2 idle cores)
-  python scripts/reproduce_t5_objectives.py --minutes 20 --parallel 2   # each objective pretrains for 20 minutes
+  python -m scripts.reproduce.reproduce_t5_objectives            # 4 objectives x 3 seeds
+  python -m scripts.reproduce.reproduce_t5_objectives --quick --parallel 2
+      # seed 0, fewer steps (10.9 min, 2 idle cores)
+  python -m scripts.reproduce.reproduce_t5_objectives --minutes 20 --parallel 2
+      # each objective pretrains for 20 minutes
 """
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
+from scipy import stats
 
-import numpy as np  # noqa: E402
-from scipy import stats  # noqa: E402
-
-from scripts import reproduction as rp  # noqa: E402
+from scripts.reproduce import reproduction as rp
 
 OBJECTIVES = {  # arm -> (label, objective flags, paper GLUE average, paper table)
     "bert_style": ("BERT-style MLM", ["--config.objective.mode=bert_style"], 82.96, "Table 4"),

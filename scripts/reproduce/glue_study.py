@@ -1,11 +1,11 @@
 """GLUE dev scores of several inits of one architecture under one fine-tuning recipe: the pretrained-vs-random
-and equal-budget tables (scripts/bench_cram.py, scripts/demo_finetune.py).
+and equal-budget tables (scripts/bench/bench_cram.py, scripts/reproduce/demo_finetune.py).
 
 Every init is fine-tuned by pretrain.finetune on every task, learning rate and seed with the same flags, so the
 rows differ only in the weights they start from. With several learning rates each (init, task) takes the one with
 the best mean dev score over seeds, as the BERT paper selects on dev (Section 4.1): a pretrained model and random
-weights need not train best at the same rate. The runs are cells of a scripts/reproduction.py sweep: resumable,
-`--parallel`, and a directory that holds another recipe is refused.
+weights need not train best at the same rate. The runs are cells of a reproduction.py sweep: resumable, `--parallel`,
+and a directory that holds another recipe is refused.
 
 The tasks (a row name -> the GLUE task and how many training examples):
   sst2-1k  SST-2 with 1,000 training examples (a fixed random subset, the same for every seed and init), for 10
@@ -18,15 +18,11 @@ The tasks (a row name -> the GLUE task and how many training examples):
 from __future__ import annotations
 
 import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from pretrain.glue import tasks as glue  # noqa: E402
-from scripts import reproduction as rp  # noqa: E402
+from pretrain.glue import tasks as glue
+from scripts.reproduce import reproduction as rp
 
 TASKS = {  # row name: (GLUE task, training examples (0: all), epochs (0: --epochs))
     "sst2-1k": ("sst2", 1000, 10), "sst2-8k": ("sst2", 8000, 0), "mrpc": ("mrpc", 0, 0), "cola": ("cola", 0, 0),

@@ -11,20 +11,19 @@ corruption, causal LM), then SST-2 (8,000 training examples; dev accuracy) is fi
 family's recipe from configs/glue.py (BERT at lr 1e-4, the tiny model's rate in make demo) from
 that checkpoint and from random weights (the same architecture and tokenizer, `--config.init_weights=random`).
 
-  python scripts/reproduce_pretraining_helps.py            # 3 families x 2 inits x 3 seeds (about an hour)
-  python scripts/reproduce_pretraining_helps.py --quick --parallel 2   # seed 0, fewer steps (12.1 min, 2 idle cores)
-  python scripts/reproduce_pretraining_helps.py --minutes 20 --parallel 2   # each family pretrains for 20 minutes
-      # (scripts/cram.py: BERT with make cram's recipe), one at a time; then the same fine-tuning, 2 at a time
+  python -m scripts.reproduce.reproduce_pretraining_helps    # 3 families x 2 inits x 3 seeds (about an hour)
+  python -m scripts.reproduce.reproduce_pretraining_helps --quick --parallel 2
+      # seed 0, fewer steps (12.1 min, 2 idle cores)
+  python -m scripts.reproduce.reproduce_pretraining_helps --minutes 20 --parallel 2
+      # each family pretrains for 20 minutes (cram.py: BERT with make cram's recipe), one at a time; then the same
+      # fine-tuning, 2 at a time
 """
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from scripts import reproduction as rp  # noqa: E402
+from scripts.reproduce import reproduction as rp
 
 FAMILIES = {  # family -> (pretraining config, its flags besides the assets, fine-tuning flags)
     "bert": ("configs/bert.py:size=tiny", [], ["--config.optimizer.learning_rate=1e-4"]),

@@ -6,7 +6,7 @@ data.source=prepared) on each for the same number of steps and prints the traini
 (getrusage of the child) beside the corpus size. The in-memory pipeline (data.source=text) is run on the
 smallest corpus for comparison: it tokenizes the whole corpus into memory.
 
-  python scripts/bench_corpus_memory.py [--sizes_gb 0.1,1] [--steps 20] [--assets demo_out] [--tmp /tmp]
+  python -m scripts.bench.bench_corpus_memory [--sizes_gb 0.1,1] [--steps 20] [--assets demo_out] [--tmp /tmp]
 """
 from __future__ import annotations
 
@@ -20,11 +20,10 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from pretrain.data import sources
+from scripts.bench.bench_pretrain import demo_assets
 
-from pretrain.data import sources  # noqa: E402
-from scripts.bench_pretrain import demo_assets  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def write_corpus(demo_corpus: str, path: str, size_bytes: int, seed: int = 0) -> int:
@@ -52,8 +51,7 @@ def run_child(command: list[str]) -> None:
 def peak(command: list[str]) -> tuple[float, float]:
     """-> (wall seconds, peak RSS in GB) of `command`, run under a fresh interpreter: RUSAGE_CHILDREN's maximum
     covers every child a process ever waited for, so each measurement gets a parent of its own."""
-    script = (f"import sys; sys.path.insert(0, {REPO!r}); from scripts.bench_corpus_memory import run_child; "
-              f"run_child({command!r})")
+    script = f"from scripts.bench.bench_corpus_memory import run_child; run_child({command!r})"  # cwd: the repo
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True, capture_output=True, text=True).stdout
     wall, rss = out.strip().splitlines()[-1].split()
     return float(wall), float(rss)

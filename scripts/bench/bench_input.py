@@ -7,7 +7,7 @@ with --source=memory) with 0 (in-process), 1, 2 and all Grain worker processes. 
 of `--batch_size` for `--seconds` after its first batch; the table gives instances/s and the ratio to the
 2,500 BERT sequences/s an H100 consumes at 256 x 128 in bf16 (one step in well under 0.1 s).
 
-  python scripts/bench_input.py [--assets demo_out] [--seconds 10] [--cases bert128,bert512,t5,gpt1024]
+  python -m scripts.bench.bench_input [--assets demo_out] [--seconds 10] [--cases bert128,bert512,t5,gpt1024]
 """
 from __future__ import annotations
 
@@ -15,18 +15,16 @@ import argparse
 import importlib.util
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags
 
 from configs import bert as bert_configs, gpt2 as gpt_configs, t5 as t5_configs
 from objectives import build_objective
 from pretrain.data import prepared, preparation, sources, streaming, tokenizers
-from scripts.bench_pretrain import demo_assets
+from scripts.bench.bench_pretrain import demo_assets
 
 REFERENCE_REVISION = "e9c2436"   # the last revision with the in-memory PretrainingData
 ACCELERATOR_NEEDS = 2500          # BERT-Base sequences/s one H100 consumes (256 x 128 bf16, < 0.1 s/step)
@@ -42,7 +40,7 @@ CASES = {
 
 def in_memory_pipeline():
     """pretrain/data/pipeline.py as of REFERENCE_REVISION, imported from git (the peer)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     source = subprocess.run(["git", "-C", root, "show", f"{REFERENCE_REVISION}:pretrain/data/pipeline.py"],
                             check=True, capture_output=True, text=True).stdout
     spec = importlib.util.spec_from_loader("reference_pipeline", loader=None)

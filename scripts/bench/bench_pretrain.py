@@ -6,17 +6,15 @@ timed per step after a warm-up (compilation for JAX). Prints tokens/s, the time 
 each side reaches (quality) and MFU against this machine's measured matmul roofline.
 
   pip install -e ".[hf]"   # torch==2.13.0 (CPU build) + transformers
-  python scripts/bench_pretrain.py --size mini --steps 40
+  python -m scripts.bench.bench_pretrain --size mini --steps 40
 """
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # for `scripts.*`
 
 import jax
 import jax.numpy as jnp
@@ -89,7 +87,7 @@ def run_jax(config, batches: list[dict], objective) -> tuple[list[float], list[f
 def run_torch(config, batches: list[dict], threads: int) -> tuple[list[float], list[float]]:
     import torch
 
-    from scripts import torch_bert
+    from scripts.bench import torch_bert
     torch.set_num_threads(threads)
     model = torch_bert.build_model(config.model)
     optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, config.num_train_steps)

@@ -3,7 +3,7 @@ print the paper's rows beside ours with the wall time and the machine.
 
 A reproduction is a sweep whose cells are whole runs (pretrain/ops: resumable, `--parallel` at once, a
 killed script resumed by the same command): `<output>/pretrain_<arm>/` workdirs of `pretrain.train` (with
-`--minutes=M`, `scripts/cram.py` directories instead: each arm pretrains for M minutes of wall clock, its steps
+`--minutes=M`, `cram.py` directories instead: each arm pretrains for M minutes of wall clock, its steps
 planned from its own measured step time, one arm at a time so that each has the machine), then
 `<output>/<arm>_<task>_seed<k>/` workdirs of `pretrain.finetune` from them (or from random weights of the
 same architecture: `--config.init_weights=random`). The corpus and tokenizer are `make demo`'s (built here into
@@ -18,14 +18,12 @@ import platform
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)  # for `pretrain.*`, `configs.*`, `scripts.*`
+import numpy as np
 
-import numpy as np  # noqa: E402
+from pretrain.core.errors import EXIT_PREEMPTED, UserError
+from pretrain.ops import sweep_report, sweep_runner, sweeps
 
-from pretrain.core.errors import EXIT_PREEMPTED, UserError  # noqa: E402
-from pretrain.ops import sweep_report, sweep_runner, sweeps  # noqa: E402
-
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GLUE_DIR = os.path.join(REPO, "..", "shared", "data", "glue")
 
 
@@ -37,7 +35,8 @@ def add_common_flags(parser, output: str) -> None:
     parser.add_argument("--glue_dir", default=GLUE_DIR, help="official GLUE layout")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (fine-tuning only with --minutes)")
     parser.add_argument("--minutes", type=float, default=0.0,
-                        help="pretrain each arm for this wall-clock budget (scripts/cram.py) instead of a step count")
+                        help="pretrain each arm for this wall-clock budget (scripts.reproduce.cram) instead of a step "
+                             "count")
 
 
 def demo_assets(args) -> tuple[str, str]:
@@ -87,7 +86,7 @@ class Reproduction:
         return os.path.join(self.output, name)
 
     def pretrain_cell(self, arm: str, config: str, flags: list[str]) -> sweeps.Cell:
-        """`pretrain.train` with `flags` (--config.KEY=VALUE); with --minutes, scripts/cram.py with the same
+        """`pretrain.train` with `flags` (--config.KEY=VALUE); with --minutes, scripts/reproduce/cram.py with the same
         config and settings, for that budget (the step count among the flags is then cram's to plan)."""
         name = f"pretrain_{arm}"
         if not self.minutes:
@@ -98,7 +97,7 @@ class Reproduction:
         corpus, spm = settings.pop("data.path"), settings.pop("tokenizer.path")
         settings.pop("num_train_steps", None)
         return sweeps.Cell(name, {"arm": arm}, config, (
-            sys.executable, os.path.join(REPO, "scripts", "cram.py"), f"--minutes={self.minutes:g}",
+            sys.executable, "-m", "scripts.reproduce.cram", f"--minutes={self.minutes:g}",
             f"--config={config}", f"--corpus={corpus}", f"--tokenizer={spm}", f"--output={self.workdir(name)}",
             *(f"--set={key}={value}" for key, value in settings.items())))
 

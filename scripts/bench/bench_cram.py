@@ -1,9 +1,9 @@
-r"""What a wall-clock budget of pretraining buys on GLUE: our budgeted BERT (scripts/cram.py), the same recipe in
-Hugging Face transformers on PyTorch for the same minutes, and random weights of the same architecture.
+r"""What a wall-clock budget of pretraining buys on GLUE: our budgeted BERT (scripts/reproduce/cram.py), the same
+recipe in Hugging Face transformers on PyTorch for the same minutes, and random weights of the same architecture.
 
-  python scripts/cram.py --minutes=60 --output=runs/cram                  # ours, first
-  python scripts/bench_cram.py --ours=runs/cram --output=runs/bench_cram  # the peer, then GLUE (resumable)
-  python scripts/bench_cram.py --ours=runs/cram --output=runs/bench_cram --no_peer   # pretrained vs random only
+  python -m scripts.reproduce.cram --minutes=60 --output=runs/cram                  # ours, first
+  python -m scripts.bench.bench_cram --ours=runs/cram --output=runs/bench_cram  # the peer, then GLUE (resumable)
+  python -m scripts.bench.bench_cram --ours=runs/cram --output=runs/bench_cram --no_peer   # pretrained vs random only
 
 1. The peer (skipped with --no_peer): `BertForPreTraining` with the architecture, dropout, optimizer and
    warm-up share of DIR/bert/config.json, trained on the same corpus, tokenizer, masking and batches (the
@@ -11,7 +11,7 @@ Hugging Face transformers on PyTorch for the same minutes, and random weights of
    to the budget by its own measured step time as cram.py does for ours. Saved with `save_pretrained` in
    OUTPUT/peer/ beside the SentencePiece model; OUTPUT/peer/cram.json has its steps and held-out MLM metrics.
 2. GLUE dev: every init (ours, the peer, `--config.init_weights=random` of ours) fine-tuned by
-   pretrain.finetune over the tasks and seeds with one recipe (scripts/glue_study.py): only the pretraining
+   pretrain.finetune over the tasks and seeds with one recipe (scripts/reproduce/glue_study.py): only the pretraining
    differs between the rows.
 3. The tables: per task mean ± std over seeds, the average over the counted tasks (WNLI is reported, not
    counted, as in the BERT paper), pretrained - random per task, and steps and held-out MLM of each side.
@@ -22,14 +22,10 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from scripts import cram, glue_study  # noqa: E402
-from scripts import reproduction as rp  # noqa: E402
+from scripts.reproduce import cram, glue_study
+from scripts.reproduce import reproduction as rp
 
 TIMING_STEPS = 20  # the peer's step time, after 3 untimed steps
 
@@ -37,14 +33,14 @@ TIMING_STEPS = 20  # the peer's step time, after 3 untimed steps
 def torch_batches(data, steps: int, next_sentence: bool):
     """The first `steps` batches of a pretraining stream (pretraining.training_data), as BertForPreTraining takes
     them."""
-    from scripts import torch_bert
+    from scripts.bench import torch_bert
     return (torch_bert.inputs(b, next_sentence) for _, (_, b, _) in zip(range(steps), data.iterate(0)))
 
 
 def time_peer_steps(config, train_data) -> float:
     """Seconds per step of the peer on this machine, the median after 3 untimed steps (a throwaway model; its time
     counts in the budget, as our timing run's does)."""
-    from scripts import torch_bert
+    from scripts.bench import torch_bert
     model = torch_bert.build_model(config.model)
     optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, TIMING_STEPS + 3)
     times = []
@@ -63,7 +59,7 @@ def pretrain_peer(ours: str, output: str, threads: int) -> dict:
 
     from pretrain.data import tokenizers
     from pretrain.loops import pretraining
-    from scripts import torch_bert
+    from scripts.bench import torch_bert
     torch.set_num_threads(threads)
     with open(os.path.join(ours, "cram.json")) as f:
         ours_record = json.load(f)
@@ -126,7 +122,7 @@ def pretraining_rows(ours: str, peer: str | None) -> list[list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ours", required=True, help="a scripts/cram.py output directory")
+    parser.add_argument("--ours", required=True, help="a scripts/reproduce/cram.py output directory")
     parser.add_argument("--no_peer", action="store_true", help="ours and random init only")
     glue_study.add_flags(parser, "runs/bench_cram")
     args = parser.parse_args()

@@ -1,9 +1,9 @@
 r"""Pretrains the best BERT this machine can in a fixed wall-clock budget ("Cramming", Geiping & Goldstein 2022,
 at the scale of a few CPU cores).
 
-  python scripts/cram.py --minutes=60 --output=DIR     # corpus, tokenizer, then pretraining until the budget
-  python scripts/cram.py --steps=N --output=DIR2       # the same run, exactly N steps: bitwise, no clock involved
-  python scripts/cram.py --minutes=20 --output=DIR3 --corpus=DIR/corpus.txt --tokenizer=DIR/spm.model \
+  python -m scripts.reproduce.cram --minutes=60 --output=DIR  # corpus, tokenizer, then pretraining until the budget
+  python -m scripts.reproduce.cram --steps=N --output=DIR2    # the same run, exactly N steps: bitwise, no clock
+  python -m scripts.reproduce.cram --minutes=20 --output=DIR3 --corpus=DIR/corpus.txt --tokenizer=DIR/spm.model \
       --config=configs/t5.py:size=tiny --set data.source=text   # another family or arm on the same assets
 
 What it does, in order:
@@ -32,11 +32,8 @@ import shutil
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from configs import common  # noqa: E402
-from pretrain.tools import build_corpus, train_tokenizer  # noqa: E402
+from configs import common
+from pretrain.tools import build_corpus, train_tokenizer
 
 CONFIG = "configs/bert.py:size=tiny,recipe=cram,nsp=False"  # docs/cram.md: the measurements that chose it
 CALIBRATION_STEPS = 80       # timed from step 30 on: the first windows hold the compilation and batches built
@@ -130,7 +127,7 @@ def last_metrics(workdir: str) -> tuple[int, dict, dict]:
 
 def reproduce_command(parser, args, steps: int) -> str:
     """The command that runs the same steps again: --steps=N and every option given a non-default value."""
-    words = ["python scripts/cram.py", f"--steps={steps}", "--output=DIR"]
+    words = ["python -m scripts.reproduce.cram", f"--steps={steps}", "--output=DIR"]
     for name, value in vars(args).items():
         if name in ("minutes", "steps", "output") or value == parser.get_default(name):
             continue

@@ -1,6 +1,6 @@
-"""The Hugging Face side of scripts/bench_glue.py: one (task, method, seed) run in this process.
+"""The Hugging Face side of scripts/bench/bench_glue.py: one (task, method, seed) run in this process.
 
-scripts/bench_glue.py starts it as a subprocess (`bench_glue.py --hf_cell=DIR ...`), so that its wall
+scripts/bench/bench_glue.py starts it as a subprocess (`bench_glue.py --hf_cell=DIR ...`), so that its wall
 time and peak memory are a whole process's, as ours are. BertForSequenceClassification trains in a plain
 PyTorch loop with dynamic padding (each batch to its longest sequence); for a parameter-efficient method
 Hugging Face's `peft` wraps it with the settings of configs/glue.py's `peft_config` (the papers' and peft's
@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SST2_SUBSET = 8000
 HF_METHODS = ("none", "lora", "prefix", "prompt")  # peft's equivalents of ours; `adapters` has none

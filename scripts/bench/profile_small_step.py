@@ -12,8 +12,8 @@ present) timed the same way.
 Each figure is the median over --iters calls after --warmup (the host batch: the mean over 10 x --iters).
 Ours: step - (fwd + bwd) is the optimizer, (fwd + bwd) - forward the backward pass.
 
-  python scripts/profile_small_step.py                  # ours; + nanoGPT with ../nanoGPT or NANOGPT_DIR
-  python scripts/profile_small_step.py --jax_profile=/tmp/trace   # and a TensorBoard/Perfetto trace of our step
+  python -m scripts.bench.profile_small_step                  # ours; + nanoGPT with ../nanoGPT or NANOGPT_DIR
+  python -m scripts.bench.profile_small_step --jax_profile=/tmp/trace   # and a TensorBoard/Perfetto trace of our step
 
 With --jax_profile the script also sums the trace's XLA ops by kind (the HLO name without its number:
 `ynn_fusion` = the matmuls XLA's CPU backend hands to YNNPACK, `copy_bitcast_fusion` = layout copies and
@@ -26,14 +26,14 @@ import collections
 import functools
 import glob
 import gzip
+import importlib.util
 import json
 import os
 import re
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
@@ -141,8 +141,10 @@ def op_kinds(trace_dir: str, steps: int = PROFILED_STEPS) -> dict[str, tuple[flo
 
 def profile_nanogpt(args) -> dict:
     import torch
-    sys.path.insert(0, args.nanogpt_dir)
-    from model import GPT, GPTConfig  # nanoGPT's model.py, as is
+    spec = importlib.util.spec_from_file_location("nanogpt_model", os.path.join(args.nanogpt_dir, "model.py"))
+    nanogpt = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclass looks its module up
+    spec.loader.exec_module(nanogpt)  # nanoGPT's model.py, as is
+    GPT, GPTConfig = nanogpt.GPT, nanogpt.GPTConfig
 
     torch.manual_seed(0)
     torch.set_num_threads(os.cpu_count() or 1)

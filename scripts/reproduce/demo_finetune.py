@@ -1,9 +1,10 @@
 """The fine-tuning half of `make demo`: the demo model and random weights of its architecture, side by side, on the
 GLUE tasks in --glue_dir; then the table with both rows and their difference.
 
-  python scripts/demo_finetune.py --init demo_out/bert_tiny --glue_dir ../shared/data/glue --output demo_out/glue
+  python -m scripts.reproduce.demo_finetune --init demo_out/bert_tiny --glue_dir ../shared/data/glue \
+      --output demo_out/glue
 
-Each task is fine-tuned twice with the same recipe (scripts/glue_study.py), once from the checkpoint and once
+Each task is fine-tuned twice with the same recipe (scripts/reproduce/glue_study.py), once from the checkpoint and once
 from `--config.init_weights=random` (the same architecture and tokenizer, fresh weights): the second row is
 what the pretraining has to beat. Without GLUE data it says in one line what it skipped and exits 0, so that
 the rest of the demo stands.
@@ -14,10 +15,7 @@ import argparse
 import os
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-
-from scripts import glue_study  # noqa: E402
+from scripts.reproduce import glue_study
 
 
 def main() -> int:

@@ -1,9 +1,9 @@
 """The TPU fit table (docs/training.md): one `python -m pretrain.tools.aot_compile` run per row, JSON lines
 collected in a file, the table printed as Markdown.
 
-  python scripts/aot_table.py --output runs/aot_table.jsonl                 # every row not in the file yet
-  python scripts/aot_table.py --output runs/aot_table.jsonl --rows bert     # rows whose name contains "bert"
-  python scripts/aot_table.py --output runs/aot_table.jsonl --print_only    # the table from what is there
+  python -m scripts.bench.aot_table --output runs/aot_table.jsonl                 # every row not in the file yet
+  python -m scripts.bench.aot_table --output runs/aot_table.jsonl --rows bert     # rows whose name contains "bert"
+  python -m scripts.bench.aot_table --output runs/aot_table.jsonl --print_only    # the table from what is there
 
 Run it in a venv with the `tpu` extra (`make test-tpu` builds one at .venv-tpu): each row is a libtpu
 compile of the whole train step for a TPU slice, minutes each on a small host. The file is the record: rows
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclasses.dataclass(frozen=True)

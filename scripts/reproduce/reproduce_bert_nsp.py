@@ -10,19 +10,18 @@ paper only. Here: configs/bert.py:size=tiny with nsp=True and nsp=False on `make
 steps, batch and seed; then MRPC and SST-2 (8,000 training examples) fine-tuned from each, lr 1e-4 (the
 tiny model's rate in the README's demo), 3 epochs, over seeds.
 
-  python scripts/reproduce_bert_nsp.py            # 2 pretrainings x 2 tasks x 3 seeds
-  python scripts/reproduce_bert_nsp.py --quick --parallel 2   # fewer steps and examples, seed 0 (8.6 min, 2 idle cores)
-  python scripts/reproduce_bert_nsp.py --minutes 20 --parallel 2   # each arm: 20 minutes of make cram's recipe
+  python -m scripts.reproduce.reproduce_bert_nsp            # 2 pretrainings x 2 tasks x 3 seeds
+  python -m scripts.reproduce.reproduce_bert_nsp --quick --parallel 2
+      # fewer steps and examples, seed 0 (8.6 min, 2 idle cores)
+  python -m scripts.reproduce.reproduce_bert_nsp --minutes 20 --parallel 2
+      # each arm: 20 minutes of make cram's recipe
 """
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from scripts import reproduction as rp  # noqa: E402
+from scripts.reproduce import reproduction as rp
 
 ARMS = {"nsp": "configs/bert.py:size=tiny,nsp=True", "no_nsp": "configs/bert.py:size=tiny,nsp=False"}
 PAPER = {"nsp": {"mnli": 84.4, "qnli": 88.4, "mrpc": 86.7, "sst2": 92.7, "squad": 88.5},

@@ -32,10 +32,10 @@ is d * vocab (+ d^2 for BERT's MLM transform) and predicted tokens are BERT's ma
 also scores the unmasked ones: work that is not counted), every GPT-2 position and every T5 target;
 context is the sequence attended to (T5 decoder: targets + inputs). Biases, norms and softmax are left out.
 MFU = FLOPs / step time / peak: on a GPU the bf16 dense peak of the table below, on a CPU the float32
-matmul roofline measured through XLA (scripts/bench_pretrain.py's matmul_roofline).
+matmul roofline measured through XLA (scripts/bench/bench_pretrain.py's matmul_roofline).
 
-  python scripts/bench_accelerator.py                           # CPU: tiny shapes, ~3 min; GPU: the sizes below
-  python scripts/bench_accelerator.py --models=gpt2 --size=base --steps=20 --find_max_batch --output=gpu.json
+  python -m scripts.bench.bench_accelerator                           # CPU: tiny shapes, ~3 min; GPU: the sizes below
+  python -m scripts.bench.bench_accelerator --models=gpt2 --size=base --steps=20 --find_max_batch --output=gpu.json
 Sizes (batch x sequence): tiny: every model's tiny config, 8 x 128; small: BERT-small 32 x 128, GPT-2 small
 4 x 256, T5-small 16 x 128; base (the GPU default): BERT-Base 256 x 128, GPT-2 small 32 x 1024, T5-small
 128 x 512.
@@ -51,11 +51,9 @@ import tempfile
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from scripts.bench.bench_accelerator_sides import SIZES, build_config, worker
 
-from scripts.bench_accelerator_sides import SIZES, build_config, worker  # noqa: E402
-
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SIDES = ("jax", "torch_eager", "torch_compile")
 # bf16 dense tensor-core peak per GPU, FLOP/s: NVIDIA's datasheets give it "with sparsity" (twice dense):
 # H100 SXM 1,979 -> 989 (H100 PCIe 1,513 -> 756), H200 SXM 1,979 -> 989 (same compute as H100 SXM), A100
@@ -128,11 +126,11 @@ def gpu_peak(name: str) -> float | None:
 # The parent: one worker process per (model, side), then the table.
 # ---------------------------------------------------------------------------------------------
 def run_worker(work: str, *args: str) -> dict:
-    """Runs this script with --worker ... in a fresh interpreter; -> the JSON it wrote (or the error)."""
+    """Runs this module with --worker ... in a fresh interpreter; -> the JSON it wrote (or the error)."""
     out = os.path.join(work, "result.json")
     if os.path.exists(out):
         os.remove(out)
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), *args, f"--result_file={out}"],
+    proc = subprocess.run([sys.executable, "-m", "scripts.bench.bench_accelerator", *args, f"--result_file={out}"],
                           cwd=REPO, capture_output=True, text=True, timeout=3600)
     if proc.returncode or not os.path.exists(out):
         return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]}
