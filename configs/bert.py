@@ -7,7 +7,7 @@ Launch (demo corpus and tokenizer come from `make demo`):
       --config.tokenizer.kind=wordpiece --config.tokenizer.path=vocab.txt
 
 Config string: `size=tiny|mini|small|medium|base|large`, `nsp=True|False` (False = RoBERTa-style
-MLM only), `wwm=True|False` (whole-word masking), `recipe=paper|short|cram` (cram: scripts/cram.py's
+MLM only), `wwm=True|False` (whole-word masking), `recipe=paper|short|cram` (cram: scripts/reproduce/cram.py's
 budgeted recipe, docs/cram.md).
 
 Targets. Sizes are Devlin et al. (2019) Table/Section 3 and the 24 "BERT miniatures" of
@@ -45,7 +45,7 @@ RECIPES = {  # flattened overrides of the fields below
         "tokenizer.kind": "sentencepiece", "tokenizer.path": "demo_out/tokenizer/spm.model",
         "model.vocab_size": 8000,
     },
-    "cram": {  # scripts/cram.py: a fixed wall-clock budget on a few CPU cores, with nsp=False (docs/cram.md has
+    "cram": {  # scripts/reproduce/cram.py: a fixed wall-clock budget on a few CPU cores, nsp=False (docs/cram.md has
                # the measurements that chose it); cram.py sets the steps, the warm-up and the corpus and tokenizer
         "batch_size": 32, "num_train_steps": 1000, "optimizer.learning_rate": 1e-3,
         "optimizer.warmup_steps": 100, "log_every": 20, "checkpoint_every": 1000, "eval_every": 0,
@@ -82,7 +82,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         whole_word_masking=arg.wwm, next_sentence=arg.nsp, short_seq_prob=0.1))
 
     c.data = ml_collections.ConfigDict(dict(
-        source="text",               # text | tfds | prepared (scripts/prepare_corpus.py)
+        source="text",               # text | tfds | prepared (python -m pretrain.tools.prepare_corpus)
         path="",                     # text: file(s), globs, comma-separated
         tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",
         max_documents=0,             # 0 = all

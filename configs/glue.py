@@ -37,7 +37,7 @@ batch 32, which fits a CPU.
 Recipe (Devlin et al., 2019, Section 4.1 and Appendix A.3): max sequence length 128, batch 32,
 3 epochs, Adam with learning rate picked on dev from {5e-5, 4e-5, 3e-5, 2e-5}, 10% linear warmup
 then linear decay, dropout 0.1, weight decay 0.01, the classifier on the pooled [CLS] vector.
-`scripts/reproduce_glue_table.py` sweeps the learning rates and seeds (get_sweep's `table`).
+`scripts/reproduce/reproduce_glue_table.py` sweeps the learning rates and seeds (get_sweep's `table`).
 
 Sweeps (`python -m pretrain.sweep --config=configs/glue.py:task=mrpc --sweep=NAME --workdir=DIR
 --config.init=PATH`; configs/sweeps.py): `lr_seed` the paper's four learning rates x seeds 0 1 2;

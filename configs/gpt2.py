@@ -118,7 +118,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     c.data = ml_collections.ConfigDict(dict(
         source="text",               # text (blank lines end documents) | raw_text (verbatim stream) | tfds
-                                     # | prepared (scripts/prepare_corpus.py)
+                                     # | prepared (python -m pretrain.tools.prepare_corpus)
         path="",                     # text: file(s), globs, comma-separated
         tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",
         max_documents=0,             # 0 = all

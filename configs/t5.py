@@ -114,7 +114,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         z_loss=1e-4))                # t5x's default auxiliary loss on log Z
 
     c.data = ml_collections.ConfigDict(dict(
-        source="tfds",               # text | tfds | prepared (scripts/prepare_corpus.py)
+        source="tfds",               # text | tfds | prepared (python -m pretrain.tools.prepare_corpus)
         path="",                     # text: file(s), globs, comma-separated
         tfds_name="c4/en", tfds_split="train", tfds_data_dir="", text_key="text",
         max_documents=0,             # 0 = all

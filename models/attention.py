@@ -14,7 +14,7 @@
   bias enter as its additive `ab` input ([B, H, L, S], which the kernel differentiates, so T5's
   relative-position table learns). Under a mesh with more than one device
   it runs per shard (shard_map over the batch axes, heads over `tensor`). Tested on CPU in Pallas' TPU
-  interpret mode; compiles for TPU with libtpu (scripts/aot_compile.py).
+  interpret mode; compiles for TPU with libtpu (python -m pretrain.tools.aot_compile).
 - "auto": the fastest that applies: cuDNN on a GPU in half precision, Pallas on a TPU where the lengths
   allow, XLA elsewhere; the reference wherever attention dropout is active (training with
   `attention_dropout_rate > 0`).

@@ -106,8 +106,8 @@ SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 @pytest.fixture(scope="session")
 def corpus_and_tokenizer(tmp_path_factory) -> tuple[str, str]:
     """(corpus.txt, spm.model) built like `make demo` does, but smaller."""
-    from scripts import train_tokenizer
-    from scripts.build_corpus import build_corpus
+    from pretrain.tools import train_tokenizer
+    from pretrain.tools.build_corpus import build_corpus
     root = tmp_path_factory.mktemp("demo_assets")
     corpus = str(root / "corpus.txt")
     build_corpus(corpus, max_mb=0.5)

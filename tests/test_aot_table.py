@@ -1,4 +1,4 @@
-"""scripts/aot_table.py without compiling: every row's command names real config fields, the record file
+"""scripts/bench/aot_table.py without compiling: every row's command names real config fields, the record file
 resumes (newest line per row wins), and the Markdown table shows fits, misses and failures."""
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from tests import conftest
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("aot_table", os.path.join(conftest.REPO, "scripts", "aot_table.py"))
+    spec = importlib.util.spec_from_file_location("aot_table", os.path.join(conftest.REPO, "scripts", "bench",
+                                                                            "aot_table.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks its module up
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""scripts/bench_gpu.sh (hence scripts/bench_accelerator.py) end to end on the CPU at the smallest shapes: both
+"""scripts/bench/bench_gpu.sh (hence bench_accelerator.py) end to end on the CPU at the smallest shapes: both
 sides of every model train, and the JSON's times, MFU and ratios hang together. Starts subprocesses (the script
 runs one worker per side), hence slow. The --set settings are checked without a subprocess."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from scripts.bench_accelerator_sides import build_config
+from scripts.bench.bench_accelerator_sides import build_config
 from tests import conftest
 
 
@@ -33,7 +33,7 @@ def test_bench_bad_setting_is_one_line(setting, named):
 
 @pytest.mark.slow
 def test_bench_gpu_script_runs_on_cpu_at_tiny_sizes(tmp_path):
-    cmd = ["bash", "scripts/bench_gpu.sh", str(tmp_path), "--size=tiny", "--batch=2", "--seq=32", "--steps=3",
+    cmd = ["bash", "scripts/bench/bench_gpu.sh", str(tmp_path), "--size=tiny", "--batch=2", "--seq=32", "--steps=3",
            "--warmup=1"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHON": sys.executable}
     proc = subprocess.run(cmd, cwd=conftest.REPO, env=env, capture_output=True, text=True, timeout=900)

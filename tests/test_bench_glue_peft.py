@@ -1,4 +1,4 @@
-"""scripts/bench_glue.py's --peft grid without running it: each method's command lines and directories on both
+"""scripts/bench/bench_glue.py's --peft grid without running it: each method's command lines and directories on both
 sides, the learning rates, the summary and README table; the child's peak memory from os.wait4; and the HF
 side's peft models training as many parameters as ours (74,498 / 2,569,474 / 8,450 on all-MiniLM-L6-v2)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from scripts import bench_glue, bench_glue_hf, bench_glue_summary, bench_ledger
+from scripts.bench import bench_glue, bench_glue_hf, bench_glue_summary, bench_ledger
 
 
 def _args(tmp_path, peft=("none", "lora", "adapters"), overrides=()) -> argparse.Namespace:
@@ -225,10 +225,10 @@ def test_report_joins_prior_summaries_with_the_other_seeds_runs(tmp_path, monkey
 
 
 def test_committed_prior_fits_the_makefiles_grid_only():
-    """scripts/results/bench_glue_peft_prior.json: every (task, method) of make bench-glue-peft's grid, seeds 0-1
+    """scripts/bench/results/bench_glue_peft_prior.json: every (task, method) of make bench-glue-peft's grid, seeds 0-1
     (SST-2's LoRA, prefix and prompt: seed 0), read with that grid's settings; other settings: a one-line error."""
     from configs.glue import PEFT_LEARNING_RATES
-    path = os.path.join(bench_glue.REPO, "scripts", "results", "bench_glue_peft_prior.json")
+    path = os.path.join(bench_glue.REPO, "scripts", "bench", "results", "bench_glue_peft_prior.json")
     grid = {"epochs": 3, "batch_size": 32, "max_seq_length": 128, "length_buckets": 0, "max_train_examples": 0,
             "learning_rates": {"none": 5e-5, **PEFT_LEARNING_RATES}}
     cells = bench_ledger.read_prior(path, grid)

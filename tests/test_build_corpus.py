@@ -1,5 +1,5 @@
-"""The offline English corpus (scripts/build_corpus.py, scripts/corpus_sources.py): its sources, deduplication,
-and that no GLUE dev or test sentence ever enters it."""
+"""The offline English corpus (pretrain/tools/build_corpus.py, pretrain/tools/corpus_sources.py): its sources,
+deduplication, and that no GLUE dev or test sentence ever enters it."""
 import json
 import os
 import shutil
@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from pretrain.data.sources import read_text_corpus
-from scripts import build_corpus, corpus_sources
+from pretrain.tools import build_corpus, corpus_sources
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GLUE_DIR = os.path.join(os.path.dirname(REPO), "shared", "data", "glue")

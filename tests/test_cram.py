@@ -1,5 +1,5 @@
-"""scripts/cram.py: the steps fitted to a wall-clock budget, the record it leaves, and `--steps=N` reproducing a
-budget run bitwise."""
+"""scripts/reproduce/cram.py: the steps fitted to a wall-clock budget, the record it leaves, and `--steps=N`
+reproducing a budget run bitwise."""
 import json
 import os
 import shlex
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import common
-from scripts import cram
+from scripts.reproduce import cram
 from tests.conftest import SHARED_DATA, run_module
 
 SMALL = ["--sources", "shakespeare", "--vocab_size", "300", "--config",
@@ -35,9 +35,9 @@ def test_reproduce_command_repeats_each_repeatable_option():
     args = parser.parse_args(["--minutes=5", "--output=x", "--repeat", "glue=8", "--set", "batch_size=16",
                               "--set", "model.dropout_rate=0"])
     command = cram.reproduce_command(parser, args, 123)
-    assert command == ("python scripts/cram.py --steps=123 --output=DIR --set batch_size=16 "
+    assert command == ("python -m scripts.reproduce.cram --steps=123 --output=DIR --set batch_size=16 "
                        "--set model.dropout_rate=0 --repeat glue=8")
-    assert cram.make_parser().parse_args(shlex.split(command)[2:]).repeat == ["glue=8"]
+    assert cram.make_parser().parse_args(shlex.split(command)[3:]).repeat == ["glue=8"]
 
 
 def test_bad_repeat_stops_before_the_corpus_is_built(tmp_path):
@@ -58,10 +58,10 @@ def _params(workdir, step: int) -> list[np.ndarray]:
 @pytest.mark.slow
 def test_budget_run_records_its_steps_and_steps_flag_reproduces_it_bitwise(tmp_path):
     budgeted = tmp_path / "budget"
-    run_module("scripts.cram", ["--minutes=1", f"--output={budgeted}", *SMALL])
+    run_module("scripts.reproduce.cram", ["--minutes=1", f"--output={budgeted}", *SMALL])
     record = json.loads((budgeted / "cram.json").read_text())
     if record["reached_steps"] < record["planned_steps"]:  # the machine slowed down: the same command finishes
-        run_module("scripts.cram", ["--minutes=1", f"--output={budgeted}", *SMALL])
+        run_module("scripts.reproduce.cram", ["--minutes=1", f"--output={budgeted}", *SMALL])
         record = json.loads((budgeted / "cram.json").read_text())
     steps = record["planned_steps"]
     assert record["reached_steps"] == steps >= 10 and record["step_time_sec"] > 0
@@ -72,8 +72,8 @@ def test_budget_run_records_its_steps_and_steps_flag_reproduces_it_bitwise(tmp_p
 
     again = tmp_path / "steps"  # the recorded command, as a user copies it
     words = shlex.split(record["reproduce"].replace("--output=DIR", f"--output={again}"))
-    assert words[:3] == ["python", "scripts/cram.py", f"--steps={steps}"]
-    run_module("scripts.cram", words[2:])
+    assert words[:4] == ["python", "-m", "scripts.reproduce.cram", f"--steps={steps}"]
+    run_module("scripts.reproduce.cram", words[3:])
     assert (again / "corpus.txt").read_bytes() == (budgeted / "corpus.txt").read_bytes()
     for a, b in zip(_params(budgeted / "bert", steps), _params(again / "bert", steps), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -81,7 +81,7 @@ def test_budget_run_records_its_steps_and_steps_flag_reproduces_it_bitwise(tmp_p
 
 @pytest.mark.slow
 def test_unknown_set_key_is_one_line_error(tmp_path):
-    proc = run_module("scripts.cram", ["--steps=2", f"--output={tmp_path}", *SMALL, "--set", "model.widht=3"],
+    proc = run_module("scripts.reproduce.cram", ["--steps=2", f"--output={tmp_path}", *SMALL, "--set", "model.widht=3"],
                       check=False)
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --set model.widht=3: the pretraining config has no")
@@ -92,11 +92,11 @@ def test_bench_cram_trains_the_peer_on_equal_steps_and_prints_every_row(tmp_path
     """A --steps run of ours; the peer (transformers' BertForPreTraining) takes as many steps on the same batches,
     is saved with save_pretrained, and is fine-tuned through the Hugging Face import beside ours and random."""
     ours = tmp_path / "ours"
-    run_module("scripts.cram", ["--steps=12", f"--output={ours}", *SMALL])
+    run_module("scripts.reproduce.cram", ["--steps=12", f"--output={ours}", *SMALL])
     out = tmp_path / "bench"
-    proc = run_module("scripts.bench_cram", [f"--ours={ours}", f"--output={out}", "--tasks", "wnli", "--seeds", "0",
-                                             "--learning_rates", "1e-4", "--epochs", "1",
-                                             "--glue_dir", os.path.join(SHARED_DATA, "glue")])
+    proc = run_module("scripts.bench.bench_cram", [f"--ours={ours}", f"--output={out}", "--tasks", "wnli",
+                                                   "--seeds", "0", "--learning_rates", "1e-4", "--epochs", "1",
+                                                   "--glue_dir", os.path.join(SHARED_DATA, "glue")])
     peer = json.loads((out / "peer" / "cram.json").read_text())
     assert peer["reached_steps"] == peer["planned_steps"] == 12 and peer["eval"]["mlm_loss"] > 0
     assert (out / "peer" / "model.safetensors").exists() and (out / "peer" / "spm.model").exists()

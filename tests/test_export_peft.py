@@ -1,4 +1,4 @@
-"""scripts/export_hf_bert.py on parameter-efficient runs, in process, from a tiny random Hugging Face BERT: a
+"""pretrain/tools/export_hf_bert.py on parameter-efficient runs, in process, from a tiny random Hugging Face BERT: a
 LoRA run (trained by the real fine-tuning loop) exports merged as a BertForSequenceClassification and
 unmerged as a peft directory, both giving our model's logits in transformers / peft; prefix and prompt
 tuning (random weights, no training) export as peft directories with the same logits; adapters and a base
@@ -110,7 +110,7 @@ def test_lora_run_exports_merged_and_as_peft(lora_run, base_dir, tmp_path):
     from pretrain.families.base import model_config
     from pretrain.core import parameter_efficient
     from pretrain.loops import scoring
-    from scripts import export_hf_bert
+    from pretrain.tools import export_hf_bert
     with open(os.path.join(lora_run, "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
     family = registry.for_config(config, registry.task_for_config(config), tokenizers.from_config(config.tokenizer))
@@ -143,7 +143,7 @@ def test_lora_run_exports_merged_and_as_peft(lora_run, base_dir, tmp_path):
 
 def test_lora_export_errors_are_one_line(lora_run, tmp_path):
     from pretrain.core.errors import UserError
-    from scripts import export_hf_bert
+    from pretrain.tools import export_hf_bert
 
     def refused(workdir, message, **kw):
         with pytest.raises(UserError, match=message) as info:

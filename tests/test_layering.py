@@ -21,7 +21,8 @@ MAX_LINES = 400
 
 # room -> the rooms it may import (besides itself and third-party libraries), each with the rooms
 # inside it. A module belongs to the longest room that prefixes its name; `pretrain` alone holds
-# the entry points (the six commands of a run, and launch / sweep, which operate them).
+# the entry points (the six commands of a run, and launch / sweep, which operate them); `pretrain.tools`
+# the commands around a run.
 ALLOWED = {
     "configs": set(),
     "models": set(),
@@ -40,6 +41,10 @@ ALLOWED = {
                        "models"},
     "pretrain": {"pretrain.ops", "pretrain.loops", "pretrain.families", "pretrain.lm", "pretrain.tasks", "pretrain.glue",
                  "pretrain.data", "pretrain.core", "objectives", "models"},
+    # The tools a user runs around a run (python -m pretrain.tools.X: corpus, tokenizer, export, AOT compile):
+    # entry-point level, like `pretrain`, but a room of their own, so no entry point or lower room imports them.
+    "pretrain.tools": {"pretrain.ops", "pretrain.loops", "pretrain.families", "pretrain.lm", "pretrain.tasks",
+                       "pretrain.glue", "pretrain.data", "pretrain.core", "objectives", "models"},
     "scripts": {"scripts", "pretrain", "objectives", "models", "configs"},
     "tests": {"tests", "scripts", "pretrain", "objectives", "models", "configs"},
 }
@@ -233,6 +238,16 @@ def test_a_clean_synthetic_tree_passes(tmp_path):
 def test_an_upward_import_fails(tmp_path, module, source, expected):
     problems = check(write_tree(tmp_path, {**CLEAN, module: source}))
     assert problems == [expected]
+
+
+def test_an_entry_point_may_not_import_a_tool(tmp_path):
+    """pretrain.tools sits beside the entry points: a tool may import the loops, but no entry point imports a tool."""
+    tree = {**CLEAN, "pretrain/tools/__init__.py": "",
+            "pretrain/tools/export.py": "from pretrain.loops import pretraining\n"}
+    assert check(write_tree(tmp_path, tree)) == []
+    tree["pretrain/train.py"] = "from pretrain.tools import export\n"
+    assert check(write_tree(tmp_path, tree)) == [
+        "pretrain.train imports pretrain.tools.export: room pretrain may not import pretrain.tools"]
 
 
 def test_an_import_cycle_fails_even_behind_a_lazy_import(tmp_path):

@@ -1,4 +1,4 @@
-"""scripts/profile_small_step.py's trace summary: XLA ops summed by kind, per step, from a real JAX trace and
+"""scripts/bench/profile_small_step.py's trace summary: XLA ops summed by kind, per step, from a real JAX trace and
 from a synthetic one whose sums are known."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests import conftest
 
 def _script():
     spec = importlib.util.spec_from_file_location(
-        "profile_small_step", os.path.join(conftest.REPO, "scripts", "profile_small_step.py"))
+        "profile_small_step", os.path.join(conftest.REPO, "scripts", "bench", "profile_small_step.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,11 +1,11 @@
-"""The reproductions' harness: with --minutes each arm's pretraining becomes a scripts/cram.py run of the same
+"""The reproductions' harness: with --minutes each arm's pretraining becomes a scripts/reproduce/cram.py run of the same
 config and settings (the budget recipe), and fine-tuning starts from the workdir inside it."""
 from __future__ import annotations
 
 import argparse
 import os
 
-from scripts import reproduction as rp
+from scripts.reproduce import reproduction as rp
 
 FLAGS = ["--config.data.path=/c/corpus.txt", "--config.tokenizer.path=/c/spm.model", "--config.num_train_steps=300",
          "--config.data.source=text", "--config.objective.mode=prefix_lm"]
@@ -20,7 +20,7 @@ def test_budget_arm_is_a_cram_run_of_the_same_config_and_settings(tmp_path):
     run = harness(tmp_path, 0.5)
     cell = run.pretrain_cell("prefix_lm", "configs/t5.py:size=tiny", FLAGS)
     command = list(cell.command)
-    assert command[1].endswith(os.path.join("scripts", "cram.py")) and "--minutes=0.5" in command
+    assert command[1:3] == ["-m", "scripts.reproduce.cram"] and "--minutes=0.5" in command
     assert "--config=configs/t5.py:size=tiny" in command
     assert "--corpus=/c/corpus.txt" in command and "--tokenizer=/c/spm.model" in command
     assert "--set=data.source=text" in command and "--set=objective.mode=prefix_lm" in command

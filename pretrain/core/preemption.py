@@ -23,9 +23,9 @@ so no handler is installed; JAX's preemption service owns SIGTERM and
 `multihost_utils.reached_preemption_sync_point(step)` turns its notice into the same stop step on
 every process.
 
-A time budget (`deadline`, seconds since the epoch: pretrain.train --time_budget_minutes, scripts/cram.py)
-stops the loop the same way at the first step boundary past it; with several processes, process 0's clock
-decides for all.
+A time budget (`deadline`, seconds since the epoch: pretrain.train --time_budget_minutes,
+scripts/reproduce/cram.py) stops the loop the same way at the first step boundary past it; with several
+processes, process 0's clock decides for all.
 """
 from __future__ import annotations
 

@@ -52,14 +52,14 @@ def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Toke
 
 def _prepared_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
                         ) -> tuple[prepared.PreparedCorpus, prepared.PreparedCorpus | list]:
-    """A directory of scripts/prepare_corpus.py: its train split, and its eval split if it has one. Both are
+    """A directory of pretrain.tools.prepare_corpus: its train split, and its eval split if it has one. Both are
     read by random access; neither is loaded into memory."""
     if not config.path:
         raise sources.CorpusError("config.data.path is empty: give --config.data.path=DIR, a directory written by "
-                                  "scripts/prepare_corpus.py")
+                                  "python -m pretrain.tools.prepare_corpus")
     if config.get("max_documents", 0):
         raise sources.CorpusError("config.data.max_documents does not apply to a prepared corpus: prepare a "
-                                  "smaller one with scripts/prepare_corpus.py --max_documents")
+                                  "smaller one with python -m pretrain.tools.prepare_corpus --max_documents")
     train = prepared.PreparedCorpus.open(config.path, "train", tokenizer=tokenizer)
     if "eval" in train.index["splits"]:
         return train, prepared.PreparedCorpus.open(config.path, "eval", tokenizer=tokenizer)

@@ -1,4 +1,4 @@
-"""Tokenized corpora on disk: documents tokenized once by scripts/prepare_corpus.py into ArrayRecord shards, then
+"""Tokenized corpora on disk: documents tokenized once by pretrain.tools.prepare_corpus into ArrayRecord shards, then
 read by random access (a grain data source) instead of reading and tokenizing the text at every start.
 
 A prepared directory holds
@@ -71,17 +71,18 @@ def _describe(info: Mapping) -> str:
 def read_index(directory: str) -> dict:
     """directory/index.json, checked to be a complete preparation this code reads."""
     if not os.path.isdir(directory):
-        raise CorpusError(f"prepared corpus directory {directory} not found (write one with scripts/prepare_corpus.py"
-                          f" --output={directory}, or fix --config.data.path)")
+        raise CorpusError(f"prepared corpus directory {directory} not found (write one with python -m"
+                          f" pretrain.tools.prepare_corpus --output={directory}, or fix --config.data.path)")
     path = os.path.join(directory, INDEX)
     if not os.path.isfile(path):
         raise CorpusError(f"{directory} has no {INDEX}, so it is no prepared corpus (or its preparation did not"
-                          f" finish): run scripts/prepare_corpus.py --output={directory}")
+                          f" finish): run python -m pretrain.tools.prepare_corpus --output={directory}")
     with open(path, encoding="utf-8") as f:
         index = json.load(f)
     if index.get("format") != FORMAT or index.get("version") != VERSION:
         raise CorpusError(f"{path} is not a version-{VERSION} {FORMAT} index (found {index.get('format')} version"
-                          f" {index.get('version')}): prepare the corpus again with scripts/prepare_corpus.py")
+                          f" {index.get('version')}): prepare the corpus again with python -m"
+                          " pretrain.tools.prepare_corpus")
     return index
 
 
@@ -96,7 +97,7 @@ def _num_records(path: str) -> int:
         problem = str(e).splitlines()[0] if str(e) else type(e).__name__
     if problem or count is None:
         raise CorpusError(f"cannot read shard {path}: {problem or 'not an ArrayRecord file'} (copy the prepared"
-                          " directory again or re-run scripts/prepare_corpus.py)")
+                          " directory again or re-run python -m pretrain.tools.prepare_corpus)")
     return count
 
 
@@ -125,16 +126,16 @@ class PreparedCorpus(Sequence):
         index = read_index(directory)
         if split not in index["splits"]:
             raise CorpusError(f"prepared corpus {directory} has no {split!r} split (it has {sorted(index['splits'])};"
-                              " scripts/prepare_corpus.py --eval_documents=K holds out an eval split)")
+                              " python -m pretrain.tools.prepare_corpus --eval_documents=K holds out an eval split)")
         for shard in index["splits"][split]["shards"]:
             path = os.path.join(directory, shard["file"])
             if not os.path.isfile(path):
                 raise CorpusError(f"prepared corpus {directory} lacks its shard {shard['file']} (listed in {INDEX}):"
-                                  " copy the whole directory again or re-run scripts/prepare_corpus.py")
+                                  " copy the whole directory again or re-run python -m pretrain.tools.prepare_corpus")
             found = _num_records(path)
             if found != shard["documents"]:
                 raise CorpusError(f"shard {path} holds {found} documents but {INDEX} says {shard['documents']}: copy"
-                                  " the whole directory again or re-run scripts/prepare_corpus.py")
+                                  " the whole directory again or re-run python -m pretrain.tools.prepare_corpus")
         if tokenizer is not None:
             check_tokenizer(directory, index, tokenizer)
         return cls(directory, split, index)
@@ -192,7 +193,8 @@ def check_tokenizer(directory: str, index: Mapping, tokenizer: tokenizers.Tokeni
     prepared, current = index["tokenizer"], tokenizer_info(tokenizer)
     if current["fingerprint"] == prepared["fingerprint"]:
         return
-    again = (f"scripts/prepare_corpus.py --tokenizer={current['path']} --tokenizer_kind={current['kind']}"
+    again = (f"python -m pretrain.tools.prepare_corpus --tokenizer={current['path']}"
+             f" --tokenizer_kind={current['kind']}"
              + " --no-lowercase" * (current["lowercase"] is False) + f" --extra_ids={current['extra_ids']}" *
              bool(current["extra_ids"]))
     differ = [f"--config.tokenizer.{k}={prepared[k]}" for k in ("kind", "path", "lowercase", "extra_ids")

@@ -66,5 +66,5 @@ def report(stats: CorpusStatistics, config: ml_collections.ConfigDict) -> None:
           f"about {epochs:.3g} epochs of it")
     if stats.unknown_share is not None and stats.unknown_share > HIGH_UNKNOWN_SHARE:
         print(f"warning: {stats.unknown_share:.1%} of the corpus's tokens are unknown to the tokenizer "
-              f"{config.tokenizer.get('path', '')}: train one on this corpus (scripts/train_tokenizer.py) or check "
-              "config.tokenizer.lowercase", file=sys.stderr, flush=True)
+              f"{config.tokenizer.get('path', '')}: train one on this corpus (python -m pretrain.tools.train_tokenizer)"
+              " or check config.tokenizer.lowercase", file=sys.stderr, flush=True)

@@ -65,7 +65,7 @@ class T5Family:
                             "T5 fine-tunes every weight (use --config.freezing.strategy=none)")
         if self.tokenizer.pad_id != 0:
             raise UserError(f"the tokenizer's pad id is {self.tokenizer.pad_id}; T5 needs pad = 0 (it is also "
-                            "the decoder's start token): train it with scripts/train_tokenizer.py")
+                            "the decoder's start token): train it with python -m pretrain.tools.train_tokenizer")
 
     def encode(self, examples: list[glue.Example], batch_size: int) -> finetune_data.Seq2SeqData:
         """(input ids + EOS truncated to max_seq_length, label-word ids + EOS) per example."""

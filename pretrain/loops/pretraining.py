@@ -37,7 +37,7 @@ def _check_tokenizer(config: ml_collections.ConfigDict, tokenizer: tokenizers.To
 def training_data(config: ml_collections.ConfigDict
                   ) -> tuple[objectives.Objective, streaming.StreamingData, streaming.StreamingData | None]:
     """(objective, training batches, held-out batches or None) of `config`: the stream the loop trains on, also
-    for a caller that must feed another implementation the same batches (scripts/bench_cram.py)."""
+    for a caller that must feed another implementation the same batches (scripts/bench/bench_cram.py)."""
     tokenizer = tokenizers.from_config(config.tokenizer)
     _check_tokenizer(config, tokenizer)
     objective = objectives.build_objective(config.objective, tokenizer)

@@ -1,5 +1,5 @@
-"""Ahead-of-time compilation (pretrain/core/aot.py, scripts/aot_compile.py): the real pretraining step of the
-tiny BERT compiled for this host's CPU, for 8 fake CPU devices, and (where libtpu is installed) for a TPU slice."""
+"""Ahead-of-time compilation (pretrain/loops/aot.py, pretrain/core/aot.py, pretrain/tools/aot_compile.py): the real
+pretraining step of the tiny BERT compiled for this host's CPU, for 8 fake CPU devices, and (where libtpu is installed) for a TPU slice."""
 from __future__ import annotations
 
 import dataclasses
@@ -132,7 +132,7 @@ def _aot(*flags, devices: int = 1):
     env = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     args = ["--config=configs/bert.py:size=tiny", *(f"--config.{k}={v}" for k, v in OVERRIDES.items()
                                                      if k != "mesh_shape"), *flags]
-    proc = run_module("scripts.aot_compile", args, env=env, check=False)
+    proc = run_module("pretrain.tools.aot_compile", args, env=env, check=False)
     lines = proc.stdout.strip().splitlines()
     return proc, (json.loads(lines[-1]) if lines else None)
 
@@ -169,7 +169,8 @@ def test_tiny_bert_compiles_for_a_tpu_slice():
     assert r.fits is True and r.hbm_bytes == 16 * 2 ** 30 and 0 < r.total_bytes < 2 ** 30
     assert r.model_flops == pytest.approx(analytic_flops(config), rel=0.02)
     assert r.step_seconds > 0 and r.step_seconds_source in ("xla", "roofline") and 0 < r.mfu < 1
-    huge = compile_pretraining(tiny_config(**{"batch_size": 4096 * 8, "model.dtype": "bfloat16"}), devices[:1])  # ~120 GiB of activations on one 16 GiB chip
+    # ~120 GiB of activations on one 16 GiB chip
+    huge = compile_pretraining(tiny_config(**{"batch_size": 4096 * 8, "model.dtype": "bfloat16"}), devices[:1])
     assert huge.fits is False and huge.error and "RESOURCE_EXHAUSTED" in huge.error
 
 

@@ -12,9 +12,9 @@ import pytest
 
 from pretrain.data.sources import CorpusError, read_text_corpus, read_tfds_corpus, tokenize_documents
 from pretrain.data.tokenizers import TokenizerError, load_tokenizer
-from scripts import train_tokenizer
-from scripts.build_corpus import build_corpus
-from scripts.corpus_sources import sentences_of
+from pretrain.tools import train_tokenizer
+from pretrain.tools.build_corpus import build_corpus
+from pretrain.tools.corpus_sources import sentences_of
 
 
 def _one_line_error(excinfo, *needles):

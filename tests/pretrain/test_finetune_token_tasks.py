@@ -1,4 +1,4 @@
-"""Tagging and QA end to end from the real all-MiniLM-L6-v2 checkpoint, on files that scripts/make_task_files.py
+"""Tagging and QA end to end from the real all-MiniLM-L6-v2 checkpoint, on files that pretrain/tools/make_task_files.py
 writes in the official layouts (dev and test names never occur in train): the command trains, scores dev (and
 CoNLL's test), writes predictions, and pretrain.evaluate scores the kept checkpoint to the same numbers."""
 from __future__ import annotations
@@ -23,8 +23,8 @@ def minilm() -> str:
 
 
 def make_files(kind: str, output, *sizes: str) -> str:
-    subprocess.run([sys.executable, "scripts/make_task_files.py", f"--kind={kind}", f"--output={output}", *sizes],
-                   cwd=REPO, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "pretrain.tools.make_task_files", f"--kind={kind}", f"--output={output}",
+                    *sizes], cwd=REPO, check=True, capture_output=True)
     return str(output)
 
 

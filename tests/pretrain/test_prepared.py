@@ -1,4 +1,4 @@
-"""Prepared corpora (pretrain/data/prepared.py, scripts/prepare_corpus.py): text or TFDS -> tokenized ArrayRecord
+"""Prepared corpora (pretrain/data/prepared.py, pretrain/tools/prepare_corpus.py): text or TFDS -> tokenized ArrayRecord
 shards -> documents again, equal to tokenizing the text directly."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from pretrain.data import preparation, prepared, sources, tokenizers
 from pretrain.data.prepared import PreparedCorpus
 from pretrain.data.sources import CorpusError
-from scripts import prepare_corpus, train_tokenizer
+from pretrain.tools import prepare_corpus, train_tokenizer
 from tests.conftest import REPO
 from tests.pretrain.test_data import WORDPIECE_VOCAB, _one_line_error
 
@@ -57,7 +57,7 @@ def test_iter_text_documents_streams_what_read_text_corpus_reads(tmp_path):
 
 
 def test_round_trip(tmp_path, corpus, spm):
-    index = _prepare(corpus, spm, tmp_path / "out", command="python scripts/prepare_corpus.py ...")
+    index = _prepare(corpus, spm, tmp_path / "out", command="python -m pretrain.tools.prepare_corpus ...")
     tok = tokenizers.from_config(spm)
     expected = sources.tokenize_documents(sources.read_text_corpus(corpus), tok)
     docs = PreparedCorpus.open(str(tmp_path / "out"), tokenizer=tok)
@@ -181,8 +181,9 @@ def test_errors_are_one_line(tmp_path, corpus, spm):
     out = str(tmp_path / "out")
     _prepare(corpus, spm, out, max_documents=20)
 
-    for directory, needles in [(str(tmp_path / "none"), ("none", "not found", "scripts/prepare_corpus.py")),
-                               (str(tmp_path), (str(tmp_path), "index.json", "scripts/prepare_corpus.py"))]:
+    tool = "python -m pretrain.tools.prepare_corpus"
+    for directory, needles in [(str(tmp_path / "none"), ("none", "not found", tool)),
+                               (str(tmp_path), (str(tmp_path), "index.json", tool))]:
         with pytest.raises(CorpusError) as e:
             PreparedCorpus.open(directory)
         _one_line_error(e, *needles)
@@ -194,7 +195,7 @@ def test_errors_are_one_line(tmp_path, corpus, spm):
     shutil.move(shard, shard + ".away")
     with pytest.raises(CorpusError) as e:
         PreparedCorpus.open(out)
-    _one_line_error(e, out, "train-00002-of-00003.array_record", "scripts/prepare_corpus.py")
+    _one_line_error(e, out, "train-00002-of-00003.array_record", "python -m pretrain.tools.prepare_corpus")
     shutil.copy(os.path.join(out, "train-00000-of-00003.array_record"), shard)  # one record more than listed
     with pytest.raises(CorpusError) as e:
         PreparedCorpus.open(out)
@@ -254,18 +255,18 @@ def test_the_command(tmp_path, corpus, spm):
     out = tmp_path / "out"
     args = ["--input", corpus, "--tokenizer", spm["path"], "--output", str(out), "--num_shards", "2",
             "--eval_documents", "3", "--workers", "2"]
-    proc = subprocess.run([sys.executable, "scripts/prepare_corpus.py", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "pretrain.tools.prepare_corpus", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "docs/s" in proc.stderr and f"wrote {out}/index.json" in proc.stdout
     index = json.loads((out / "index.json").read_text())
-    assert index["command"] == "python scripts/prepare_corpus.py " + " ".join(args)
+    assert index["command"] == "python -m pretrain.tools.prepare_corpus " + " ".join(args)
     expected = sources.tokenize_documents(sources.read_text_corpus(corpus), tokenizers.from_config(spm))
     _assert_same(list(PreparedCorpus.open(str(out), tokenizer=spm)) + list(PreparedCorpus.open(str(out), "eval")),
                  expected)
 
-    proc = subprocess.run([sys.executable, "scripts/prepare_corpus.py", *args[2:], "--input", str(tmp_path / "x*")],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "pretrain.tools.prepare_corpus", *args[2:],
+                           "--input", str(tmp_path / "x*")], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"error: no corpus file matches {tmp_path}/x* (check --input)"]
     assert prepare_corpus.parse_args(args).workers == 2

@@ -261,7 +261,7 @@ def tfds_prepared(tmp_path_factory):
     tfds = pytest.importorskip("tensorflow_datasets")
     import tensorflow_datasets.question_answering.squad  # noqa: F401
     import tensorflow_datasets.text.conll2003  # noqa: F401
-    from scripts.make_task_files import write_files
+    from pretrain.tools.make_task_files import write_files
     root = tmp_path_factory.mktemp("token_tfds")
     write_files("ner", str(root / "ner"), train=30, dev=12, test=12)
     write_files("squad", str(root / "squad"), train=30, dev=12)

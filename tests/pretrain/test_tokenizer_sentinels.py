@@ -79,7 +79,7 @@ def test_bert_layout_model_agrees_with_t5tokenizer(corpus_and_tokenizer, tmp_pat
     (T5Tokenizer told eos_token='[SEP]' agrees); the BERT ids stay where they were."""
     import sentencepiece as spm
     prefix = str(tmp_path / "spm400")
-    from scripts import train_tokenizer
+    from pretrain.tools import train_tokenizer
     model = train_tokenizer.train_sentencepiece(corpus_and_tokenizer[0], prefix, vocab_size=400, num_threads=2)
     tok = load_tokenizer("sentencepiece", model, extra_ids=100)
     hf = hf_t5_tokenizer(model, tmp_path, eos_token="[SEP]")

@@ -89,7 +89,7 @@ def test_checkpoint_round_trip_is_exact(tmp_path, corpus_and_tokenizer):
 
 
 def prepare_tiny_corpus(corpus: str, spm_model: str, directory) -> str:
-    """The test corpus through scripts/prepare_corpus.py's library call, for the tiny BERT's tokenizer."""
+    """The test corpus through pretrain/tools/prepare_corpus.py's library call, for the tiny BERT's tokenizer."""
     from configs import bert
     from pretrain.data import preparation, sources
     options = dict(bert.get_config("size=tiny").tokenizer, path=spm_model)

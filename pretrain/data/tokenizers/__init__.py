@@ -32,7 +32,7 @@ def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: i
     nor to 'gpt2_bpe' (GPT-2 is cased; its vocabulary has both cases, so lowering would only lose information).
 
     `lowercase` lowercases text before encoding (uncased models; pass False for T5's cased model).
-    A SentencePiece model trained by scripts/train_tokenizer.py with its default --lowercase already
+    A SentencePiece model trained by pretrain.tools.train_tokenizer with its default --lowercase already
     case-folds. `extra_ids`: sentinel ids appended after the vocabulary (T5: 100).
     """
     tokenizer = _load(kind, path, lowercase=lowercase, extra_ids=extra_ids)
@@ -51,7 +51,7 @@ def _load(kind: str, path: str, *, lowercase: bool, extra_ids: int) -> Tokenizer
         if not os.path.isfile(path):
             raise TokenizerError(
                 f"sentencepiece model not found: {path} (train one with"
-                " scripts/train_tokenizer.py or fix --config.tokenizer.path)"
+                " python -m pretrain.tools.train_tokenizer or fix --config.tokenizer.path)"
             )
         return SentencePieceTokenizer(path, lowercase=lowercase, extra_ids=extra_ids)
     if kind == "wordpiece":

@@ -62,7 +62,7 @@ class Tokenizer:
         i = self._specials.get(piece)
         if i is None:
             raise MissingTokenError(f"tokenizer {self._path} has no {piece} piece, which {why} (train one with"
-                                    " scripts/train_tokenizer.py, which adds [CLS] [SEP] [MASK])")
+                                    " python -m pretrain.tools.train_tokenizer, which adds [CLS] [SEP] [MASK])")
         return i
 
     @property

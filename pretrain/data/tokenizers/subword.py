@@ -13,7 +13,7 @@ _BRACKETED = re.compile(r"^\[[^\[\]]+\]$")  # [PAD], [unused17], ...: BERT vocab
 
 
 class SentencePieceTokenizer(Tokenizer):
-    """A model from scripts/train_tokenizer.py (pad=0, unk=1, [CLS]=2, [SEP]=3, [MASK]=4, no </s>) or
+    """A model from pretrain.tools.train_tokenizer (pad=0, unk=1, [CLS]=2, [SEP]=3, [MASK]=4, no </s>) or
     a T5-style one (pad=0, </s>=1, unk=2, no [CLS] [SEP] [MASK]: BERT objectives then raise)."""
 
     def __init__(self, path: str, *, lowercase: bool = True, extra_ids: int = 0):
@@ -24,7 +24,7 @@ class SentencePieceTokenizer(Tokenizer):
         except (OSError, RuntimeError) as e:
             raise TokenizerError(
                 f"cannot load sentencepiece model {path}: {str(e).splitlines()[0]} (train one with"
-                " scripts/train_tokenizer.py)"
+                " python -m pretrain.tools.train_tokenizer)"
             ) from None
         self._path, self._lowercase = path, lowercase
         sp = self._sp
@@ -33,7 +33,7 @@ class SentencePieceTokenizer(Tokenizer):
         if self.pad_id < 0:
             raise TokenizerError(
                 f"sentencepiece model {path} has no pad piece (retrain it with"
-                " scripts/train_tokenizer.py, which sets pad_id=0)"
+                " python -m pretrain.tools.train_tokenizer, which sets pad_id=0)"
             )
         # By name, not by number: a model trained elsewhere may order its specials differently.
         self._specials = {p: self._lookup(p) for p in (CLS, SEP, MASK)}

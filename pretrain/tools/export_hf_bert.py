@@ -1,0 +1,160 @@
+"""Exports a BERT checkpoint of ours to a Hugging Face directory (config.json + model.safetensors).
+
+  python -m pretrain.tools.export_hf_bert --workdir runs/bert_base --output hf/bert_base
+  python -c "from transformers import BertForPreTraining; BertForPreTraining.from_pretrained('hf/bert_base')"
+
+--workdir is a pretrain.train workdir (the latest checkpoint, or --step) or a pretrain.finetune workdir (its
+best checkpoint). A fine-tuning workdir exports as a BertForSequenceClassification: the encoder, its pooler
+and the task head (`classifier`, with the task's label names); a tagging run (configs/tagging.py) as a
+BertForTokenClassification (tags as id2label) and a QA run (configs/qa.py) as a BertForQuestionAnswering.
+The span head has no transformers class.
+
+A parameter-efficient run (pretrain.finetune with peft=...; its checkpoint holds only what trained) is rebuilt
+over the base it names, checked by fingerprint:
+  lora     merged into the base weights (W + alpha / r * A B): a plain BertForSequenceClassification directory;
+           with --peft, unmerged: a peft directory (adapter_config.json + adapter_model.safetensors, the
+           classifier as modules_to_save)
+  prefix   --peft only (prefix-tuning adds keys and values, not weight updates: nothing to merge); peft's
+  prompt   directory holds the prefix table [P, 2 * L * D] (the MLP's output) or the prompt embeddings [P, D]
+  adapters no export: the peft library has no bottleneck adapters, and they cannot be merged either
+
+  python -m pretrain.tools.export_hf_bert --workdir runs/mrpc_lora --output hf/mrpc_lora
+  python -m pretrain.tools.export_hf_bert --workdir runs/mrpc_lora --output hf/mrpc_lora_peft --peft
+  python -c "from transformers import BertForSequenceClassification as B; from peft import PeftModel; \
+      PeftModel.from_pretrained(B.from_pretrained('BASE', num_labels=2), 'hf/mrpc_lora_peft')"
+
+BASE is the run's --config.init when that is a Hugging Face directory (adapter_config.json names it, for
+AutoPeftModelForSequenceClassification); a pretrain.train base is exported first, with this script.
+A WordPiece vocab.txt is copied beside the weights (not into a peft directory: the base has it); a
+SentencePiece model is not a format transformers' BertTokenizer reads, so it is left out with a note.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import ml_collections
+import numpy as np
+
+from models.convert import peft_io, save_hf_bert
+import models
+from models import peft as peft_modules
+from models.stack import to_layout
+from pretrain.core import checkpoints, parameter_efficient
+from pretrain.core import errors
+from pretrain.families import registry
+from pretrain.families.base import model_config
+from pretrain.tasks.base import Task
+
+
+def export(workdir: str, output: str, step: int | None = None, peft: bool = False) -> str:
+    config_path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(config_path):
+        raise errors.UserError(f"{config_path} not found: --workdir must be a pretrain.train or "
+                               "pretrain.finetune workdir")
+    with open(config_path) as f:
+        config = json.load(f)
+    if "task" in config:
+        return export_finetuned(workdir, ml_collections.ConfigDict(config), output, step, peft)
+    if peft:
+        raise errors.UserError(f"--peft exports a parameter-efficient fine-tuning run; {workdir} is a pretraining "
+                               "workdir: export it without --peft")
+    params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
+    params = {k: v for k, v in params.items() if k in ("bert", "mlm_head", "nsp_head")}  # the pretraining heads
+    model = models.model_config({**config["model"], "next_sentence": "nsp_head" in params})
+    vocab, lowercase = _vocab(config.get("tokenizer", {}))
+    save_hf_bert(output, params, model, vocab_file=vocab, lowercase=lowercase)
+    return f"exported {workdir} step {step} ({', '.join(params)}) to {output}"
+
+
+def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: str, step: int | None,
+                     peft: bool) -> str:
+    """A pretrain.finetune workdir -> BertForSequenceClassification (LoRA merged), or with `peft` a peft
+    directory; the PEFT methods' base is rebuilt from the reference in the checkpoint."""
+    method = parameter_efficient.peft_config(config).method
+    _check_exportable(workdir, config.model.name, method, peft)
+    task = registry.task_for_config(config)
+    if task.kind not in peft_io.ARCHITECTURES or (peft and task.kind not in ("classification", "regression")):
+        raise errors.UserError(f"{workdir} fine-tuned a {task.kind!r} head, which has no "
+                               f"{'peft task type here' if peft else 'transformers class'}: exportable are "
+                               f"{', '.join(peft_io.ARCHITECTURES)}" + (" (classification only with --peft)"
+                                                                        if peft else ""))
+    if method == "none":
+        params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
+        base = None
+    else:
+        params, base, step = with_base(config, task, workdir, step)
+    model = model_config(config)  # BertConfig, PEFT method included
+    if peft:
+        peft_io.save_peft_bert(output, params, model, base=base)
+        where = repr(base) if base else f"an export of its base ({config.init}, with this script)"
+        return (f"exported {workdir} step {step} ({method} + classifier, unmerged) to {output}: load it with "
+                f"PeftModel.from_pretrained(BertForSequenceClassification.from_pretrained({where}, "
+                f"num_labels={task.num_labels}), {output!r})")
+    if method == "lora":
+        params = peft_modules.merge_lora(to_layout(params, scan=False), model.peft.lora_alpha / model.peft.lora_rank)
+    vocab, lowercase = _vocab(config.tokenizer.to_dict())
+    peft_io.save_hf_bert_classifier(output, params, model, getattr(task, "labels", ()), kind=task.kind,
+                                    vocab_file=vocab, lowercase=lowercase)
+    merged = " (LoRA merged)" if method == "lora" else ""
+    return (f"exported {workdir} step {step} (bert, head{merged}) to {output} as "
+            f"{peft_io.ARCHITECTURES[task.kind]}")
+
+
+def _check_exportable(workdir: str, family: str, method: str, peft: bool) -> None:
+    """One line for what has no Hugging Face form, before any weight is read."""
+    if family != "bert":
+        raise errors.UserError(f"{workdir} fine-tuned a {family!r} model: this script exports BERT")
+    if method == "adapters":
+        raise errors.UserError(f"{workdir} trained peft.method=adapters: the peft library has no bottleneck "
+                               "adapters (no --peft export), and adapters add layers rather than weight updates, "
+                               "so they cannot be merged into BERT either")
+    if method in ("prefix", "prompt") and not peft:
+        raise errors.UserError(f"{workdir} trained peft.method={method}, which adds virtual tokens rather than "
+                               "weight updates and cannot be merged into BERT: export it with --peft")
+    if peft and method == "none":
+        raise errors.UserError(f"--peft exports a parameter-efficient run; {workdir} fine-tuned every weight "
+                               "(peft.method=none): export it without --peft")
+
+
+def with_base(config: ml_collections.ConfigDict, task: Task, workdir: str,
+              step: int | None) -> tuple[dict, str | None, int]:
+    """A PEFT checkpoint's trained part over its base (checked by fingerprint) -> (the whole tree, the base's
+    Hugging Face directory or None, the step). The model's shapes come from a dummy input rather than a GLUE
+    split: an export needs no task data."""
+    part, init, step = parameter_efficient.load_stored(workdir, step)
+    family = registry.for_config(config, task, tokenizer=None)  # only its model: no tokenizer needed
+    ids = np.zeros((1, 8), np.int32)                              # [B, L]: any shape builds the same weights
+    example = dict(input_ids=ids, segment_ids=ids, input_mask=ids)
+    params = parameter_efficient.rebuild(family.build_model(), example, part, init, family.merge_pretrained)
+    hf_base = init.source.removeprefix("huggingface:") if init.source.startswith("huggingface:") else None
+    return params, hf_base, step
+
+
+def _vocab(tokenizer: dict) -> tuple[str | None, bool]:
+    """(the WordPiece vocab.txt or None with a note, lowercase)."""
+    if tokenizer.get("kind") != "wordpiece":
+        print(f"note: the SentencePiece tokenizer {tokenizer.get('path')} is not copied (transformers' BertTokenizer "
+              "reads WordPiece vocab.txt files only)")
+        return None, tokenizer.get("lowercase", True)
+    path = tokenizer["path"]
+    return (os.path.join(path, "vocab.txt") if os.path.isdir(path) else path), tokenizer.get("lowercase", True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+    parser.add_argument("--peft", action="store_true",
+                        help="a LoRA / prefix / prompt run as an unmerged peft directory (default: LoRA merged)")
+    args = parser.parse_args()
+    with errors.one_line_errors():
+        print(export(args.workdir, args.output, args.step, args.peft))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

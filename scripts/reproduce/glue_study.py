@@ -1,0 +1,118 @@
+"""GLUE dev scores of several inits of one architecture under one fine-tuning recipe: the pretrained-vs-random
+and equal-budget tables (scripts/bench/bench_cram.py, scripts/reproduce/demo_finetune.py).
+
+Every init is fine-tuned by pretrain.finetune on every task, learning rate and seed with the same flags, so the
+rows differ only in the weights they start from. With several learning rates each (init, task) takes the one with
+the best mean dev score over seeds, as the BERT paper selects on dev (Section 4.1): a pretrained model and random
+weights need not train best at the same rate. The runs are cells of a reproduction.py sweep: resumable, `--parallel`,
+and a directory that holds another recipe is refused.
+
+The tasks (a row name -> the GLUE task and how many training examples):
+  sst2-1k  SST-2 with 1,000 training examples (a fixed random subset, the same for every seed and init), for 10
+           epochs rather than --epochs: 3 epochs of 1,000 examples are 96 steps, too few for any init to leave
+           the majority class (few-sample fine-tuning needs more steps: Mosbach et al. 2021, Zhang et al. 2021)
+  sst2-8k  SST-2 with 8,000
+  mrpc, cola, wnli: the whole training sets. WNLI is reported and, as in the BERT paper, not counted in the
+           average (its dev set is adversarial to the training set: the majority class is the best score).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from pretrain.glue import tasks as glue
+from scripts.reproduce import reproduction as rp
+
+TASKS = {  # row name: (GLUE task, training examples (0: all), epochs (0: --epochs))
+    "sst2-1k": ("sst2", 1000, 10), "sst2-8k": ("sst2", 8000, 0), "mrpc": ("mrpc", 0, 0), "cola": ("cola", 0, 0),
+    "wnli": ("wnli", 0, 0)}
+NOT_COUNTED = ("wnli",)
+
+
+def add_flags(parser, output: str, seeds: tuple[int, ...] = (0, 1, 2)) -> None:
+    parser.add_argument("--output", default=output, help="the study's directory (resumable)")
+    parser.add_argument("--glue_dir", default=rp.GLUE_DIR, help="GLUE in the official layout")
+    parser.add_argument("--parallel", type=int, default=1, help="fine-tuning runs at once")
+    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(seeds))
+    parser.add_argument("--learning_rates", nargs="+", type=float, default=[1e-4, 3e-4],
+                        help="each (init, task) takes the best on dev (small BERTs: 1e-4 and up, Turc et al. 2019)")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.set_defaults(minutes=0.0)  # the harness's pretraining budget: a study only fine-tunes
+
+
+class GlueStudy:
+    """inits: row name -> the pretrain.finetune flags that choose its weights (--config.init=..., ...)."""
+
+    def __init__(self, args, inits: dict[str, list[str]], settings: list[str]):
+        self.inits, self.tasks, self.seeds = inits, args.tasks, args.seeds
+        self.rates = args.learning_rates
+        self.epochs = args.epochs
+        self.recipe = [f"--config.batch_size={args.batch_size}", "--config.write_test_predictions=false",
+                       f"--config.data.glue_dir={os.path.abspath(args.glue_dir)}"]
+        inits_flags = [f"{name}={' '.join(flags)}" for name, flags in inits.items()]
+        self.harness = rp.Reproduction(args, settings + self.recipe + [f"epochs={self.epochs}"] + inits_flags)
+        self.cells = {(init, task, rate): [self.cell(init, task, rate, seed) for seed in self.seeds]
+                      for init in inits for task in self.tasks for rate in self.rates}
+        self.chosen: dict[tuple[str, str], float] = {}  # (init, task) -> the learning rate selected on dev
+
+    def cell(self, init: str, task: str, rate: float, seed: int):
+        name, examples, epochs = TASKS[task]
+        flags = [*self.recipe, f"--config.num_epochs={epochs or self.epochs}",
+                 f"--config.optimizer.learning_rate={rate}", f"--config.data.max_train_examples={examples}",
+                 *self.inits[init]]
+        return self.harness.finetune_cell(f"{init}_lr{rate:g}", task, seed, f"configs/glue.py:task={name}", flags)
+
+    def run(self) -> dict[tuple[str, str], list[float]]:
+        """Runs what is not done; -> (init, task) -> the main dev metric of each seed x100, at the learning rate
+        with the best mean (self.chosen)."""
+        self.harness.run([cell for cells in self.cells.values() for cell in cells])
+        scores = {}
+        for init in self.inits:
+            for task in self.tasks:
+                metric = glue.get_task(TASKS[task][0]).main_metric
+                by_rate = {rate: [100 * self.harness.results(c)["metrics"]["dev"][metric]
+                                  for c in self.cells[init, task, rate]] for rate in self.rates}
+                self.chosen[init, task] = max(self.rates, key=lambda rate: np.mean(by_rate[rate]))
+                scores[init, task] = by_rate[self.chosen[init, task]]
+        return scores
+
+    def counted(self) -> list[str]:
+        return [t for t in self.tasks if t not in NOT_COUNTED]
+
+    def table(self, scores: dict[tuple[str, str], list[float]]) -> str:
+        """Markdown: a row per init (mean ± std over seeds per task, the counted tasks' average), then the gain of
+        each init over `random` where there is one."""
+        header = ["init"] + [f"{t} ({glue.get_task(TASKS[t][0]).main_metric})" for t in self.tasks] + ["average"]
+        rows = [[init] + [_mean_std(scores[init, t]) + self._rate(init, t) for t in self.tasks]
+                + [_mean_std(self.average(scores, init))] for init in self.inits]
+        if "random" in self.inits:
+            for init in (i for i in self.inits if i != "random"):
+                gains = {t: np.mean(scores[init, t]) - np.mean(scores["random", t]) for t in self.tasks}
+                average = (f"{np.mean(self.average(scores, init)) - np.mean(self.average(scores, 'random')):+.1f}"
+                           if self.counted() else "—")
+                rows.append([f"{init} - random"] + [f"{gains[t]:+.1f}" for t in self.tasks] + [average])
+        counted = ", ".join(self.counted())
+        rates = (f"; learning rate {self.rates[0]:g}" if len(self.rates) == 1 else
+                 f"; in brackets the learning rate of {', '.join(f'{r:g}' for r in self.rates)} best on dev")
+        return (f"GLUE dev x100, mean ± std over seeds {self.seeds} (average over {counted}{rates}):\n\n"
+                + rp.markdown(header, rows))
+
+    def _rate(self, init: str, task: str) -> str:
+        return f" ({self.chosen[init, task]:g})" if len(self.rates) > 1 else ""
+
+    def average(self, scores, init: str) -> list[float]:
+        """Per seed, the mean over the counted tasks ([] when no counted task ran)."""
+        counted = [scores[init, t] for t in self.counted()]
+        return list(np.mean(counted, axis=0)) if counted else []
+
+    def footer(self) -> str:
+        return self.harness.footer()
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "—"
+    return f"{np.mean(values):.1f} ± {np.std(values, ddof=1) if len(values) > 1 else 0.0:.1f}"
