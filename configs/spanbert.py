@@ -47,7 +47,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
             geometric_p=0.2, max_span_length=10,
             max_predictions_per_seq=c.objective.max_predictions_per_seq,
             long_max_predictions_per_seq=c.objective.long_max_predictions_per_seq,
-            next_sentence=False, short_seq_prob=c.objective.short_seq_prob))
+            # the one NSP switch of configs/bert.py (off: nsp=False above), which the model's head follows
+            next_sentence=c.objective.get_ref("next_sentence"), short_seq_prob=c.objective.short_seq_prob))
     if recipe == "paper":
         c.update_from_flattened_dict(PAPER)
     c.lock()
