@@ -22,12 +22,10 @@ import ml_collections
 import numpy as np
 import optax
 
+import models
 from models import peft as peft_modules
 from pretrain.core import checkpoints, freezing, pretrained, storage
 from pretrain.core.errors import ConfigError, UserError
-
-HEADLESS = ("t5",)  # families whose whole tree is the pretrained model (text to text: no new head)
-
 
 def is_peft(config: ml_collections.ConfigDict | dict) -> bool:
     """Whether a (fine-tuning) config trains a PEFT method."""
@@ -52,14 +50,16 @@ def peft_config(config: ml_collections.ConfigDict | dict) -> peft_modules.PeftCo
 
 def trainable(params: Any, family: str, config: ml_collections.ConfigDict) -> Any:
     """-> a tree of bools like `params`: the PEFT parameters, the task head (every top-level subtree but the
-    pretrained body; T5 has none) and, for adapters with train_norms, the layer norms."""
+    pretrained body) and, for adapters with train_norms, the layer norms. A family without a body in the table
+    (T5: text to text) is its whole tree pretrained, with no head."""
     norms = config.peft.method == "adapters" and config.peft.adapters.train_norms
+    has_head = models.family(family).body is not None
 
     def trains(path, _) -> bool:
         names = freezing.path_names(path)
         if peft_modules.is_peft_path(names):
             return True
-        if family not in HEADLESS and freezing.body(names[0]) is None:
+        if has_head and freezing.body(names[0]) is None:
             return True
         return norms and any(name.endswith("norm") for name in names)
 
