@@ -40,7 +40,7 @@ then linear decay, dropout 0.1, weight decay 0.01, the classifier on the pooled 
 `scripts/reproduce/reproduce_glue_table.py` sweeps the learning rates and seeds (get_sweep's `table`).
 
 Sweeps (`python -m pretrain.sweep --config=configs/glue.py:task=mrpc --sweep=NAME --workdir=DIR
---config.init=PATH`; configs/sweeps.py): `lr_seed` the paper's four learning rates x seeds 0 1 2;
+--config.init=PATH`; configs/sweep_axes.py): `lr_seed` the paper's four learning rates x seeds 0 1 2;
 `table` every task of Table 1 x those learning rates x seeds (the config string's task is swept);
 `lr_seed:LR,LR/SEED,SEED` (e.g. `lr_seed:2e-5,5e-5/0,1`) and `table:TASK,TASK` narrow them.
 
@@ -57,7 +57,7 @@ import os
 import ml_collections
 
 from configs import common
-from configs.sweeps import product, sweep
+from configs.sweep_axes import product, sweep
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -125,7 +125,7 @@ PAPER_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wn
 
 
 def get_sweep(arg: str) -> list[dict]:
-    """--sweep=NAME[:VALUES] -> cells (configs/sweeps.py). lr_seed[:LRS/SEEDS]: learning rate x seed;
+    """--sweep=NAME[:VALUES] -> cells (configs/sweep_axes.py). lr_seed[:LRS/SEEDS]: learning rate x seed;
     table[:TASKS]: task x the paper's learning rates x seeds 0 1 2, as Table 1 is reproduced."""
     name, _, values = (arg or "lr_seed").partition(":")
     if name == "lr_seed":

@@ -1,4 +1,5 @@
-"""Fine-tuning BERT for sequence labelling (J&M 11.3.3): CoNLL-2003 NER, or POS / chunking from the same files.
+"""Fine-tuning BERT for sequence labelling (Jurafsky & Martin, SLP3 ch. 11, "J&M" below, Section 11.3.3):
+CoNLL-2003 NER, or POS / chunking from the same files.
 
   python -m pretrain.finetune --config=configs/tagging.py:task=conll2003 --workdir=runs/ner \
       --config.init=PATH --config.data.dir=DIR
@@ -14,7 +15,7 @@ scored by entity-level F1 as conlleval counts it (seqeval); others by token accu
 train file's (O first), recorded in the run's config.json as `data.labels`.
 
 head=span (J&M 11.3.4, pretrain/families/bert_spans.py): every span of up to `span_head.max_width` words is
-classified into an entity type or NULL from the chapter's span representation (learned start and end
+classified into an entity type or NULL from J&M's span representation (learned start and end
 boundaries, a self-attention summary; `span_head.boundaries=token`, `span_head.summary=mean` give the plain
 eqs. 11.15-11.16); the most probable non-overlapping spans become the BIO tags that are scored and written.
 

@@ -1,8 +1,9 @@
 """Decoder-only (GPT) language modelling: predict every token from the tokens before it.
 
-The loss is the log-scale cross-entropy of the next token summed over positions (the seed text's
-eq. 1.5, i.e. maximum likelihood, eq. 1.7: sum_i log Pr(x_{i+1} | x_0..x_i)), here averaged over
-the real target tokens of a batch.
+The loss is the cross-entropy of the next token summed over positions, i.e. maximum likelihood of
+the sequence, sum_i log Pr(x_{i+1} | x_0..x_i) (Xiao & Zhu 2025, "Foundations of Large Language Models",
+Section 1.2.1, eqs. 1.5-1.7; Radford et al. 2018, Section 3.1), here averaged over the real target tokens
+of a batch.
 
 Instances (once per data epoch) are rows of max_seq_length + 1 tokens: inputs are a row's first L
 tokens, targets its last L (the row shifted by one), so no target is lost at a row's end. The

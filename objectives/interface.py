@@ -1,6 +1,6 @@
 """What every pretraining objective is, what it reads of a tokenizer, and the error it raises.
 
-The loop (pretrain/loops/pretraining.py) and the batch pipeline (pretrain/data/pipeline.py) know an
+The loop (pretrain/loops/pretraining.py) and the batch pipeline (pretrain/data/streaming.py) know an
 objective only through `Objective`; BERT, SpanBERT, T5 denoising, causal and prefix LM all implement
 it, nothing more and nothing less. Host side (numpy): once per data epoch `create_instances` cuts
 the tokenized documents into fixed-width instances, and for every batch `make_batch` turns a slice

@@ -24,10 +24,10 @@ flags.mark_flags_as_required(["workdir"])
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
-    from pretrain.loops import scoring  # imported late so that --help and flag errors stay fast
+    from pretrain.loops import evaluation  # imported late so that --help and flag errors stay fast
     with errors.one_line_errors():
         distributed.initialize()  # before any JAX computation
-        out = scoring.evaluate_workdir(_WORKDIR.value, _SPLITS.value, _GLUE_DIR.value)
+        out = evaluation.evaluate_workdir(_WORKDIR.value, _SPLITS.value, _GLUE_DIR.value)
     print(json.dumps(out, indent=1))
 
 

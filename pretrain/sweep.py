@@ -10,7 +10,7 @@ Each cell runs `python -m pretrain.finetune` (a config with a task) or `pretrain
 values as --config.KEY=VALUE (or config-string arguments, `arg.NAME`) after the --config.* flags given
 here, which every cell shares. Locally --parallel cells run at once; with --launch=tpu:NAME one at a time
 on every worker of that TPU VM (python -m pretrain.launch run), their workdirs under --remote_workdir.
-Resumable: the same command skips finished cells and resumes cut-short ones (pretrain/ops/sweeps.py).
+Resumable: the same command skips finished cells and resumes cut-short ones (pretrain/ops/sweep_dir.py).
 WORKDIR receives sweep.json, logs/, results.csv, results.md and a plot of --metric over the swept values.
 Exit status: 0 when every cell finished, 1 when one failed, 75 when stopped (SIGTERM / Ctrl-C).
 """
@@ -52,24 +52,25 @@ def shared_config_flags() -> list[str]:
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
-    from pretrain.ops import sweep_report, sweep_runner, sweeps
+    from pretrain.ops import sweep_cells, sweep_report, sweep_runner
+    from pretrain.ops.sweep_dir import SweepDir
     workdir = cli.require_workdir(_WORKDIR)
     with errors.one_line_errors():
         config_string = config_flags.get_config_filename(flags.FLAGS["config"])
-        entry = sweeps.entry_point(_CONFIG.value) if _COMMAND.value == "auto" else _COMMAND.value
+        entry = sweep_cells.entry_point(_CONFIG.value) if _COMMAND.value == "auto" else _COMMAND.value
         if _LAUNCH.value and not _REMOTE_WORKDIR.value:
             raise errors.UserError("--launch needs --remote_workdir for the cells' workdirs (a path the workers "
                                    "share with this machine, e.g. a bucket mounted with gcsfuse at /gcs/BUCKET)")
-        launch = sweeps.launch_prefix(_LAUNCH.value, _LAUNCH_FLAGS.value) if _LAUNCH.value else None
+        launch = sweep_cells.launch_prefix(_LAUNCH.value, _LAUNCH_FLAGS.value) if _LAUNCH.value else None
         run_root = _REMOTE_WORKDIR.value or workdir
         shared = shared_config_flags()
-        cells = sweeps.build_cells(config_string, sweeps.load_cells(config_string, _SWEEP.value), entry, shared,
-                                   run_root, launch)
+        cells = sweep_cells.build_cells(config_string, sweep_cells.load_cells(config_string, _SWEEP.value), entry,
+                                        shared, run_root, launch)
         if _DRY_RUN.value:
             for cell in cells:
                 print(f"{cell.name}:\n  {' '.join(cell.command)}")
             return
-        sweep = sweeps.SweepDir(workdir)
+        sweep = SweepDir(workdir)
         sweep.claim({"config": config_string, "sweep": _SWEEP.value, "entry_point": entry, "shared_flags": shared,
                      "run_root": run_root, "launch": launch, "cells": [c.values for c in cells]})
         print(f"{len(cells)} cells of {config_string} --sweep={_SWEEP.value}, {entry}, in {workdir}", flush=True)

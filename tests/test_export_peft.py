@@ -109,13 +109,13 @@ def test_lora_run_exports_merged_and_as_peft(lora_run, base_dir, tmp_path):
     from pretrain.families import registry
     from pretrain.families.base import model_config
     from pretrain.core import parameter_efficient
-    from pretrain.loops import scoring
+    from pretrain.loops import evaluation
     from pretrain.tools import export_hf_bert
     with open(os.path.join(lora_run, "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
     family = registry.for_config(config, registry.task_for_config(config), tokenizers.from_config(config.tokenizer))
     part, init, _ = parameter_efficient.load_stored(lora_run)
-    params = scoring.with_peft_base(config, family, part, init, "dev")  # the repo's own rebuild, for comparison
+    params = evaluation.with_peft_base(config, family, part, init, "dev")  # the repo's own rebuild, for comparison
     lora_b = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(params) if "lora_b" in str(p)]
     assert len(lora_b) == 4 and all(np.abs(b).max() > 1e-3 for b in lora_b)  # B trained away from zero
     inputs = _inputs(base_dir)

@@ -1,4 +1,6 @@
-"""Freezing strategies for fine-tuning, as optax masks (course notes on fine-tuning, section 1.4).
+"""Freezing strategies for fine-tuning, as optax masks: freezing the lower layers, and gradual unfreezing from
+the top layer down (Howard & Ruder 2018, "Universal Language Model Fine-tuning for Text Classification", ULMFiT,
+Section 3.3).
 
 Every parameter gets the optimizer step from which it trains (`NEVER` = frozen for the whole run):
 

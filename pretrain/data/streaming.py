@@ -30,7 +30,7 @@ from objectives.interface import Objective, PhasedObjective
 from pretrain.core.errors import ConfigError
 
 Arrays = dict[str, np.ndarray]
-POSITION_FORMAT = 2  # position dicts of pipeline.PretrainingData (format 1) had no streams
+POSITION_FORMAT = 2  # position dicts of the in-memory PretrainingData before streaming (format 1) had no streams
 # Windows built ahead of the consumer, per stream (in each worker when workers > 0). Grain's default (16 threads,
 # 500 elements) would hold hundreds of windows in memory: a window of a one-document corpus is the whole
 # corpus, and one window already feeds many steps.

@@ -1,11 +1,11 @@
-"""Span-based NER with BERT (J&M 11.3.4, Figure 11.10): every span of up to config.span_head.max_width words is
-classified into an entity type or NULL (eq. 11.21), from the span representation the chapter defines
-(models/heads.py SpanClassificationHead: learned start and end boundaries, eqs. 11.17-11.19, and a
-self-attention summary, eq. 11.20; or the plain boundaries and average, eqs. 11.15-11.16).
+"""Span-based NER with BERT (Jurafsky & Martin, SLP3 ch. 11, "J&M" below, Section 11.3.4, Figure 11.10): every
+span of up to config.span_head.max_width words is classified into an entity type or NULL (eq. 11.21), from the
+span representation J&M define (models/heads.py SpanClassificationHead: learned start and end boundaries, eqs.
+11.17-11.19, and a self-attention summary, eq. 11.20; or the plain boundaries and average, eqs. 11.15-11.16).
 
 A span covers whole words: from its first word's first piece to its last word's last piece. Decoding takes
 each span's argmax, and labels a span with an entity type only where that type's probability also reaches
-config.span_head.threshold (the chapter's calibrated non-NULL threshold; 0 = plain argmax). Spans may nest
+config.span_head.threshold (J&M's calibrated non-NULL threshold; 0 = plain argmax). Spans may nest
 (`decode_spans`); for CoNLL's flat scoring a greedy pass keeps the most probable spans that do not overlap and
 writes them as BIO tags, so the task scores, and writes, the same files as head=bio.
 """

@@ -1,9 +1,9 @@
 """Instruction prompts with demonstrations for GLUE classification (few-shot in-context learning).
 
-The format is the polarity example of Xiao & Zhu, "Foundations of Large Language Models", Section 1.1
-(seed text lines 95-120): a description of the task that names the label set, then k demonstrations
-(input indicator + input, output indicator + label), then the test input and the output indicator,
-whose completion the model is asked for:
+The format is the polarity example of Xiao & Zhu 2025, "Foundations of Large Language Models", Section
+1.1.2 (prompting of pre-trained models): a description of the task that names the label set, then k
+demonstrations (input indicator + input, output indicator + label), then the test input and the output
+indicator, whose completion the model is asked for:
 
     Assume that the polarity of a text is a label chosen from {negative, positive}. Identify the polarity of the input.
 
@@ -22,8 +22,8 @@ lm-evaluation-harness, so that a BPE vocabulary reads the word as the " word" to
 Label words are natural-language words, one table (`FORMATS`): T5's label names (text_to_text.py,
 GlueTask.labels) are identifiers such as "not_equivalent", which a language model has rarely read as
 an answer; for SST-2 and CoLA the words are T5's. They are written in lower case both in the label set
-and as answers (the seed capitalises its answers; one spelling keeps the label set and the answers the
-same strings).
+and as answers (Xiao & Zhu's example capitalises its answers; one spelling keeps the label set and the
+answers the same strings).
 
 Demonstrations (`DemonstrationSampler`) are drawn at random from the train split, afresh for every
 evaluated example, as in GPT-3 ("randomly drawing K examples from that task's training set"), with a

@@ -36,7 +36,7 @@ from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError, UserError
 from pretrain.core.metric_writers import MetricWriter
 from pretrain.data import tokenizers
-from pretrain.data.pipeline import prefetch
+from pretrain.data.prefetch import prefetch
 from pretrain.families import registry
 from pretrain.loops.scoring import dev_score, load_split, predict, score_splits
 from pretrain.loops import setup

@@ -23,7 +23,7 @@ from pretrain.core import (checkpoints, distributed, guards, partitioning, preem
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError
 from pretrain.core.metric_writers import MetricWriter
-from pretrain.data import pipeline, statistics, streaming, tokenizers
+from pretrain.data import documents, prefetch, statistics, streaming, tokenizers
 from pretrain.loops import setup
 from pretrain.loops.steps import micro_batches
 
@@ -41,7 +41,7 @@ def training_data(config: ml_collections.ConfigDict
     tokenizer = tokenizers.from_config(config.tokenizer)
     _check_tokenizer(config, tokenizer)
     objective = objectives.build_objective(config.objective, tokenizer)
-    train_docs, eval_docs = pipeline.load_documents(config.data, tokenizer)
+    train_docs, eval_docs = documents.load_documents(config.data, tokenizer)
     statistics.report(statistics.of_corpus(train_docs, tokenizer), config)
     data_kw = dict(objective=objective, max_seq_length=config.data.max_seq_length,
                    long_seq_length=config.data.get("long_seq_length", 0),
@@ -218,7 +218,7 @@ def _run_steps(config, trainer: setup.Trainer, start: Start, train_data: streami
     batches = ((s, micro_batches(rows, config.grad_accum_steps), windows)  # windows: stream positions after s
                for s, (_, rows, windows) in zip(range(start.step, last_step),
                                                 train_data.iterate(start.step, start.data_position)))
-    for step, host_batch, windows in pipeline.prefetch_iterator(batches, config.prefetch):
+    for step, host_batch, windows in prefetch.prefetch_iterator(batches, config.prefetch):
         done = step + 1
         with profiler.step(done) as outputs:
             state, device_metrics = trainer.train_step(state, partitioning.shard_batch(host_batch, mesh, batch_dim=1),

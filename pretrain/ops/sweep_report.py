@@ -19,7 +19,8 @@ from etils import epath  # local paths and gs:// alike (Orbax's dependency)
 
 from pretrain.core.errors import UserError
 from pretrain.core.workdir import flatten
-from pretrain.ops.sweeps import Cell, SweepDir, format_value
+from pretrain.ops.sweep_cells import Cell, format_value
+from pretrain.ops.sweep_dir import SweepDir
 
 DEFAULT_METRICS = {"finetune": "best_score", "train": "eval_loss"}
 SEED_KEYS = ("seed",)

@@ -15,7 +15,8 @@ import time
 from typing import Callable
 
 from pretrain.core.errors import EXIT_PREEMPTED
-from pretrain.ops.sweeps import Cell, SweepDir
+from pretrain.ops.sweep_cells import Cell
+from pretrain.ops.sweep_dir import SweepDir
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 

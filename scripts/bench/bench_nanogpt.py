@@ -49,10 +49,10 @@ WARMUP_ITERS = 10        # iterations left out of the time per iteration
 
 
 def shakespeare_split(config) -> tuple[np.ndarray, np.ndarray, int]:
-    """(train ids, val ids, vocab size) exactly as our trainer reads them (pretrain/data/pipeline.py)."""
-    from pretrain.data import pipeline, tokenizers
+    """(train ids, val ids, vocab size) exactly as our trainer reads them (pretrain/data/documents.py)."""
+    from pretrain.data import documents, tokenizers
     tokenizer = tokenizers.load_tokenizer(config.tokenizer.kind, config.tokenizer.path)
-    (train,), (val,) = pipeline.load_documents(config.data, tokenizer)
+    (train,), (val,) = documents.load_documents(config.data, tokenizer)
     return train[0], val[0], tokenizer.vocab_size
 
 

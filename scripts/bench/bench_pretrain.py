@@ -23,7 +23,7 @@ import numpy as np
 from configs import bert as bert_configs
 from objectives import build_objective
 from pretrain.core import partitioning, train_state
-from pretrain.data import pipeline, streaming, tokenizers
+from pretrain.data import documents, streaming, tokenizers
 from pretrain.loops import setup
 from pretrain.loops.steps import micro_batches
 
@@ -123,7 +123,7 @@ def main() -> None:
         config.optimizer.warmup_steps = max(1, args.steps // 10)
     tokenizer = tokenizers.load_tokenizer("sentencepiece", spm)
     objective = build_objective(config.objective, tokenizer)
-    train_docs, _ = pipeline.load_documents(config.data, tokenizer)
+    train_docs, _ = documents.load_documents(config.data, tokenizer)
     data = streaming.StreamingData(train_docs, objective, batch_size=args.batch_size, seed=0,
                                    max_seq_length=args.seq_len)
     batches = [rows for _, (_, rows, _) in zip(range(args.steps), data.iterate(0))]

@@ -64,7 +64,7 @@ def profile_ours(args) -> dict:
     import objectives
     from configs import gpt2 as gpt2_configs
     from pretrain.core import partitioning
-    from pretrain.data import pipeline, streaming, tokenizers
+    from pretrain.data import documents, streaming, tokenizers
     from pretrain.loops import setup
     from pretrain.loops.steps import micro_batches
 
@@ -73,7 +73,7 @@ def profile_ours(args) -> dict:
         config.data.path = config.tokenizer.path = os.path.join(REPO, config.data.path)
     tokenizer = tokenizers.from_config(config.tokenizer)
     objective = objectives.build_objective(config.objective, tokenizer)
-    train_docs, _ = pipeline.load_documents(config.data, tokenizer)
+    train_docs, _ = documents.load_documents(config.data, tokenizer)
     data = streaming.StreamingData(train_docs, objective=objective, max_seq_length=config.data.max_seq_length,
                                    batch_size=config.batch_size, window_documents=config.data.window_documents,
                                    streams=config.data.streams, seed=config.seed, workers=0)

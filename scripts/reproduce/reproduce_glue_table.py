@@ -1,7 +1,7 @@
 """Reproduce Table 1 of the BERT paper (GLUE) with this codebase's fine-tuning command.
 
 Runs every task x learning rate x seed through `python -m pretrain.finetune` as a sweep (configs/glue.py's
-`table`, pretrain/ops/sweeps.py: cells in <output>/task=T_learning_rate=LR_seed=S/, --parallel at once,
+`table`, pretrain/ops/sweep_*.py: cells in <output>/task=T_learning_rate=LR_seed=S/, --parallel at once,
 finished cells not rerun, a killed sweep resumed by the same command), then, per task,
 selects the learning rate with the best mean dev main metric over seeds (the paper selects on dev)
 and reports mean ± std over seeds at that learning rate (MNLI gives matched and mismatched). Prints a
@@ -26,11 +26,12 @@ import sys
 
 import numpy as np
 
-from configs.sweeps import product, sweep
+from configs.sweep_axes import product, sweep
 from pretrain.glue import metrics as glue_metrics
 from pretrain.glue import tasks as glue
 from pretrain.core.errors import EXIT_PREEMPTED, UserError
-from pretrain.ops import sweep_runner, sweeps
+from pretrain.ops import sweep_cells, sweep_runner
+from pretrain.ops.sweep_dir import SweepDir
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
@@ -63,8 +64,8 @@ def run_sweep(args, tasks: list[str]) -> tuple[dict[str, dict[float, list[dict]]
     --parallel at once). -> ({task: {lr: finished runs' results.json}}, failed cell names)."""
     values = product(sweep("arg.task", tasks), sweep("optimizer.learning_rate", args.learning_rates),
                      sweep("seed", args.seeds))
-    cells = sweeps.build_cells("configs/glue.py", values, "finetune", shared_flags(args), args.output)
-    sweep_dir = sweeps.SweepDir(args.output)
+    cells = sweep_cells.build_cells("configs/glue.py", values, "finetune", shared_flags(args), args.output)
+    sweep_dir = SweepDir(args.output)
     sweep_dir.claim({"config": "configs/glue.py", "sweep": "table", "entry_point": "finetune",
                      "shared_flags": shared_flags(args), "run_root": args.output, "launch": None,
                      "cells": [c.values for c in cells]})

@@ -21,7 +21,9 @@ import time
 import numpy as np
 
 from pretrain.core.errors import EXIT_PREEMPTED, UserError
-from pretrain.ops import sweep_report, sweep_runner, sweeps
+from pretrain.ops import sweep_report, sweep_runner
+from pretrain.ops.sweep_cells import Cell
+from pretrain.ops.sweep_dir import SweepDir
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GLUE_DIR = os.path.join(REPO, "..", "shared", "data", "glue")
@@ -72,7 +74,7 @@ class Reproduction:
         self.output = os.path.abspath(args.output)
         self.parallel, self.minutes = args.parallel, args.minutes
         settings = settings + ([f"minutes={self.minutes:g}"] if self.minutes else [])
-        self.sweep = sweeps.SweepDir(self.output)
+        self.sweep = SweepDir(self.output)
         # Another --quick, corpus or step count in the same directory would mix two experiments: refused.
         try:
             self.sweep.claim({"config": os.path.basename(sys.argv[0]), "entry_point": "reproduction",
@@ -80,28 +82,28 @@ class Reproduction:
         except UserError as e:
             sys.exit(f"error: {e}")
         self.started = time.perf_counter()
-        self.cells: list[sweeps.Cell] = []
+        self.cells: list[Cell] = []
 
     def workdir(self, name: str) -> str:
         return os.path.join(self.output, name)
 
-    def pretrain_cell(self, arm: str, config: str, flags: list[str]) -> sweeps.Cell:
+    def pretrain_cell(self, arm: str, config: str, flags: list[str]) -> Cell:
         """`pretrain.train` with `flags` (--config.KEY=VALUE); with --minutes, scripts/reproduce/cram.py with the same
         config and settings, for that budget (the step count among the flags is then cram's to plan)."""
         name = f"pretrain_{arm}"
         if not self.minutes:
-            return sweeps.Cell(name, {"arm": arm}, config, (sys.executable, "-m", "pretrain.train",
-                                                            f"--config={config}", f"--workdir={self.workdir(name)}",
-                                                            *flags))
+            return Cell(name, {"arm": arm}, config, (sys.executable, "-m", "pretrain.train",
+                                                     f"--config={config}", f"--workdir={self.workdir(name)}",
+                                                     *flags))
         settings = dict(flag[len("--config."):].partition("=")[::2] for flag in flags)
         corpus, spm = settings.pop("data.path"), settings.pop("tokenizer.path")
         settings.pop("num_train_steps", None)
-        return sweeps.Cell(name, {"arm": arm}, config, (
+        return Cell(name, {"arm": arm}, config, (
             sys.executable, "-m", "scripts.reproduce.cram", f"--minutes={self.minutes:g}",
             f"--config={config}", f"--corpus={corpus}", f"--tokenizer={spm}", f"--output={self.workdir(name)}",
             *(f"--set={key}={value}" for key, value in settings.items())))
 
-    def pretrained(self, cell: sweeps.Cell) -> str:
+    def pretrained(self, cell: Cell) -> str:
         """The pretrain.train workdir of a pretraining cell (inside cram's directory with --minutes)."""
         if not self.minutes:
             return self.workdir(cell.name)
@@ -112,17 +114,17 @@ class Reproduction:
         """What each arm's pretraining was, for the tables' captions."""
         return f"{self.minutes:g} minutes of pretraining per arm" if self.minutes else f"{steps} pretraining steps"
 
-    def finetune_cell(self, arm: str, task: str, seed: int, config: str, flags: list[str]) -> sweeps.Cell:
+    def finetune_cell(self, arm: str, task: str, seed: int, config: str, flags: list[str]) -> Cell:
         name = f"{arm}_{task}_seed{seed}"
-        return sweeps.Cell(name, {"arm": arm, "task": task, "seed": seed}, config,
-                           (sys.executable, "-m", "pretrain.finetune", f"--config={config}",
-                            f"--workdir={self.workdir(name)}", f"--config.seed={seed}", *flags))
+        return Cell(name, {"arm": arm, "task": task, "seed": seed}, config,
+                    (sys.executable, "-m", "pretrain.finetune", f"--config={config}",
+                     f"--workdir={self.workdir(name)}", f"--config.seed={seed}", *flags))
 
-    def run_pretraining(self, cells: list[sweeps.Cell]) -> None:
+    def run_pretraining(self, cells: list[Cell]) -> None:
         """The pretraining cells: one at a time with --minutes, so that each budget has the machine."""
         self.run(cells, parallel=1 if self.minutes else self.parallel)
 
-    def run(self, cells: list[sweeps.Cell], parallel: int | None = None) -> None:
+    def run(self, cells: list[Cell], parallel: int | None = None) -> None:
         """The cells not done before (`parallel` at once, default --parallel); exits 1 naming a failed one (its
         log has why)."""
         self.cells += cells
@@ -136,11 +138,11 @@ class Reproduction:
         if failed:
             sys.exit(f"error: runs failed: {', '.join(failed)} (logs in {self.output}/logs)")
 
-    def results(self, cell: sweeps.Cell) -> dict:
+    def results(self, cell: Cell) -> dict:
         with open(os.path.join(self.workdir(cell.name), "results.json")) as f:
             return json.load(f)
 
-    def last_metric(self, cell: sweeps.Cell, key: str) -> float:
+    def last_metric(self, cell: Cell, key: str) -> float:
         """The last logged value of `key` in a pretraining cell's metrics.jsonl."""
         return sweep_report.run_metrics(self.pretrained(cell), "train").get(key, float("nan"))
 

@@ -15,7 +15,7 @@ import transformers
 
 from configs import gpt2 as gpt2_configs
 from models.gpt import GPT, GPTConfig
-from pretrain.data.pipeline import load_documents
+from pretrain.data.documents import load_documents
 from pretrain.data.tokenizers import load_tokenizer
 from pretrain.core.optimizers import learning_rate_schedule
 from pretrain.core.train_state import unbox

@@ -1,6 +1,7 @@
-"""Few-shot prompting (pretrain/lm/fewshot.py, pretrain/glue/prompts.py): the prompt format of the seed text's
-polarity example, the demonstration sampler, candidate scores against transformers' GPT2LMHeadModel, a
-planted scorer through the metric path, the context-overflow rule, user errors and the command."""
+"""Few-shot prompting (pretrain/lm/fewshot.py, pretrain/glue/prompts.py): the prompt format of the polarity
+example of Xiao & Zhu 2025 (Foundations of Large Language Models, Section 1.1.2), the demonstration sampler,
+candidate scores against transformers' GPT2LMHeadModel, a planted scorer through the metric path, the
+context-overflow rule, user errors and the command."""
 from __future__ import annotations
 
 import collections
@@ -47,7 +48,7 @@ def char_tokenizer(tmp_path_factory) -> CharTokenizer:
 
 
 def test_prompt_is_instruction_demonstrations_then_query():
-    """Seed text lines 95-120: the task description naming the label set, demonstrations as 'Input: x' +
+    """Xiao & Zhu's polarity example: the task description naming the label set, demonstrations as 'Input: x' +
     'Polarity: label', the query ending in the output indicator; blocks separated by a blank line."""
     fmt = prompts.prompt_format("sst2")
     text = prompts.build_prompt(fmt, [TRAIN[1], TRAIN[0]], Example(" i love the food here . ", None, 1, 7))

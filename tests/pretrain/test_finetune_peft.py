@@ -56,7 +56,7 @@ def _flat(tree) -> dict[str, np.ndarray]:
 
 
 def test_lora_run_freezes_the_base_and_stores_only_what_trains(tmp_path, monkeypatch, short_dev_glue):
-    from pretrain.loops import finetuning, scoring
+    from pretrain.loops import evaluation, finetuning
     workdir = tmp_path / "mrpc_lora"
     # Stop after 3 of the 4 updates: DIR/resume then holds the whole train state, base weights included.
     with monkeypatch.context() as patch:
@@ -85,7 +85,7 @@ def test_lora_run_freezes_the_base_and_stores_only_what_trains(tmp_path, monkeyp
     assert sum(np.size(x) for x in jax.tree.leaves(part)) == expected
 
     # pretrain.evaluate: base + PEFT checkpoint give the run's own dev metrics.
-    evaluated = scoring.evaluate_workdir(str(workdir), ["dev"])
+    evaluated = evaluation.evaluate_workdir(str(workdir), ["dev"])
     assert evaluated["metrics"]["dev"] == pytest.approx(results["metrics"]["dev"])
 
     # A base whose weights no longer match the fingerprint is a one-line error.
@@ -94,7 +94,7 @@ def test_lora_run_freezes_the_base_and_stores_only_what_trains(tmp_path, monkeyp
     record["peft_base"]["fingerprint"] = "0" * 16
     data.write_text(json.dumps(record))
     with pytest.raises(UserError, match="was fine-tuned from .* but the base found at .* has fingerprint") as info:
-        scoring.evaluate_workdir(str(workdir), ["dev"])
+        evaluation.evaluate_workdir(str(workdir), ["dev"])
     assert "\n" not in str(info.value)
 
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from objectives import build_objective
-from pretrain.data import pipeline
+from pretrain.data.documents import load_documents
+from pretrain.data.prefetch import prefetch
 
 VOCAB = 200
 
@@ -31,8 +32,8 @@ def documents(n=40, seed=0):
 
 
 def test_prefetch_keeps_order_and_raises_producer_errors():
-    assert [s for s, _ in pipeline.prefetch(lambda s: s * 2, range(3, 9), size=2)] == list(range(3, 9))
-    assert [b for _, b in pipeline.prefetch(lambda s: s * 2, range(3), size=0)] == [0, 2, 4]
+    assert [s for s, _ in prefetch(lambda s: s * 2, range(3, 9), size=2)] == list(range(3, 9))
+    assert [b for _, b in prefetch(lambda s: s * 2, range(3), size=0)] == [0, 2, 4]
 
     def broken(step):
         if step == 2:
@@ -40,7 +41,7 @@ def test_prefetch_keeps_order_and_raises_producer_errors():
         return step
 
     with pytest.raises(RuntimeError, match="bad batch"):
-        list(pipeline.prefetch(broken, range(5), size=2))
+        list(prefetch(broken, range(5), size=2))
 
 
 def raw_text_config(path, **kw) -> ml_collections.ConfigDict:
@@ -55,12 +56,12 @@ def test_raw_text_keeps_files_verbatim_and_holds_out_the_tail(tmp_path):
     b.write_text("  to be\n")
     text = "to be,\n\nor not\n  to be\n"
     tokenizer = CharTokenizer(str(a))  # a's characters cover b's
-    (train,), (held_out,) = pipeline.load_documents(raw_text_config(f"{a},{b}"), tokenizer)
+    (train,), (held_out,) = load_documents(raw_text_config(f"{a},{b}"), tokenizer)
     cut = int(len(text) * 0.75)
     assert tokenizer.decode(train[0]) == text[:cut] and tokenizer.decode(held_out[0]) == text[cut:]
     config = raw_text_config(a)
     config.eval_fraction = 0.0
-    (everything,), held_out = pipeline.load_documents(config, tokenizer)
+    (everything,), held_out = load_documents(config, tokenizer)
     assert tokenizer.decode(everything[0]) == "to be,\n\nor not\n" and held_out == []
 
 
@@ -74,4 +75,4 @@ def test_raw_text_errors_name_the_fix(tmp_path, change, match):
     config = raw_text_config(path)
     config.update(change)
     with pytest.raises(CorpusError, match=match):
-        pipeline.load_documents(config, CharTokenizer(str(path)))
+        load_documents(config, CharTokenizer(str(path)))

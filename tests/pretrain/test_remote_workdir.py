@@ -23,7 +23,7 @@ from pretrain.core import checkpoints, metric_writers, parameter_efficient, pret
 from pretrain.core.errors import UserError
 from pretrain.glue import tasks as glue
 from pretrain.glue.finetuning import write_dev_predictions
-from pretrain.loops import finetuning, scoring
+from pretrain.loops import evaluation, finetuning
 
 RUN = "gs://bucket/run"
 
@@ -162,7 +162,7 @@ def test_finetuning_files_on_a_bucket(bucket):
     assert storage.read_text(f"{run}/predictions/validation.tsv").splitlines()[0] == "index\tprediction\tlabel"
 
     storage.write_atomic(f"{run}/config.json", json.dumps({"task": "mrpc", "model": {"name": "bert"}}))
-    assert scoring._finetuning_config(run).task == "mrpc"  # what pretrain.evaluate reads first
+    assert evaluation._finetuning_config(run).task == "mrpc"  # what pretrain.evaluate reads first
     assert parameter_efficient.peft_workdir(run) is None  # not a PEFT run
     workdir.write_json_atomic(f"{run}/results.json", {"best_score": 0.75})
     assert finetuning.finetune(glue_config.get_config("task=mrpc"), run) == {"best_score": 0.75}  # finished
@@ -190,6 +190,6 @@ def test_unsupported_urls_are_one_line_errors(tmp_path, monkeypatch):
     epath_backend.fsspec_backend._get_filesystem.cache_clear()
     assert "needs gcsfs" in one_line_error(lambda: workdir.prepare("gs://bucket/run"))
     assert "--config.init=gs://b/x needs gcsfs" in one_line_error(lambda: pretrained.load_pretrained("gs://b/x"))
-    assert "needs gcsfs" in one_line_error(lambda: scoring._finetuning_config("gs://b/x"))
+    assert "needs gcsfs" in one_line_error(lambda: evaluation._finetuning_config("gs://b/x"))
     assert "needs gcsfs" in one_line_error(lambda: storage.exists("gs://b/x"))
     assert os.listdir(tmp_path) == []

@@ -14,9 +14,10 @@ import time
 import pytest
 
 from configs import glue
-from configs.sweeps import chain, product, sweep, zipit
+from configs.sweep_axes import chain, product, sweep, zipit
 from pretrain.core.errors import UserError
-from pretrain.ops import sweep_report, sweep_runner, sweeps
+from pretrain.ops import sweep_cells, sweep_report, sweep_runner
+from pretrain.ops.sweep_dir import SweepDir
 from tests.conftest import REPO, SHARED_DATA, run_module, run_train, tiny_overrides
 
 
@@ -45,40 +46,41 @@ def test_glue_sweeps():
 
 def test_cells_names_configs_and_commands():
     values = {"arg.task": "cola", "optimizer.learning_rate": 2e-5, "seed": 1}
-    assert sweeps.cell_name(values) == "task=cola_learning_rate=2e-05_seed=1"
-    assert sweeps.cell_name({"model.dropout": 0.1, "data.dropout": 0.2}) == "model.dropout=0.1_data.dropout=0.2"
-    assert sweeps.cell_config("configs/glue.py:task=mrpc,peft=lora", values) == "configs/glue.py:task=cola,peft=lora"
-    (cell,) = sweeps.build_cells("configs/glue.py:task=mrpc", [values], "finetune",
-                                 ["--config.init=/m", "--config.seed=7"], "/runs/s")
+    assert sweep_cells.cell_name(values) == "task=cola_learning_rate=2e-05_seed=1"
+    assert sweep_cells.cell_name({"model.dropout": 0.1, "data.dropout": 0.2}) == "model.dropout=0.1_data.dropout=0.2"
+    assert (sweep_cells.cell_config("configs/glue.py:task=mrpc,peft=lora", values)
+            == "configs/glue.py:task=cola,peft=lora")
+    (cell,) = sweep_cells.build_cells("configs/glue.py:task=mrpc", [values], "finetune",
+                                      ["--config.init=/m", "--config.seed=7"], "/runs/s")
     assert cell.config == "configs/glue.py:task=cola"
     assert cell.command[1:] == ("-m", "pretrain.finetune", "--config=configs/glue.py:task=cola",
                                 f"--workdir=/runs/s/{cell.name}", "--config.init=/m", "--config.seed=7",
                                 "--config.optimizer.learning_rate=2e-05", "--config.seed=1")  # the cell's seed wins
-    launch = sweeps.launch_prefix("tpu:my-v4", "--zone=us-central2-b")
-    (remote,) = sweeps.build_cells("configs/bert.py", [{"seed": 0}], "train", [], "/gcs/b/s/", launch)
+    launch = sweep_cells.launch_prefix("tpu:my-v4", "--zone=us-central2-b")
+    (remote,) = sweep_cells.build_cells("configs/bert.py", [{"seed": 0}], "train", [], "/gcs/b/s/", launch)
     assert remote.command[:7] == (sys.executable, "-m", "pretrain.launch", "run", "--name=my-v4",
                                   "--zone=us-central2-b", "--")
     assert remote.command[7:10] == ("python3", "-m", "pretrain.train") and "--workdir=/gcs/b/s/seed=0" in remote.command
     with pytest.raises(UserError, match="tpu:NAME"):
-        sweeps.launch_prefix("gpu:x", "")
+        sweep_cells.launch_prefix("gpu:x", "")
 
 
 def test_load_cells_errors(tmp_path):
-    assert len(sweeps.load_cells("configs/glue.py:task=mrpc", "lr_seed:1e-4/0,1")) == 2
+    assert len(sweep_cells.load_cells("configs/glue.py:task=mrpc", "lr_seed:1e-4/0,1")) == 2
     with pytest.raises(UserError, match="defines no get_sweep"):
-        sweeps.load_cells("configs/bert.py:size=tiny", "x")
+        sweep_cells.load_cells("configs/bert.py:size=tiny", "x")
     with pytest.raises(UserError, match="no file"):
-        sweeps.load_cells(str(tmp_path / "none.py"), "x")
+        sweep_cells.load_cells(str(tmp_path / "none.py"), "x")
     with pytest.raises(UserError, match="--sweep=bad"):
-        sweeps.load_cells("configs/glue.py", "bad")
+        sweep_cells.load_cells("configs/glue.py", "bad")
     repeated = tmp_path / "rep.py"
     repeated.write_text("def get_sweep(arg):\n    return [{'seed': 0}, {'seed': 0}]\n")
     with pytest.raises(UserError, match="repeats a cell"):
-        sweeps.load_cells(str(repeated), "")
+        sweep_cells.load_cells(str(repeated), "")
 
 
 def test_sweep_dir_claims_its_settings_and_counts_only_clean_exits(tmp_path):
-    sweep_dir = sweeps.SweepDir(str(tmp_path))
+    sweep_dir = SweepDir(str(tmp_path))
     spec = {"config": "configs/glue.py", "entry_point": "finetune", "shared_flags": ["--config.init=/a"],
             "run_root": str(tmp_path), "launch": None, "cells": [{"seed": 0}]}
     sweep_dir.claim(spec)
@@ -87,7 +89,7 @@ def test_sweep_dir_claims_its_settings_and_counts_only_clean_exits(tmp_path):
     with pytest.raises(UserError, match="other shared_flags"):
         sweep_dir.claim({**spec, "shared_flags": ["--config.init=/b"]})
     assert (tmp_path / "sweep.json").read_text() == before  # the refused command changed nothing
-    (cell,) = sweeps.build_cells("configs/glue.py", [{"seed": 0}], "finetune", [], str(tmp_path))
+    (cell,) = sweep_cells.build_cells("configs/glue.py", [{"seed": 0}], "finetune", [], str(tmp_path))
     assert sweep_dir.outcome(cell) is None
     sweep_dir.record(cell, 1, 5.0)
     assert sweep_dir.outcome(cell) is None  # a failed run is not done
@@ -96,9 +98,9 @@ def test_sweep_dir_claims_its_settings_and_counts_only_clean_exits(tmp_path):
 
 
 def test_report_reads_runs_groups_seeds_and_plots(tmp_path):
-    cells = sweeps.build_cells("configs/glue.py", product(sweep("optimizer.learning_rate", [1e-5, 1e-4]),
-                                                          sweep("seed", [0, 1])), "finetune", [], str(tmp_path))
-    sweep_dir = sweeps.SweepDir(str(tmp_path))
+    cells = sweep_cells.build_cells("configs/glue.py", product(sweep("optimizer.learning_rate", [1e-5, 1e-4]),
+                                                               sweep("seed", [0, 1])), "finetune", [], str(tmp_path))
+    sweep_dir = SweepDir(str(tmp_path))
     os.makedirs(tmp_path / "logs")
     scores = [0.5, 0.7, 0.8, 0.9]
     for cell, score in zip(cells[:3], scores):  # the last cell has not run
@@ -126,18 +128,18 @@ def test_report_reads_runs_groups_seeds_and_plots(tmp_path):
 def test_runner_parallel_failures_and_resume(tmp_path):
     """Small python commands as cells: two at a time, a failing cell is reported and left to run again,
     and a second pass runs only that one."""
-    sweep_dir = sweeps.SweepDir(str(tmp_path))
+    sweep_dir = SweepDir(str(tmp_path))
     os.makedirs(tmp_path / "logs")
     marker = tmp_path / "ran.txt"
     code = ("import sys, time; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n'); time.sleep(0.3); "
             "sys.exit(int(sys.argv[3]))")
-    cells = [sweeps.Cell(f"c{i}", {"i": i}, "", (sys.executable, "-c", code, str(marker), f"c{i}", str(int(i == 2))))
-             for i in range(4)]
+    cells = [sweep_cells.Cell(f"c{i}", {"i": i}, "",
+                              (sys.executable, "-c", code, str(marker), f"c{i}", str(int(i == 2)))) for i in range(4)]
     lines = []
     statuses = sweep_runner.run_cells(sweep_dir, cells, parallel=2, say=lines.append)
     assert statuses == {"c0": 0, "c1": 0, "c2": 1, "c3": 0}
     assert any("c2: FAILED (exit 1)" in line for line in lines)
-    fixed = [c if c.name != "c2" else sweeps.Cell("c2", {"i": 2}, "", c.command[:-1] + ("0",)) for c in cells]
+    fixed = [c if c.name != "c2" else sweep_cells.Cell("c2", {"i": 2}, "", c.command[:-1] + ("0",)) for c in cells]
     statuses = sweep_runner.run_cells(sweep_dir, fixed, parallel=2, say=lines.append)
     assert statuses == {"c2": 0}
     assert sorted(marker.read_text().split()) == ["c0", "c1", "c2", "c2", "c3"]

@@ -101,7 +101,7 @@ def test_text_to_text_glue_with_peft(t5_workdir, tmp_path, method, short_dev_glu
     reads the prompt states too): only the method's weights train, and pretrain.evaluate rebuilds base + PEFT
     to the same dev numbers."""
     from configs import glue as glue_config
-    from pretrain.loops import finetuning, scoring
+    from pretrain.loops import evaluation, finetuning
     config = glue_config.get_config(f"task=sst2,model=t5,peft={method}")
     config.init, config.data.glue_dir = str(t5_workdir), short_dev_glue
     config.data.max_train_examples, config.num_epochs, config.batch_size = 64, 1, 16
@@ -111,5 +111,5 @@ def test_text_to_text_glue_with_peft(t5_workdir, tmp_path, method, short_dev_glu
     expected = {"lora": (2 * 2 + 2 * 4) * 2 * 64 * 8, "prompt": 4 * 64}[method]  # q, v (+ cross in the decoder)
     assert results["peft"] == method and results["trainable_parameters"] == expected
     assert len((workdir / "predictions" / "dev.tsv").read_text().splitlines()) == 1 + 128  # the short dev copy
-    again = scoring.evaluate_workdir(str(workdir), ["dev"])
+    again = evaluation.evaluate_workdir(str(workdir), ["dev"])
     assert again["metrics"]["dev"] == pytest.approx(results["metrics"]["dev"])

@@ -1,4 +1,4 @@
-"""Sweep helpers for a config file's `get_sweep(arg)`: cells as lists of override dicts, composed the way
+"""Sweep axes for a config file's `get_sweep(arg)`: cells as lists of override dicts, composed the way
 XManager's `hyper` and big_vision's sweeps are written.
 
     def get_sweep(arg):                      # python -m pretrain.sweep --config=configs/glue.py --sweep=lr_seed

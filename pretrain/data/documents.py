@@ -1,11 +1,7 @@
-"""Where pretraining text comes from and how batches reach the loop: `load_documents` (config.data -> tokenized
-train and held-out documents, or a prepared corpus read by random access) and `prefetch` (a host thread that
-builds batches ahead of the device). The batches themselves are pretrain/data/streaming.py's."""
+"""Where pretraining text comes from: `load_documents` (config.data -> tokenized train and held-out documents,
+or a prepared corpus read by random access). The batches built from them are pretrain/data/streaming.py's;
+pretrain/data/prefetch.py builds them ahead of the device."""
 from __future__ import annotations
-
-import queue
-import threading
-from typing import Any, Iterable, Iterator
 
 import ml_collections
 import numpy as np
@@ -81,41 +77,3 @@ def _raw_text_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers
     parts = list(sources.split_tail(text, fraction)) if fraction else [text]
     tokenized = [[np.asarray(ids, np.int32)] for ids in tokenizer.encode_batch(parts)]
     return tokenized[0:1], tokenized[1:]
-
-
-def prefetch(make_batch, steps: range, size: int = 2) -> Iterator[tuple[int, Any]]:
-    """(step, make_batch(step)) built on a host thread `size` steps ahead, so the device never waits on numpy."""
-    return prefetch_iterator(((s, make_batch(s)) for s in steps), size)
-
-
-def prefetch_iterator(items: Iterable, size: int = 2) -> Iterator:
-    """The items of `items`, produced on a host thread up to `size` ahead; errors surface in the consumer."""
-    if size <= 0:
-        yield from items
-        return
-    buffer: queue.Queue = queue.Queue(maxsize=size)
-    stop = threading.Event()
-    done = object()
-
-    def produce():
-        try:
-            for item in items:
-                if stop.is_set():
-                    return
-                buffer.put((item, None))
-        except BaseException as e:  # surface errors in the consumer, not as a silent dead thread
-            buffer.put((done, e))
-        buffer.put((done, None))
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
-    try:
-        while True:
-            item, error = buffer.get()
-            if item is done:
-                if error is not None:
-                    raise error
-                return
-            yield item
-    finally:
-        stop.set()

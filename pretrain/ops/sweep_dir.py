@@ -1,0 +1,61 @@
+"""A sweep's directory: what the sweep is and which of its cells (pretrain/ops/sweep_cells.py) have finished.
+
+    SWEEP/sweep.json          what the sweep is: config, entry point, the flags every cell gets, the cells
+    SWEEP/<cell>/             the cell's run workdir (pretrain.finetune's or pretrain.train's own layout)
+    SWEEP/logs/<cell>.log     the run's output;  SWEEP/logs/<cell>.json  its outcome, written once it exits 0
+
+A cell counts as done only when its outcome file says exit 0, so a sweep killed at any point is resumed by
+the same command: done cells are skipped, a cell cut short runs again with the same command in the same
+workdir, and the entry points resume their own runs from their checkpoints. A sweep directory holding
+other settings (config, entry point, shared flags) is a one-line error rather than a mix of two sweeps.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from pretrain.core.errors import UserError
+from pretrain.core.workdir import write_json_atomic
+from pretrain.ops.sweep_cells import Cell
+
+SPEC_FILE = "sweep.json"
+
+
+@dataclasses.dataclass
+class SweepDir:
+    root: str
+
+    def log(self, cell: Cell) -> str:
+        return os.path.join(self.root, "logs", cell.name + ".log")
+
+    def outcome_path(self, cell: Cell) -> str:
+        return os.path.join(self.root, "logs", cell.name + ".json")
+
+    def outcome(self, cell: Cell) -> dict | None:
+        """The finished run's outcome (exit 0, wall time), or None when the cell has not completed."""
+        path = self.outcome_path(cell)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            outcome = json.load(f)
+        return outcome if outcome.get("returncode") == 0 else None
+
+    def record(self, cell: Cell, returncode: int, wall_sec: float) -> None:
+        write_json_atomic(self.outcome_path(cell), {"returncode": returncode, "wall_sec": wall_sec,
+                                                    "command": list(cell.command)})
+
+    def claim(self, spec: dict) -> None:
+        """Writes sweep.json, or checks that the one there has the same settings (its cells may differ:
+        a sweep may grow). A mismatch is a one-line error that changes nothing."""
+        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        path = os.path.join(self.root, SPEC_FILE)
+        if os.path.exists(path):
+            with open(path) as f:
+                old = json.load(f)
+            changed = [k for k in ("config", "entry_point", "shared_flags", "run_root", "launch")
+                       if old.get(k) != spec.get(k)]
+            if changed:
+                raise UserError(f"{path} is a sweep with other {', '.join(changed)} ({old.get(changed[0])!r}); "
+                                "give another --workdir, or the same flags to resume it")
+        write_json_atomic(path, spec)
