@@ -6,7 +6,7 @@ models.build_model; HF's BertForPreTraining / GPT2LMHeadModel / T5ForConditional
 same numbers) on the same batches: random token ids of the objective's shapes, drawn once here with numpy
 and saved for every side (MLM + NSP batches for BERT, next-token windows for GPT-2, span-corruption-shaped
 encoder/decoder batches for T5: 512 inputs -> 114 targets). Ours runs this project's real `train_step`
-(pretrain/loops/steps.py) jitted with init_sharded's shardings as pretrain/loops/pretraining.py does; HF
+(pretrain/loops/steps.py) as pretrain/loops/setup.py builds it for the pretraining loop; HF
 runs forward + loss, backward, clipping and AdamW. Same optimizer on both: AdamW with the config's lr,
 betas, eps and weight decay (matrices and embeddings decay, biases and norm scales do not), constant
 learning rate, global-norm clipping 1.0; the configs' dropout; no z-loss (HF has none).
