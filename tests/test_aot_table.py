@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from tests import conftest
+from tests.helpers.paths import REPO
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("aot_table", os.path.join(conftest.REPO, "scripts", "aot_table.py"))
+    spec = importlib.util.spec_from_file_location("aot_table", os.path.join(REPO, "scripts", "aot_table.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass looks its module up
     spec.loader.exec_module(module)

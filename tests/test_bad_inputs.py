@@ -4,7 +4,7 @@ Each case runs the real command (`python -m pretrain.<entry> ...`) on copies of 
 (a tiny BERT pretraining run, an MRPC fine-tuning run from it, a tiny GPT run) and asserts the exit
 status, that stderr is exactly one line matching the case's pattern, and that no file of the workdirs
 changed. The cases run three at a time in one fixture, each a process forked from one that imported JAX
-once (tests/command_server.py); most fail before anything is compiled.
+once (tests/helpers/command_server.py); most fail before anything is compiled.
 """
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, SHARED_DATA, run_module, subprocess_env, tiny_overrides
+from tests.helpers.commands import run_module, subprocess_env
+from tests.helpers.paths import REPO, SHARED_DATA
+from tests.helpers.tiny_bert import tiny_overrides
 
 GLUE = os.path.join(SHARED_DATA, "glue")
 SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
@@ -240,15 +242,15 @@ def _prepare_case(name: str, workdirs: dict[str, str]) -> tuple[str, list[str], 
 @pytest.fixture(scope="module")
 def outcomes(workdirs) -> dict[str, tuple[subprocess.CompletedProcess, list[str]]]:
     """Every case -> (its process, the files it changed). Each command is its own process, forked three at a
-    time from one that imported JAX & co. once (tests/command_server.py: the same `python -m` entry, flags,
-    exit status and output, without ~60 interpreter start-ups)."""
+    time from one that imported JAX & co. once (tests/helpers/command_server.py: the same `python -m` entry,
+    flags, exit status and output, without ~60 interpreter start-ups)."""
     cases = {name: _prepare_case(name, workdirs) for name in CASES}
     before = {name: _snapshot(*watched) for name, (_, _, watched) in cases.items()}
     requests = [{"module": args[0], "args": args[1:], "stdout": os.path.join(case_dir, "stdout"),
                  "stderr": os.path.join(case_dir, "stderr")} for case_dir, args, _ in cases.values()]
     env = subprocess_env()
     env.pop("LMPRETRAIN_TRACEBACK", None)
-    server = subprocess.run([sys.executable, "-m", "tests.command_server", "3"], cwd=REPO, env=env, text=True,
+    server = subprocess.run([sys.executable, "-m", "tests.helpers.command_server", "3"], cwd=REPO, env=env, text=True,
                             input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, timeout=900)
     assert server.returncode == 0, server.stderr[-3000:]
     status = {r["index"]: r["returncode"] for r in map(json.loads, server.stdout.splitlines())}
@@ -294,7 +296,7 @@ def test_help_lists_the_flags_and_print_config_prints_every_key(outcomes):
 
 
 def test_a_forked_command_prints_and_exits_as_the_started_one(outcomes, tmp_path):
-    """tests/command_server.py stands in for `python -m`: the same output and exit status, byte for byte, as
+    """tests/helpers/command_server.py stands in for `python -m`: the same output and exit status, byte for byte, as
     the real command started afresh (cases whose output names no case directory; --help lists every absl flag
     defined in the process, so a preloaded module that defines flags would show here)."""
     for name in ("train/config argument unknown", "finetune/--help", "generate/--help"):

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from scripts.bench_accelerator_sides import build_config
-from tests import conftest
+from tests.helpers.paths import REPO
 
 
 def test_bench_settings_with_a_model_prefix_reach_that_model_only():
@@ -36,7 +36,7 @@ def test_bench_gpu_script_runs_on_cpu_at_tiny_sizes(tmp_path):
     cmd = ["bash", "scripts/bench_gpu.sh", str(tmp_path), "--size=tiny", "--batch=2", "--seq=32", "--steps=3",
            "--warmup=1"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHON": sys.executable}
-    proc = subprocess.run(cmd, cwd=conftest.REPO, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     fused = json.loads((tmp_path / "fused.json").read_text())
     assert not fused["accelerator"] and fused["peak_flops"] > 0

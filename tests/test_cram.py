@@ -9,7 +9,8 @@ import pytest
 
 from configs import common
 from scripts import cram
-from tests.conftest import SHARED_DATA, run_module
+from tests.helpers.commands import run_module
+from tests.helpers.paths import SHARED_DATA
 
 SMALL = ["--sources", "shakespeare", "--vocab_size", "300", "--config",
          "configs/bert.py:size=tiny,recipe=cram,nsp=False", "--glue_dir", os.path.join(SHARED_DATA, "glue")]

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED_DATA
+from tests.helpers.paths import SHARED_DATA
 
 GLUE = os.path.join(SHARED_DATA, "glue")
 TOLERANCE = 1e-4

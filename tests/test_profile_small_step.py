@@ -7,12 +7,12 @@ import importlib.util
 import json
 import os
 
-from tests import conftest
+from tests.helpers.paths import REPO
 
 
 def _script():
     spec = importlib.util.spec_from_file_location(
-        "profile_small_step", os.path.join(conftest.REPO, "scripts", "profile_small_step.py"))
+        "profile_small_step", os.path.join(REPO, "scripts", "profile_small_step.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -13,7 +13,7 @@ import pytest
 from configs import bert
 from pretrain.core import aot
 from pretrain.loops.steps import train_step
-from tests.conftest import run_module
+from tests.helpers.commands import run_module
 
 # The tiny BERT, its vocabulary cut to 1,000 ids: small enough to compile in seconds.
 OVERRIDES = {"batch_size": 8, "model.vocab_size": 1000, "mesh_shape": (-1, 1, 1)}

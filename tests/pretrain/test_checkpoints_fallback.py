@@ -9,12 +9,12 @@ import os
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 import pytest
 
 from pretrain.core import checkpoints
 from pretrain.core.train_state import TrainState
+from tests.helpers.asserts import assert_same_leaves
 
 
 def make_state(seed: int, shape=(64, 64)) -> TrainState:
@@ -42,11 +42,6 @@ def files_under(directory) -> dict[str, int]:
     """Every file below `directory` -> its size (what a deletion would change)."""
     return {os.path.relpath(p, directory): os.path.getsize(p)
             for p in glob.glob(os.path.join(str(directory), "**"), recursive=True) if os.path.isfile(p)}
-
-
-def assert_same(a: TrainState, b: TrainState) -> None:
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 def truncate(path: str) -> None:
@@ -106,7 +101,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, caps
     ckpt.close()
     expected_step = 3 if damaged.endswith("4") else 2
     assert step == expected_step and position == {"step": expected_step}
-    assert_same(restored, states[expected_step])
+    assert_same_leaves(restored, states[expected_step])
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and f"checkpoint {damaged}:" in warnings[0], warnings
     assert files_under(tmp_path) == before  # neither the manager nor the restore deleted anything
@@ -143,7 +138,7 @@ def test_the_next_save_sets_the_damaged_folder_aside(tmp_path, capsys):
     restored, _, step = ckpt.restore(abstract(states[2]))
     ckpt.close()
     assert step == 3
-    assert_same(restored, states[3])
+    assert_same_leaves(restored, states[3])
 
 
 def test_a_checkpoint_of_another_model_is_an_error_not_a_fallback(tmp_path, capsys):
@@ -185,5 +180,5 @@ def test_restore_params_skips_a_damaged_latest_step(tmp_path, capsys):
     damage(tmp_path, "no step metadata")
     params, step = checkpoints.restore_params(str(tmp_path))
     assert step == 2
-    assert_same(params, states[2].params)
+    assert_same_leaves(params, states[2].params)
     assert capsys.readouterr().err.count("warning: skipping checkpoint") == 2

@@ -7,7 +7,8 @@ import jax
 import pytest
 
 from pretrain.core import compilation_cache
-from tests.conftest import run_train, tiny_overrides
+from tests.helpers.commands import run_train
+from tests.helpers.tiny_bert import tiny_overrides
 
 
 @pytest.fixture

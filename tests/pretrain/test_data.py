@@ -15,13 +15,8 @@ from pretrain.data.tokenizers import TokenizerError, load_tokenizer
 from scripts import train_tokenizer
 from scripts.build_corpus import build_corpus
 from scripts.corpus_sources import sentences_of
-
-
-def _one_line_error(excinfo, *needles):
-    message = str(excinfo.value)
-    assert "\n" not in message, message
-    for needle in needles:
-        assert str(needle) in message, message
+from tests.helpers.asserts import assert_one_line_error
+from tests.helpers.data import WORDPIECE_VOCAB, tfds_builder_class
 
 
 # ------------------------------------------------------------------------------------- text files
@@ -46,39 +41,11 @@ def test_read_text_corpus_errors_are_one_line(tmp_path):
     for name, needle in [("nope.txt", "not found"), ("*.none", "matches"), ("empty.txt", "empty")]:
         with pytest.raises(CorpusError) as e:
             read_text_corpus(str(tmp_path / name))
-        _one_line_error(e, tmp_path / name, needle)
+        assert_one_line_error(e, tmp_path / name, needle)
     assert issubclass(CorpusError, ValueError)
 
 
 # ------------------------------------------------------------------------------------------ TFDS
-
-TEXTS = [f"Document {i} first line.\n\n  Document {i} second line.  \n" for i in range(7)]
-TEXTS.append("\n \n")  # no text: must be dropped
-
-
-def _tfds_builder_class(tfds):
-    class PretrainTestCorpus(tfds.core.GeneratorBasedBuilder):
-        """A tiny text dataset, prepared offline."""
-
-        VERSION = tfds.core.Version("1.0.0")
-        # tfds 4.9.10 looks up a packaged builder's source dir (for checksums) via importlib_resources,
-        # a dependency it declares only for Python < 3.9; a test builder has no checksums anyway.
-        code_path = None
-
-        def _info(self):
-            # DatasetInfo directly: dataset_info_from_configs needs the builder to live in a package.
-            return tfds.core.DatasetInfo(
-                builder=self, features=tfds.features.FeaturesDict({"text": tfds.features.Text()})
-            )
-
-        def _split_generators(self, dl_manager):
-            return {"train": self._generate_examples()}
-
-        def _generate_examples(self):
-            yield from ((i, {"text": text}) for i, text in enumerate(TEXTS))
-
-    return PretrainTestCorpus
-
 
 @pytest.fixture(scope="module")
 def tfds_dir(tmp_path_factory):
@@ -87,7 +54,7 @@ def tfds_dir(tmp_path_factory):
     tfds = pytest.importorskip("tensorflow_datasets")
     data_dir = tmp_path_factory.mktemp("tfds")
     with tfds.core.registered.skip_registration():
-        builder_cls = _tfds_builder_class(tfds)
+        builder_cls = tfds_builder_class(tfds)
     builder_cls(data_dir=str(data_dir), file_format="array_record").download_and_prepare()
     return data_dir
 
@@ -111,12 +78,12 @@ def test_read_tfds_corpus_errors(tfds_dir):
     ]:
         with pytest.raises(CorpusError) as e:
             read_tfds_corpus(name, data_dir=str(tfds_dir), **kwargs)
-        _one_line_error(e, *needles)
+        assert_one_line_error(e, *needles)
 
 
 def test_read_tfds_corpus_prepares_registered_builder(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
-    _tfds_builder_class(tfds)  # registers "pretrain_test_corpus" for this process
+    tfds_builder_class(tfds)  # registers "pretrain_test_corpus" for this process
     try:
         docs = read_tfds_corpus("pretrain_test_corpus", data_dir=str(tmp_path))  # not prepared yet
         assert len(docs) == 7
@@ -136,32 +103,10 @@ def test_read_tfds_corpus_tfrecord_without_tensorflow(tfds_dir, tmp_path):
     info_path.write_text(json.dumps(info))
     with pytest.raises(CorpusError) as e:
         read_tfds_corpus("pretrain_test_corpus", data_dir=str(tmp_path))
-    _one_line_error(e, "pip install tensorflow", "array_record")
+    assert_one_line_error(e, "pip install tensorflow", "array_record")
 
 
 # ------------------------------------------------------------------------------------ tokenizers
-
-WORDPIECE_VOCAB = [
-    "[PAD]",
-    "[unused0]",
-    "[UNK]",
-    "[CLS]",
-    "[SEP]",
-    "[MASK]",
-    "the",
-    "quick",
-    "fox",
-    "un",
-    "##aff",
-    "##able",
-    "jump",
-    "##ed",
-    ".",
-    ",",
-    "hello",
-    "world",
-]
-
 
 @pytest.fixture
 def vocab_file(tmp_path):
@@ -202,7 +147,7 @@ def test_tokenizer_errors(tmp_path, vocab_file):
     ]:
         with pytest.raises(TokenizerError) as e:
             load_tokenizer(kind, str(path))
-        _one_line_error(e, needle, path if kind != "bpe" else "bpe")
+        assert_one_line_error(e, needle, path if kind != "bpe" else "bpe")
 
 
 def test_tokenize_documents(vocab_file):
@@ -296,4 +241,4 @@ def test_train_tokenizer_cli(demo_corpus, tmp_path, capsys):
     assert tok.mask_id == 4 and tok.decode(tok.encode("The Python")) == "The Python"
     with pytest.raises(CorpusError) as e:  # more pieces than the text can give
         train_tokenizer.train_sentencepiece([demo_corpus[0]], prefix, vocab_size=10_000_000)
-    _one_line_error(e, "vocab_size")
+    assert_one_line_error(e, "vocab_size")

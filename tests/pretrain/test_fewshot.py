@@ -22,8 +22,9 @@ from pretrain.glue.tasks import Example
 from pretrain.data.tokenizers import CharTokenizer
 from pretrain.core.errors import UserError
 from pretrain.lm.language_model import LanguageModel
-from tests import conftest
-from tests.models.test_gpt import random_params
+from tests.helpers.commands import run_module
+from tests.helpers.paths import SHARED_DATA
+from tests.helpers.random_weights import gpt_random_params
 
 SST2 = ("Assume that the polarity of a text is a label chosen from {negative, positive}. "
         "Identify the polarity of the input.")
@@ -187,7 +188,7 @@ def test_scores_match_transformers_gpt2(char_tokenizer):
     the per-token mean of log P(label tokens | prompt) match our padded batch calls, and so do predictions."""
     config = GPTConfig(vocab_size=char_tokenizer.vocab_size, n_positions=320, d_model=32, num_layers=2,
                        num_heads=2, d_ff=64, dropout_rate=0.0, attention_dropout_rate=0.0)
-    params = random_params(config, seed=3)
+    params = gpt_random_params(config, seed=3)
     lm = LanguageModel(GPT(config), params, char_tokenizer, "test")
     reference = _transformers_copy(config, params)
     words = ["negative", "positive!"]  # different lengths, so that the mean differs from the sum
@@ -224,7 +225,7 @@ def test_rows_that_fill_the_context_score_like_transformers():
     positions the model has no embedding for (they would turn the padded attention into NaN)."""
     config = GPTConfig(vocab_size=50, n_positions=37, d_model=32, num_layers=1, num_heads=2, d_ff=64,
                        dropout_rate=0.0, attention_dropout_rate=0.0)
-    params = random_params(config, seed=5)
+    params = gpt_random_params(config, seed=5)
     rng = np.random.default_rng(0)
     prompts_ids = [list(rng.integers(0, 50, n)) for n in (34, 20, 1)]
     completion_ids = [[7, 8, 9], [11]]
@@ -327,8 +328,8 @@ def char_workdir(char_gpt_glue_workdir) -> str:
 
 @pytest.mark.slow
 def test_command_on_a_tiny_trained_gpt(char_workdir, tmp_path):
-    glue_dir = os.path.join(conftest.SHARED_DATA, "glue")
-    proc = conftest.run_module("pretrain.fewshot", [
+    glue_dir = os.path.join(SHARED_DATA, "glue")
+    proc = run_module("pretrain.fewshot", [
         f"--init={char_workdir}", "--task=sst2", "--k=2", "--seed=0", f"--glue_dir={glue_dir}",
         "--max_examples=12", f"--output={tmp_path}"])
     assert "\nPolarity:" in proc.stdout and "metrics: accuracy=" in proc.stdout
@@ -343,9 +344,9 @@ def test_command_on_a_tiny_trained_gpt(char_workdir, tmp_path):
                                    "demonstrations"] and len(rows) == 13
 
     # the same model read with the Shakespeare-only vocabulary: a one-line error naming the characters
-    shakespeare = os.path.join(conftest.SHARED_DATA, "tinyshakespeare/input.txt")
-    proc = conftest.run_module("pretrain.fewshot", [f"--init={char_workdir}", "--task=sst2", f"--glue_dir={glue_dir}",
+    shakespeare = os.path.join(SHARED_DATA, "tinyshakespeare/input.txt")
+    proc = run_module("pretrain.fewshot", [f"--init={char_workdir}", "--task=sst2", f"--glue_dir={glue_dir}",
                                                     f"--tokenizer_path={shakespeare}", "--max_examples=2"], check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not in the char vocabulary" in proc.stderr
-    proc = conftest.run_module("pretrain.fewshot", [f"--init={char_workdir}", "--task=stsb"], check=False)
+    proc = run_module("pretrain.fewshot", [f"--init={char_workdir}", "--task=stsb"], check=False)
     assert proc.returncode == 2 and "regression task" in proc.stderr and proc.stderr.count("\n") == 1

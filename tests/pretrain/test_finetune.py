@@ -7,7 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED_DATA, run_module
+from tests.helpers.commands import run_module
+from tests.helpers.paths import SHARED_DATA
 
 GLUE_DIR = os.path.join(SHARED_DATA, "glue")
 

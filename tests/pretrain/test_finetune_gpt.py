@@ -27,8 +27,9 @@ from pretrain.data.tokenizers import CharTokenizer
 from pretrain.core.errors import UserError
 from pretrain.families.gpt import GPTFamily, LastTokenObjective
 from pretrain.core.train_state import unbox
-from tests.conftest import SHARED_DATA, run_module
-from tests.models.test_gpt import random_params
+from tests.helpers.commands import run_module
+from tests.helpers.paths import SHARED_DATA
+from tests.helpers.random_weights import gpt_random_params
 
 CONFIG = GPTConfig(vocab_size=64, n_positions=32, d_model=32, num_layers=2, num_heads=4, d_ff=128,
                    dropout_rate=0.0, attention_dropout_rate=0.0)
@@ -53,7 +54,7 @@ def _rows(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def _params(num_labels: int, seed: int = 0) -> dict:
     """Body with O(1) activations (tests/test_gpt.py) and a head whose logits are O(1)."""
     kernel = np.random.default_rng(seed + 1).standard_normal((CONFIG.d_model, num_labels)) / np.sqrt(CONFIG.d_model)
-    return {"gpt": random_params(CONFIG, seed), "score": {"kernel": kernel.astype(np.float32)}}
+    return {"gpt": gpt_random_params(CONFIG, seed), "score": {"kernel": kernel.astype(np.float32)}}
 
 
 def _forward(num_labels: int):
@@ -190,7 +191,7 @@ def test_merge_pretrained_keeps_the_body_bitwise_and_lists_only_the_head(char_to
     model = family.build_model()
     ids = jnp.ones((1, 8), jnp.int32)
     fresh_params = unbox(jax.jit(model.init)(jax.random.key(0), ids, ids)["params"])
-    body = random_params(CONFIG, seed=3)
+    body = gpt_random_params(CONFIG, seed=3)
     init = pretrained.Pretrained("gpt", {}, body, {}, "orbax:test")
     merged, fresh = family.merge_pretrained(fresh_params, init)
     assert fresh == ["score/kernel"]

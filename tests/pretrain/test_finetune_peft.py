@@ -13,7 +13,7 @@ import pytest
 from pretrain.core import checkpoints, preemption
 from pretrain.core.errors import UserError
 from pretrain.core.pretrained import load_pretrained
-from tests.conftest import SHARED_DATA
+from tests.helpers.paths import SHARED_DATA
 
 
 def _minilm_dir() -> str:

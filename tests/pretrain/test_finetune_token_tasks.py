@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, run_module
+from tests.helpers.commands import run_module
+from tests.helpers.paths import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla_optimized]  # about 50 s each of the real 22M-parameter model
 

@@ -16,19 +16,20 @@ from pretrain.lm import generation as gen
 from pretrain.data.tokenizers import CharTokenizer
 from pretrain.core.errors import UserError
 from pretrain.lm.language_model import LanguageModel, load_language_model
-from tests import conftest
-from tests.models.test_gpt import random_params
+from tests.helpers.commands import run_module
+from tests.helpers.paths import SHARED_DATA
+from tests.helpers.random_weights import gpt_random_params
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz |\n:"   # the char vocabulary (sorted by CharTokenizer)
 CONFIG = GPTConfig(vocab_size=len(ALPHABET), n_positions=16, d_model=32, num_layers=2, num_heads=4, d_ff=64,
                    dropout_rate=0.0, attention_dropout_rate=0.0)
-SHAKESPEARE = os.path.join(conftest.SHARED_DATA, "tinyshakespeare/input.txt")
+SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare/input.txt")
 
 
 @pytest.fixture(scope="module")
 def params():
-    """Random weights whose greedy continuations depend on the whole window. With tests/test_gpt.py's
-    random_params alone, greedy decoding soon repeats one token (the current token's own embedding
+    """Random weights whose greedy continuations depend on the whole window. With gpt_random_params alone
+    (tests/helpers/random_weights.py), greedy decoding soon repeats one token (the current token's own embedding
     dominates its tied logits; biases add a fixed favourite), so a wrong window could go unseen. Without
     biases and with a stronger, sharper attention, changing the first token of a 16-token window
     changes the last position's argmax about half the time."""
@@ -37,7 +38,7 @@ def params():
     def rescale(path, leaf):
         name = jax.tree_util.keystr(path)
         return leaf * next((s for key, s in scale.items() if key in name), 1.0)
-    return jax.tree_util.tree_map_with_path(rescale, random_params(CONFIG, seed=0))
+    return jax.tree_util.tree_map_with_path(rescale, gpt_random_params(CONFIG, seed=0))
 
 
 @pytest.fixture(scope="module")
@@ -237,7 +238,7 @@ def parse_output(stdout: str) -> list[tuple[tuple[int, int, str], str]]:
 def test_command_prints_every_sample_of_every_prompt(workdir, tmp_path):
     args = [f"--init={workdir}", "--prompt=ROMEO:", "--prompt=JULIET:\\nO", "--num_samples=2",
             "--max_new_tokens=40", "--seed=3"]
-    printed = parse_output(conftest.run_module("pretrain.generate", args).stdout)
+    printed = parse_output(run_module("pretrain.generate", args).stdout)
     assert [key[:2] for key, _ in printed] == [(1, 1), (1, 2), (2, 1), (2, 2)]
     for (prompt, _, reason), body in printed:
         start = "ROMEO:" if prompt == 1 else "JULIET:\nO"
@@ -247,10 +248,10 @@ def test_command_prints_every_sample_of_every_prompt(workdir, tmp_path):
     # Greedy from a prompt file (prompt + 40 new tokens slide past the 32-token context): the library's text.
     (tmp_path / "prompts.txt").write_text("ROMEO:\n\nKING:\n")
     args = [f"--init={workdir}", f"--prompt_file={tmp_path / 'prompts.txt'}", "--greedy", "--max_new_tokens=40"]
-    printed = parse_output(conftest.run_module("pretrain.generate", args).stdout)
+    printed = parse_output(run_module("pretrain.generate", args).stdout)
     expected = gen.generate(load_language_model(workdir), ["ROMEO:", "KING:"], max_new_tokens=40,
                             sampling=gen.Sampling(greedy=True))
     assert [body for _, body in printed] == [c[0].prompt + c[0].text for c in expected]
 
-    failed = conftest.run_module("pretrain.generate", [f"--init={tmp_path / 'nothing'}"], check=False)
+    failed = run_module("pretrain.generate", [f"--init={tmp_path / 'nothing'}"], check=False)
     assert failed.returncode == 2 and failed.stderr.strip().count("\n") == 0 and "does not exist" in failed.stderr

@@ -19,17 +19,11 @@ from pretrain.glue.tasks import (
     read_glue_tfds,
     write_submission,
 )
-from tests.conftest import SHARED_DATA
+from tests.helpers.asserts import assert_one_line_error
+from tests.helpers.paths import SHARED_DATA
 
 GLUE = os.path.join(SHARED_DATA, "glue")
 real_data = pytest.mark.skipif(not os.path.isdir(GLUE), reason=f"no GLUE download at {GLUE}")
-
-
-def _one_line_error(excinfo, *needles):
-    message = str(excinfo.value)
-    assert "\n" not in message, message
-    for needle in needles:
-        assert str(needle) in message, message
 
 
 def _write(root, relpath: str, lines: list[str]) -> str:
@@ -69,7 +63,7 @@ def test_task_properties_and_lookup():
     assert main == ["f1"] * 2 + ["accuracy"] * 4
     with pytest.raises(GlueDataError) as e:
         get_task("squad")
-    _one_line_error(e, "squad", "cola", "wnli")
+    assert_one_line_error(e, "squad", "cola", "wnli")
 
 
 # ------------------------------------------------------------------------------------- real files
@@ -136,7 +130,7 @@ def test_real_wnli_and_test_splits():
 def test_real_missing_split_file():
     with pytest.raises(GlueDataError) as e:
         read_glue_dir(get_task("sst2"), "test", GLUE)  # this copy has no SST-2 test.tsv
-    _one_line_error(e, os.path.join(GLUE, "SST-2", "test.tsv"), "--config.data.glue_dir", "source=tfds")
+    assert_one_line_error(e, os.path.join(GLUE, "SST-2", "test.tsv"), "--config.data.glue_dir", "source=tfds")
 
 
 # ------------------------------------------------------------------------------------- crafted official layout
@@ -218,7 +212,7 @@ def test_crafted_official_layouts(crafted):
     assert read_glue_dir(get_task("rte"), "dev", os.path.join(crafted, "RTE")) == read("rte", "dev")
     with pytest.raises(GlueDataError) as e:
         read("mnli", "dev")  # MNLI has two dev sets
-    _one_line_error(e, "dev_matched", "dev_mismatched")
+    assert_one_line_error(e, "dev_matched", "dev_mismatched")
 
 
 def test_test_split_uses_index_column(tmp_path):
@@ -244,7 +238,7 @@ def test_malformed_rows_name_file_and_line(tmp_path, relpath, lines, needles):
     task, split = get_task(relpath.split("/")[0]), relpath.split("/")[1][:-4]
     with pytest.raises(GlueDataError) as e:
         read_glue_dir(task, split, str(tmp_path))
-    _one_line_error(e, path, *needles)
+    assert_one_line_error(e, path, *needles)
 
 
 def test_qqp_malformed_rows_raise_unless_skipped(tmp_path):
@@ -254,7 +248,7 @@ def test_qqp_malformed_rows_raise_unless_skipped(tmp_path):
                                               _tsv(7, 8, 9, "Q3?", "Q4?", 1)])
     with pytest.raises(GlueDataError) as e:
         read_glue_dir(get_task("qqp"), "train", str(tmp_path))
-    _one_line_error(e, f"{path}:3:", "expected 6", "found 4", "--config.data.skip_malformed=true")
+    assert_one_line_error(e, f"{path}:3:", "expected 6", "found 4", "--config.data.skip_malformed=true")
     with pytest.raises(GlueDataError) as e:  # a command without that option does not suggest it
         read_glue_dir(get_task("qqp"), "train", str(tmp_path), options=DataOptions("--glue_dir", None, None))
     assert "skip_malformed" not in str(e.value) and "fix or delete the line" in str(e.value)
@@ -265,11 +259,11 @@ def test_qqp_malformed_rows_raise_unless_skipped(tmp_path):
 def test_missing_files_and_bad_arguments(tmp_path):
     with pytest.raises(GlueDataError) as e:
         load_split(get_task("qnli"), "dev", source="dir", data_dir=str(tmp_path))
-    _one_line_error(e, os.path.join(str(tmp_path), "QNLI", "dev.tsv"), "--config.data.glue_dir", "source=tfds")
+    assert_one_line_error(e, os.path.join(str(tmp_path), "QNLI", "dev.tsv"), "--config.data.glue_dir", "source=tfds")
     for kwargs, needles in [({"source": "dir"}, ("glue_dir",)), ({"source": "csv"}, ("'csv'", "tfds"))]:
         with pytest.raises(GlueDataError) as e:
             load_split(get_task("qnli"), "dev", **kwargs)
-        _one_line_error(e, *needles)
+        assert_one_line_error(e, *needles)
 
 
 # ------------------------------------------------------------------------------------- submission files
@@ -300,7 +294,7 @@ def test_write_submission(tmp_path):
     assert _read_lines(os.path.join(out, "QQP.tsv"))[1] == "0\t1"
     with pytest.raises(GlueDataError) as e:
         write_submission(get_task("cola"), "dev", [1], [0], out)
-    _one_line_error(e, "'dev'", "test")
+    assert_one_line_error(e, "'dev'", "test")
     with pytest.raises(ValueError):
         write_submission(get_task("rte"), "test", [2], [0], out)
 
@@ -346,4 +340,4 @@ def test_read_glue_tfds_download_failure(tmp_path):
     with mock.patch.object(tfds.download.DownloadManager, "download_and_extract",
                            side_effect=ConnectionError("offline")), pytest.raises(GlueDataError) as e:
         read_glue_tfds(get_task("rte"), "dev", str(tmp_path))
-    _one_line_error(e, "glue/rte", str(tmp_path), "source=dir")
+    assert_one_line_error(e, "glue/rte", str(tmp_path), "source=dir")

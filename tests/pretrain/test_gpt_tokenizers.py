@@ -16,7 +16,7 @@ import transformers
 from tokenizers import ByteLevelBPETokenizer
 
 from pretrain.data import tokenizers
-from tests.conftest import SHARED_DATA
+from tests.helpers.paths import SHARED_DATA
 
 SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
 SST2_DEV = os.path.join(SHARED_DATA, "glue", "SST-2", "dev.tsv")

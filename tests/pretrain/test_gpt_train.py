@@ -9,7 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import SHARED_DATA, run_train
+from tests.helpers.commands import run_train
+from tests.helpers.paths import SHARED_DATA
 
 pytestmark = pytest.mark.slow  # every test here runs the real command in a subprocess
 

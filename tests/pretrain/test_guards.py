@@ -17,8 +17,8 @@ import pytest
 from pretrain.core import errors, guards
 from pretrain.core.train_state import TrainState
 from pretrain.loops.steps import train_step
-from tests.pretrain.test_checkpoints_fallback import assert_same
-from tests.pretrain.test_preemption import tiny_config
+from tests.helpers.asserts import assert_same_leaves
+from tests.helpers.tiny_bert import tiny_config
 
 
 class Linear(nn.Module):
@@ -73,7 +73,7 @@ def test_a_finite_step_is_flagged_0_and_skipping_changes_nothing():
     plain, metrics = run_step(state, batch(3), skip=False)
     skipping, metrics_skip = run_step(state, batch(3), skip=True)
     assert float(metrics["nonfinite"]) == 0.0 and float(metrics_skip["nonfinite"]) == 0.0
-    assert_same(plain, skipping)  # bitwise: the guard costs nothing to a finite update
+    assert_same_leaves(plain, skipping)  # bitwise: the guard costs nothing to a finite update
     assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(host(state.params)),
                                                          jax.tree.leaves(host(plain.params))))
 
@@ -156,7 +156,7 @@ def test_skipping_keeps_the_weights_and_counts_the_skipped_updates(tmp_path, cor
     assert skipped == list(range(first, 9)), skipped
     last, _ = checkpoints.restore_params(str(workdir / "checkpoints"), 8)
     kept, _ = checkpoints.restore_params(str(workdir / "checkpoints"), first - 1)
-    assert_same(last, kept)
+    assert_same_leaves(last, kept)
 
     # a resume keeps counting: the total covers the whole run, not just this process
     config.num_train_steps = 10

@@ -12,7 +12,7 @@ from models import stack
 from pretrain.core import pretrained
 from pretrain.families.base import merge_pretrained
 from pretrain.lm import language_model
-from tests.pretrain.test_preemption import tiny_config
+from tests.helpers.tiny_bert import tiny_config
 
 
 def test_a_scanned_bert_trains_and_its_checkpoint_initialises_a_looped_one(tmp_path, corpus_and_tokenizer):

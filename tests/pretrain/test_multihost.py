@@ -15,7 +15,9 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, SHARED_DATA, subprocess_env, tiny_overrides
+from tests.helpers.commands import subprocess_env
+from tests.helpers.paths import REPO, SHARED_DATA
+from tests.helpers.tiny_bert import tiny_overrides
 
 pytestmark = pytest.mark.slow  # every test here starts the real command in subprocesses
 

@@ -19,8 +19,8 @@ from pretrain.lm import perplexity as ppl
 from pretrain.data.tokenizers import CharTokenizer
 from pretrain.core.errors import UserError
 from pretrain.lm.language_model import LanguageModel
-from tests import conftest
-from tests.models.test_gpt import random_params
+from tests.helpers.commands import run_module
+from tests.helpers.random_weights import gpt_random_params
 
 CONTEXT = 16
 TOLERANCE = 1e-4
@@ -40,7 +40,7 @@ def lm(tmp_path_factory) -> LanguageModel:
     tokenizer = CharTokenizer(str(path))
     config = GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=CONTEXT, d_model=32, num_layers=2, num_heads=4,
                        d_ff=64, dropout_rate=0.0, attention_dropout_rate=0.0)
-    return LanguageModel(GPT(config), random_params(config, seed=2), tokenizer, "test")
+    return LanguageModel(GPT(config), gpt_random_params(config, seed=2), tokenizer, "test")
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +164,7 @@ def test_command_prints_the_perplexity_of_the_held_out_text(lm, hf_model, tmp_pa
     (tmp_path / "eval.txt").write_text(text)
     args = [f"--init={tmp_path}", f"--data={tmp_path / 'eval.txt'}", "--raw_text", "--eval_fraction=0.5",
             "--stride=6", "--batch_size=3"]
-    printed = conftest.run_module("pretrain.perplexity", args).stdout
+    printed = run_module("pretrain.perplexity", args).stdout
     value = {key: float(re.search(rf"^{key}: ([\d.]+)", printed, re.M)[1])
              for key in ("mean NLL", "perplexity", "bits per character")}
     assert math.isclose(value["perplexity"], math.exp(value["mean NLL"]), rel_tol=2e-6)
@@ -175,5 +175,5 @@ def test_command_prints_the_perplexity_of_the_held_out_text(lm, hf_model, tmp_pa
     assert f"tokens scored: {count} of 150 (context 16, stride 6)" in printed
     assert abs(value["mean NLL"] - nll_sum / count) < TOLERANCE
 
-    failed = conftest.run_module("pretrain.perplexity", args[:2] + ["--stride=99"], check=False)
+    failed = run_module("pretrain.perplexity", args[:2] + ["--stride=99"], check=False)
     assert failed.returncode == 2 and failed.stderr.strip().count("\n") == 0 and "stride=99" in failed.stderr

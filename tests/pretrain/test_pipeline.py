@@ -1,33 +1,8 @@
-"""load_documents (raw text) and prefetch; the fake tokenizer, objective and documents test_streaming uses."""
-import types
-
+"""pretrain/data/pipeline.py: load_documents (raw text) and prefetch."""
 import ml_collections
-import numpy as np
 import pytest
 
-from objectives import build_objective
 from pretrain.data import pipeline
-
-VOCAB = 200
-
-
-def fake_tokenizer():
-    return types.SimpleNamespace(vocab_size=VOCAB, pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4,
-                                 special_ids=(0, 2, 3, 4), word_start=np.ones(VOCAB, bool))
-
-
-def objective():
-    config = ml_collections.ConfigDict(dict(
-        name="bert_pretraining", mask_prob=0.15, replace_with_mask=0.8, replace_with_random=0.1,
-        max_predictions_per_seq=5, long_max_predictions_per_seq=20, whole_word_masking=False,
-        next_sentence=True, short_seq_prob=0.1))
-    return build_objective(config, fake_tokenizer())
-
-
-def documents(n=40, seed=0):
-    rng = np.random.default_rng(seed)
-    return [[rng.integers(5, VOCAB, rng.integers(3, 15)).astype(np.int32) for _ in range(rng.integers(2, 8))]
-            for _ in range(n)]
 
 
 def test_prefetch_keeps_order_and_raises_producer_errors():

@@ -17,7 +17,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from pretrain.core import errors, preemption
-from tests.conftest import REPO, SHARED_DATA, run_module, run_train, subprocess_env, tiny_overrides
+from tests.helpers.commands import run_module, run_train, subprocess_env
+from tests.helpers.paths import REPO, SHARED_DATA
+from tests.helpers.tiny_bert import tiny_config, tiny_overrides
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,22 +96,6 @@ def test_preempted_exits_75_with_one_line(capsys, monkeypatch):
 # ---------------------------------------------------------------------------------------------
 # The pretraining loop, in process: a stop request saves at that step and raises Preempted.
 # ---------------------------------------------------------------------------------------------
-def tiny_config(corpus: str, spm: str, **extra):
-    """configs/bert.py:size=tiny with conftest's tiny_overrides, for an in-process run (no held-out
-    evaluation unless asked: one jit compilation less)."""
-    from configs import bert
-    config = bert.get_config("size=tiny")
-    for flag in tiny_overrides(corpus, spm, **{"data.eval_documents": 0, **extra}):
-        key, value = flag[len("--config."):].split("=", 1)
-        *parents, last = key.split(".")
-        target = config
-        for name in parents:
-            target = target[name]
-        old = target[last]
-        target[last] = value.lower() == "true" if isinstance(old, bool) else type(old)(value)
-    return config
-
-
 def test_the_loop_saves_at_the_step_it_stops_and_raises_preempted(tmp_path, corpus_and_tokenizer, monkeypatch):
     from pretrain.loops import pretraining
     monkeypatch.setattr(preemption.Watcher, "should_stop", lambda self, step: step == 4)

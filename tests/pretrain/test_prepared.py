@@ -16,8 +16,9 @@ from pretrain.data import preparation, prepared, sources, tokenizers
 from pretrain.data.prepared import PreparedCorpus
 from pretrain.data.sources import CorpusError
 from scripts import prepare_corpus, train_tokenizer
-from tests.conftest import REPO
-from tests.pretrain.test_data import WORDPIECE_VOCAB, _one_line_error
+from tests.helpers.asserts import assert_one_line_error
+from tests.helpers.data import WORDPIECE_VOCAB, tfds_builder_class
+from tests.helpers.paths import REPO
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_iter_text_documents_streams_what_read_text_corpus_reads(tmp_path):
     assert list(sources.iter_text_documents(pattern)) == sources.read_text_corpus(pattern)
     with pytest.raises(CorpusError) as e:  # checked when called, before anything is read
         sources.iter_text_documents(str(tmp_path / "nope.txt"), flag="--input")
-    _one_line_error(e, "nope.txt", "--input")
+    assert_one_line_error(e, "nope.txt", "--input")
 
 
 def test_round_trip(tmp_path, corpus, spm):
@@ -142,7 +143,7 @@ def test_eval_holds_out_the_last_documents(tmp_path, corpus, spm):
 
     with pytest.raises(CorpusError) as e:
         _prepare(corpus, spm, tmp_path / "few", eval_documents=5, max_documents=6)
-    _one_line_error(e, "6 documents", "--eval_documents=5")
+    assert_one_line_error(e, "6 documents", "--eval_documents=5")
     assert not (tmp_path / "few" / "index.json").exists()  # a failed preparation is never a corpus
 
 
@@ -159,16 +160,14 @@ def test_documents_without_tokens_are_dropped(tmp_path, spm):
     changing = iter([documents, documents[:6]])  # a second reading that differs from the first
     with pytest.raises(CorpusError) as e:
         preparation.prepare(lambda: iter(next(changing)), spm, str(tmp_path / "out"), num_shards=3, progress=False)
-    _one_line_error(e, "10 documents counted, then 6 read")
+    assert_one_line_error(e, "10 documents counted, then 6 read")
     assert not (tmp_path / "out" / "index.json").exists()
 
 
 def test_prepared_from_tfds(tmp_path, spm):
     tfds = pytest.importorskip("tensorflow_datasets")
-    from tests.pretrain.test_data import _tfds_builder_class
-
     with tfds.core.registered.skip_registration():
-        builder = _tfds_builder_class(tfds)(data_dir=str(tmp_path / "tfds"), file_format="array_record")
+        builder = tfds_builder_class(tfds)(data_dir=str(tmp_path / "tfds"), file_format="array_record")
     builder.download_and_prepare()
     read = dict(name="pretrain_test_corpus", data_dir=str(tmp_path / "tfds"))
     preparation.prepare(functools.partial(sources.iter_tfds_documents, **read), spm, str(tmp_path / "out"),
@@ -185,38 +184,38 @@ def test_errors_are_one_line(tmp_path, corpus, spm):
                                (str(tmp_path), (str(tmp_path), "index.json", "scripts/prepare_corpus.py"))]:
         with pytest.raises(CorpusError) as e:
             PreparedCorpus.open(directory)
-        _one_line_error(e, *needles)
+        assert_one_line_error(e, *needles)
     with pytest.raises(CorpusError) as e:
         PreparedCorpus.open(out, "eval")
-    _one_line_error(e, "'eval'", "--eval_documents")
+    assert_one_line_error(e, "'eval'", "--eval_documents")
 
     shard = os.path.join(out, "train-00002-of-00003.array_record")  # 6 of the 20 documents
     shutil.move(shard, shard + ".away")
     with pytest.raises(CorpusError) as e:
         PreparedCorpus.open(out)
-    _one_line_error(e, out, "train-00002-of-00003.array_record", "scripts/prepare_corpus.py")
+    assert_one_line_error(e, out, "train-00002-of-00003.array_record", "scripts/prepare_corpus.py")
     shutil.copy(os.path.join(out, "train-00000-of-00003.array_record"), shard)  # one record more than listed
     with pytest.raises(CorpusError) as e:
         PreparedCorpus.open(out)
-    _one_line_error(e, shard, "7 documents", "says 6")
+    assert_one_line_error(e, shard, "7 documents", "says 6")
     shutil.move(shard + ".away", shard)
 
     # Another tokenizer: its ids mean other pieces. A copy of the same one elsewhere is fine.
     other = train_tokenizer.train_sentencepiece(corpus, str(tmp_path / "other"), vocab_size=500)
     with pytest.raises(CorpusError) as e:
         PreparedCorpus.open(out, tokenizer={**spm, "path": other})
-    _one_line_error(e, out, spm["path"], other, "prepare it again", "--config.tokenizer.path")
+    assert_one_line_error(e, out, spm["path"], other, "prepare it again", "--config.tokenizer.path")
     shutil.copy(spm["path"], tmp_path / "copy.model")
     assert len(PreparedCorpus.open(out, tokenizer={**spm, "path": str(tmp_path / "copy.model")})) == 20
     with pytest.raises(CorpusError) as e:
         PreparedCorpus.open(out, tokenizer={**spm, "extra_ids": 100})
-    _one_line_error(e, "extra_ids=100", "extra_ids=0")
+    assert_one_line_error(e, "extra_ids=100", "extra_ids=0")
 
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "mine.txt").write_text("not ours")
     with pytest.raises(CorpusError) as e:
         _prepare(corpus, spm, tmp_path / "busy")
-    _one_line_error(e, tmp_path / "busy", "mine.txt", "--output")
+    assert_one_line_error(e, tmp_path / "busy", "mine.txt", "--output")
     assert os.listdir(tmp_path / "busy") == ["mine.txt"]
     with pytest.raises(CorpusError):  # an input error leaves an earlier preparation as it was
         preparation.prepare(functools.partial(sources.iter_text_documents, str(tmp_path / "gone.txt")), spm, out,

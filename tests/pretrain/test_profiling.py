@@ -7,7 +7,8 @@ import pytest
 
 from pretrain.core import profiling
 from pretrain.core.errors import ConfigError
-from tests.conftest import run_train, tiny_overrides
+from tests.helpers.commands import run_train
+from tests.helpers.tiny_bert import tiny_overrides
 
 
 @pytest.mark.parametrize("spec, expected", [("", None), ("3,5", (3, 5)), ("4", (4, 4)), ("2,2", (2, 2))])

@@ -9,7 +9,7 @@ import pytest
 from configs import bert
 from pretrain.core import validation
 from pretrain.core.errors import ConfigError
-from tests.conftest import run_module
+from tests.helpers.commands import run_module
 
 TOLERANCE = 1e-5  # float32, two Adam updates: only the order of the cross-device sums differs
 

@@ -6,7 +6,7 @@ from absl import flags
 
 from pretrain.core.errors import ConfigError
 from pretrain.data.streaming import StreamingData
-from tests.pretrain.test_pipeline import documents, objective
+from tests.helpers.data import bert_objective, random_documents
 
 flags.FLAGS.mark_as_parsed()  # Grain reads absl flags; pytest does not parse them
 
@@ -14,7 +14,7 @@ flags.FLAGS.mark_as_parsed()  # Grain reads absl flags; pytest does not parse th
 def make(docs=None, **kw) -> StreamingData:
     args = dict(batch_size=8, seed=3, max_seq_length=32, window_documents=10)
     args.update(kw)
-    return StreamingData(documents() if docs is None else docs, objective(), **args)
+    return StreamingData(random_documents() if docs is None else docs, bert_objective(), **args)
 
 
 def take(data: StreamingData, steps: int, start: int = 0, position=None) -> list:
@@ -116,9 +116,9 @@ def test_worker_processes_do_not_change_the_batches():
 
 def test_a_one_document_corpus_streams():
     """raw_text (nanoGPT's corpora) is one document: windows of one document, endless all the same."""
-    mlm_only = objective()
+    mlm_only = bert_objective()
     mlm_only.next_sentence = False
-    data = StreamingData(documents(1), mlm_only, batch_size=8, seed=3, max_seq_length=32, streams=2)
+    data = StreamingData(random_documents(1), mlm_only, batch_size=8, seed=3, max_seq_length=32, streams=2)
     assert data.window_documents == 1
     out = take(data, 3)
     assert out[2][1]["input_ids"].shape == (8, 32)

@@ -17,7 +17,9 @@ from configs import glue
 from configs.sweeps import chain, product, sweep, zipit
 from pretrain.core.errors import UserError
 from pretrain.ops import sweep_report, sweep_runner, sweeps
-from tests.conftest import REPO, SHARED_DATA, run_module, run_train, tiny_overrides
+from tests.helpers.commands import run_module, run_train
+from tests.helpers.paths import REPO, SHARED_DATA
+from tests.helpers.tiny_bert import tiny_overrides
 
 
 def test_product_zipit_chain():

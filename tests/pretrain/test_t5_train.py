@@ -9,7 +9,8 @@ import pytest
 
 from pretrain.glue import tasks as glue
 from pretrain.glue import text_to_text
-from tests.conftest import SHARED_DATA, run_module, run_train
+from tests.helpers.commands import run_module, run_train
+from tests.helpers.paths import SHARED_DATA
 
 GLUE_DIR = os.path.join(SHARED_DATA, "glue")
 

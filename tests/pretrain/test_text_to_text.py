@@ -8,7 +8,7 @@ import pytest
 from pretrain.glue import metrics as glue_metrics
 from pretrain.glue import tasks as glue
 from pretrain.glue import text_to_text as t2t
-from tests.conftest import SHARED_DATA
+from tests.helpers.paths import SHARED_DATA
 
 A, B = "The cat sat.", "A cat was sitting."
 

@@ -11,6 +11,7 @@ import pytest
 
 from objectives.interface import ObjectiveError
 from pretrain.data.tokenizers import MissingTokenError, TokenizerError, load_tokenizer
+from tests.helpers.data import WORDPIECE_VOCAB
 
 transformers = pytest.importorskip("transformers")
 
@@ -118,7 +119,6 @@ def test_missing_bert_pieces_raise_one_line_errors(t5_layout_model):
 
 
 def test_wordpiece_extra_ids_agree_with_bert_tokenizer(tmp_path):
-    from tests.pretrain.test_data import WORDPIECE_VOCAB
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(WORDPIECE_VOCAB) + "\n")
     tok = load_tokenizer("wordpiece", str(vocab), extra_ids=3)

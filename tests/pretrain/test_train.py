@@ -13,7 +13,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from tests.conftest import REPO, run_train, tiny_overrides
+from tests.helpers.commands import run_train
+from tests.helpers.paths import REPO
+from tests.helpers.tiny_bert import tiny_overrides
 
 pytestmark = pytest.mark.slow  # every test here runs the real command in a subprocess
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from pretrain.core import checkpoints, guards, workdir
-from tests.conftest import run_train, tiny_overrides
+from tests.helpers.commands import run_train
+from tests.helpers.tiny_bert import tiny_overrides
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +143,8 @@ def test_resume_comparison_sorts_the_keys(tmp_path):
 def test_a_finetuning_rerun_over_a_best_checkpoint_without_results_restarts_cleanly(finished, tmp_path):
     """Killed after its best-epoch save but before results.json (and with no resume checkpoint): the same
     command trains again from the start and replaces that checkpoint instead of colliding with it."""
-    from tests.conftest import SHARED_DATA, run_module
+    from tests.helpers.commands import run_module
+    from tests.helpers.paths import SHARED_DATA
     ft = str(tmp_path / "ft")
     args = ["--config=configs/glue.py:task=mrpc", f"--workdir={ft}", f"--config.init={finished}",
             "--config.data.max_train_examples=32", "--config.num_epochs=1", "--config.data.max_seq_length=32",
@@ -163,7 +165,7 @@ def test_ctrl_c_before_the_loop_is_one_line_and_exit_130(tmp_path, corpus_and_to
     import signal
     import subprocess
     import sys
-    from tests.conftest import REPO
+    from tests.helpers.paths import REPO
     command = [sys.executable, "-m", "pretrain.train", "--config=configs/bert.py:size=tiny",
                f"--workdir={tmp_path / 'run'}", *tiny_overrides(*corpus_and_tokenizer)]
     proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"},

@@ -1,5 +1,6 @@
-"""The two sides of test_peft_parity.py: tiny Hugging Face models with peft, ours converted from them, the
-weight copies between peft's layouts and ours, and the inputs (see that file's docstring for the mapping)."""
+"""The two sides of tests/models/test_peft_parity.py: tiny Hugging Face models with peft, ours converted from
+them, the weight copies between peft's layouts and ours, and the inputs (see that file's docstring for the
+mapping)."""
 from __future__ import annotations
 
 import dataclasses

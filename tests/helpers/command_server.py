@@ -2,13 +2,13 @@
 has imported the heavy libraries (JAX, Flax, Optax, Orbax, ...) once: each command is its own process, runs
 its entry module as `__main__` with its own argv, stdin, stdout and stderr, and exits with its own status, as
 `python -m` would; only the interpreter and import start-up (most of the time of a command that stops with a
-one-line error) is paid once. tests/test_bad_inputs.py runs its ~60 cases this way.
+one-line error) is paid once. tests/pretrain/commands/test_bad_inputs.py runs its ~60 cases this way.
 
 Nothing backend-related runs before a fork (importing JAX starts no thread and no backend), so each child
 initialises its own. Whatever the preloading prints (a warning on import) comes first in every command's
 output, where the real command would print it.
 
-Protocol: `python -m tests.command_server JOBS` reads one JSON request per line from stdin,
+Protocol: `python -m tests.helpers.command_server JOBS` reads one JSON request per line from stdin,
 {"module": ..., "args": [...], "stdout": path, "stderr": path}, until EOF; runs at most JOBS at a time;
 prints one line per finished command, {"index": i, "returncode": status}.
 """
