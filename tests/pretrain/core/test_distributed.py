@@ -1,5 +1,5 @@
 """pretrain/core/distributed.py in-process: the flag rules, the coordinator watchdog and who writes
-(the real two-process runs are in test_multihost.py)."""
+(the real two-process runs are in tests/pretrain/commands/test_multihost.py)."""
 from __future__ import annotations
 
 import threading

@@ -16,7 +16,7 @@ TOLERANCE = 1e-5  # float32, two Adam updates: only the order of the cross-devic
 
 @pytest.mark.slow
 def test_the_shard_map_step_equals_the_jit_step_on_8_devices():
-    proc = run_module("tests.pretrain.shard_map_check", [],
+    proc = run_module("tests.pretrain.loops.shard_map_check", [],
                       env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     # rows with different numbers of scored tokens, dropout on: one micro-batch per device

@@ -19,6 +19,7 @@ import pytest
 
 from pretrain import launch
 from pretrain.ops import remote_job, shipping, tpu_vm
+from tests.helpers.paths import REPO
 
 FAKE_GCLOUD = r'''
 import fcntl, json, os, shutil, subprocess, sys
@@ -383,11 +384,10 @@ def test_a_revision_ships_exactly_its_commit(project, tmp_path):
 @pytest.mark.slow
 def test_the_command_line(tmp_path):
     env = dict(os.environ, PATH=str(tmp_path))  # no gcloud
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    result = subprocess.run([sys.executable, "-m", "pretrain.launch", "stop", "--name=x"], cwd=repo, env=env,
+    result = subprocess.run([sys.executable, "-m", "pretrain.launch", "stop", "--name=x"], cwd=REPO, env=env,
                             capture_output=True, text=True)
     assert (result.returncode, result.stdout, result.stderr) == (2, "", f"error: {launch.GCLOUD_MISSING}\n")
     result = subprocess.run([sys.executable, "-m", "pretrain.launch", "delete", "--name=x", "--zone=z", "--queued",
-                             "--dry-run"], cwd=repo, env=env, capture_output=True, text=True)
+                             "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True)
     assert (result.returncode, result.stdout) == (0, "gcloud compute tpus queued-resources delete x --zone=z --force "
                                                      "--quiet\n")

@@ -8,10 +8,10 @@ import pytest
 
 from pretrain.data.sources import read_text_corpus
 from scripts import build_corpus, corpus_sources
+from tests.helpers.paths import SHARED_DATA
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GLUE_DIR = os.path.join(os.path.dirname(REPO), "shared", "data", "glue")
-SHAKESPEARE = os.path.join(os.path.dirname(REPO), "shared", "data", "tinyshakespeare", "input.txt")
+GLUE_DIR = os.path.join(SHARED_DATA, "glue")
+SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
 
 
 def _lines(path: str) -> set[str]:
