@@ -1,5 +1,6 @@
-"""Run by test_shard_map.py under 8 fake CPU devices: the shard_map step against the jit step. Prints one
-JSON line of the largest parameter differences after two updates."""
+"""Run by test_shard_map.py under 8 fake CPU devices: the shard_map step against the jit step, and
+validation.check_mesh's verdict on meshes of these 8 devices. Prints one JSON line: the largest parameter
+differences after two updates, and per mesh shape the ConfigError's message (null where the mesh is accepted)."""
 from __future__ import annotations
 
 import functools
@@ -11,7 +12,9 @@ import numpy as np
 import optax
 
 from models.gpt import GPT, GPTConfig
-from pretrain.core import partitioning, train_state
+from configs import bert
+from pretrain.core import partitioning, train_state, validation
+from pretrain.core.errors import ConfigError
 from pretrain.loops.steps import shard_map_train_step, train_step
 
 B, L, V = 16, 12, 50
@@ -69,6 +72,20 @@ def max_difference(a, b) -> float:
                                                                                 jax.tree.leaves(b)))
 
 
+MESH_SHAPES = ((-1, 1, 1), (8, 1, 1), (-1, 2, 1), (-1, 1, 2), (2, 2, 2), (1, 8, 1))
+
+
+def mesh_verdict(mode: str, shape: tuple[int, int, int]) -> str | None:
+    """validation.check_mesh on the tiny BERT config with this mesh: the error's message, or None."""
+    config = bert.get_config("size=tiny")
+    config.mesh_mode, config.mesh_shape = mode, shape
+    try:
+        validation.check_mesh(config)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
 def main() -> None:
     assert jax.device_count() == 8, jax.devices()
     shard_map_step = functools.partial(shard_map_train_step, mesh=partitioning.create_mesh((-1, 1, 1)))  # one object
@@ -86,6 +103,10 @@ def main() -> None:
     # and the difference that weighting makes where counts differ (the test checks it is not tiny)
     a, b = run(shard_map_step, 1, uneven, 0.0), run(train_step, 1, uneven, 0.0)
     results["uneven_vs_jit_accum1"] = max_difference(a["params"], b["params"])
+    results["check_mesh"] = {}
+    for mode in ("shard_map", "jit"):
+        for shape in MESH_SHAPES:
+            results["check_mesh"][f"{mode} {shape}"] = mesh_verdict(mode, shape)
     print(json.dumps(results))
 
 
