@@ -205,13 +205,33 @@ def test_global_norm_clipping_and_decoupled_weight_decay():
 
 
 def test_adamw_is_unchanged_and_names_are_checked():
-    adamw = ml_collections.ConfigDict(dict(name="adamw", learning_rate=1e-3, schedule="constant", warmup_steps=0,
-                                           end_learning_rate=0.0, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0,
-                                           grad_clip_norm=0.0))
-    params, grads = random_problem({"w": (3, 4)}, steps=3, seed=5)
-    ours = run_optax(optimizers.make_optimizer(adamw, 10), params, grads)
-    np.testing.assert_allclose(ours[-1]["w"], run_optax(optax.adamw(1e-3, eps=1e-6, weight_decay=0.0),
-                                                        params, grads)[-1]["w"], rtol=1e-6)
+    """config.optimizer.name=adamw is optax.adamw built directly with the config's hyperparameters (after clipping
+    by global norm where grad_clip_norm is set; kernels and embeddings decay, biases and LayerNorm scales do not):
+    the same parameters after every step, with optax's defaults and with other values of every hyperparameter."""
+    shapes = {"kernel": (3, 4), "bias": (4,), "scale": (4,), "embedding": (5, 3)}
+    decays = {"kernel": True, "bias": False, "scale": False, "embedding": True}
+    params, grads = random_problem(shapes, steps=4, seed=5)
+    assert all(float(optax.global_norm(g)) > 1.0 for g in grads)  # clipping at 1.0 acts on every step
+    cases = [  # (the config's values, optax built directly)
+        (dict(b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0, grad_clip_norm=0.0),
+         optax.adamw(1e-3, eps=1e-6, weight_decay=0.0)),
+        (dict(b1=0.8, b2=0.95, eps=1e-7, weight_decay=0.1, grad_clip_norm=1.0),
+         optax.chain(optax.clip_by_global_norm(1.0),
+                     optax.adamw(1e-3, b1=0.8, b2=0.95, eps=1e-7, weight_decay=0.1, mask=decays))),
+    ]
+    finals = []
+    for values, reference in cases:
+        adamw = ml_collections.ConfigDict(dict(name="adamw", learning_rate=1e-3, schedule="constant", warmup_steps=0,
+                                               end_learning_rate=0.0, **values))
+        ours = run_optax(optimizers.make_optimizer(adamw, 10), params, grads)
+        theirs = run_optax(reference, params, grads)
+        assert len(ours) == len(theirs) == 4
+        for step, (a, b) in enumerate(zip(ours, theirs), 1):
+            for name in shapes:
+                np.testing.assert_allclose(a[name], b[name], rtol=1e-6, atol=1e-9, err_msg=f"{name}, step {step}")
+        finals.append(ours[-1])
+    for name in shapes:  # the second case's values change every parameter's path: the comparison can fail
+        assert np.abs(finals[0][name] - finals[1][name]).max() > 1e-5, name
     for key, value, needle in [("name", "sgd", "adamw, adafactor"), ("schedule", "cosine", "rsqrt")]:
         with pytest.raises(UserError) as e:
             optimizers.make_optimizer(adafactor_config(**{key: value}), 10)
