@@ -10,7 +10,7 @@ Config string: `size=small|medium|large|xl|nano_shakespeare_char|nano_shakespear
 Sizes (layers / d_model / heads): Radford et al. (2019), "Language Models are Unsupervised Multitask
 Learners", Table 2 and Section 2.3 (vocabulary 50,257, context 1024, d_ff = 4 * d_model), as in the
 released checkpoints. Exact parameter counts of our GPT (models/gpt.py, output tied to the token
-embedding), equal to Hugging Face's GPT2LMHeadModel for the same config (tests/test_gpt2_configs.py):
+embedding), equal to Hugging Face's GPT2LMHeadModel for the same config (tests/models/test_gpt2_configs.py):
   small  12 / 768 / 12     124,439,808   medium 24 / 1024 / 16   354,823,168
   large  36 / 1280 / 20    774,030,080   xl     48 / 1600 / 25 1,557,611,200
 Table 2 of the paper says 117M / 345M / 762M / 1542M; those figures are known to be miscounted: the

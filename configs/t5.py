@@ -12,7 +12,7 @@ Sizes. T5 1.0: Raffel et al. (2020), JMLR 21, Section 3.7 "Model sizes" (Base: S
 T5 1.1: the T5 repository's released_checkpoints.md ("t5.1.1") and its gin configs: gated-GELU
 FFN, no parameter sharing between the embedding and the output layer, relative attention as 1.0.
 Exact parameter counts of T5ForConditionalGeneration here, equal to Hugging Face's for the same
-config (tests/test_t5_configs.py; vocab 32,128):
+config (tests/models/test_t5_configs.py; vocab 32,128):
   1.0  small     60,506,624 (paper "60M")    base    222,903,552 ("220M")   large 737,668,096 ("770M")
        3b     2,851,598,336 ("3B", "2.8B")   11b  11,307,321,344 ("11B")
   1.1  small     76,961,152 (released "77M") base    247,577,856 ("248M")   large 783,150,080 ("783M")

@@ -1,15 +1,19 @@
-"""Shared fixtures: a small offline corpus + SentencePiece model, finished tiny runs that several test files
-read (trained once per session), and the real train command; the `tpu` and `long` marks' bookkeeping."""
+"""Shared fixtures: a small offline corpus + SentencePiece model and finished tiny runs that several test files
+read (trained once per session); the suite's XLA level; the `tpu` and `long` marks' bookkeeping; the order in
+which pytest-xdist's workers take the files. What test files import (paths, the real commands, ...) is in
+tests/helpers/, never here."""
 from __future__ import annotations
 
 import collections
 import hashlib
 import importlib.util
 import os
-import subprocess
-import sys
 
 import pytest
+
+from tests.helpers.commands import USER_XLA_FLAGS_ENV, run_train
+from tests.helpers.paths import SHARED_DATA
+from tests.helpers.tiny_bert import tiny_overrides
 
 TPU_REASON = "libtpu is not installed: `make test-tpu` runs them in a venv of its own"
 # Why a mark's tests can be deselected, said at the end of the run whenever they are (never silently).
@@ -22,27 +26,17 @@ DESELECTED_BECAUSE = {
 # The suite's programs are tiny, so compiling them costs more than running them, and most of a compile is
 # LLVM optimising the generated machine code: a 4-step tiny-BERT `pretrain.train` takes 16 CPU-s at XLA's
 # backend optimisation level 0 and 30 at its default. So the suite (this process, its pytest-xdist workers
-# and every command it starts, through subprocess_env) compiles at level 0: the same HLO programs, slower
+# and every command it starts, through tests/helpers/commands.py) compiles at level 0: the same HLO programs, slower
 # machine code that may round a last bit differently (comparisons inside the suite see one level). Tests
 # that run a real model for minutes are marked `xla_optimized` and run their commands at XLA's default;
 # LMPRETRAIN_TEST_XLA_LEVEL=default runs the whole suite as users' jobs run.
 XLA_LEVEL_ENV = "LMPRETRAIN_TEST_XLA_LEVEL"
 # The flags before the suite added its own: pytest-xdist's workers inherit the controller's environment, in
 # which XLA_FLAGS already has level 0, so the controller passes the user's flags on in an environment variable.
-USER_XLA_FLAGS = os.environ.setdefault("LMPRETRAIN_USER_XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))
+USER_XLA_FLAGS = os.environ.setdefault(USER_XLA_FLAGS_ENV, os.environ.get("XLA_FLAGS", ""))
 if os.environ.get(XLA_LEVEL_ENV, "0") != "default":
     os.environ["XLA_FLAGS"] = " ".join(filter(None, [
         USER_XLA_FLAGS, f"--xla_backend_optimization_level={int(os.environ.get(XLA_LEVEL_ENV, '0'))}"]))
-
-
-def subprocess_env(extra: dict | None = None, *, xla_optimized: bool = False) -> dict:
-    """os.environ for a command the tests start, on the CPU, plus `extra`; extra's XLA_FLAGS (a fake device
-    count) add to the suite's instead of replacing them. xla_optimized: at XLA's default level (a fixture
-    that runs a real model for minutes; a test says it with the `xla_optimized` mark)."""
-    extra = extra or {}
-    suite_flags = USER_XLA_FLAGS if xla_optimized else os.environ.get("XLA_FLAGS", "")
-    return {**os.environ, "JAX_PLATFORMS": "cpu", **extra,
-            "XLA_FLAGS": " ".join(filter(None, [suite_flags, extra.get("XLA_FLAGS", "")]))}
 
 
 @pytest.fixture(autouse=True)
@@ -97,10 +91,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for mark, count in sorted(getattr(config, "_deselected_by_mark", {}).items()):
         if count:
             terminalreporter.write_line(f"{count} test(s) marked {mark} deselected: {DESELECTED_BECAUSE[mark]}")
-
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 
 
 @pytest.fixture(scope="session")
@@ -183,34 +173,3 @@ def char_gpt_glue_workdir(tmp_path_factory):
         "--config.checkpoint_every=30", f"--config.data.path={shakespeare}", f"--config.tokenizer.path={vocabulary}",
         f"--config.model.vocab_size={vocab_size}"], config=GPT_CHAR)
     yield from _read_only(directory)
-
-
-def tiny_overrides(corpus: str, spm_model: str, **extra) -> list[str]:
-    """Flags for a seconds-long run of a very small BERT through the real command."""
-    values = {
-        "data.path": corpus, "tokenizer.path": spm_model, "model.vocab_size": 1000,
-        "model.hidden_size": 32, "model.num_heads": 2, "model.intermediate_size": 64,
-        "model.num_layers": 2, "data.max_seq_length": 32, "objective.max_predictions_per_seq": 5,
-        "batch_size": 8, "num_train_steps": 6, "log_every": 1, "checkpoint_every": 3,
-        "eval_every": 0, "data.eval_documents": 4, "eval_batches": 1, "optimizer.warmup_steps": 2,
-    }
-    values.update(extra)
-    return [f"--config.{k}={v}" for k, v in values.items()]
-
-
-def run_train(workdir, overrides: list[str], *, env: dict | None = None, check: bool = True,
-              config: str = "configs/bert.py:size=tiny", xla_optimized: bool = False) -> subprocess.CompletedProcess:
-    return run_module("pretrain.train", [f"--config={config}", f"--workdir={workdir}", *overrides],
-                      env=env, check=check, xla_optimized=xla_optimized)
-
-
-def run_module(module: str, args: list[str], *, env: dict | None = None, check: bool = True,
-               xla_optimized: bool = False, timeout: int = 600) -> subprocess.CompletedProcess:
-    """`python -m module args...` from the repo root, as a user runs it (subprocess_env's environment)."""
-    cmd = [sys.executable, "-m", module, *args]
-    proc = subprocess.run(cmd, cwd=REPO, env=subprocess_env(env, xla_optimized=xla_optimized),
-                          capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc
-

@@ -1,6 +1,6 @@
-"""The suite's XLA optimisation level (tests/conftest.py): commands compile at level 0, those of tests marked
-`xla_optimized` with the user's own flags, in pytest-xdist's workers too (which inherit the controller's
-environment, where XLA_FLAGS already has level 0)."""
+"""The suite's XLA optimisation level (tests/conftest.py, tests/helpers/commands.py): commands compile at level 0,
+those of tests marked `xla_optimized` with the user's own flags, in pytest-xdist's workers too (which inherit
+the controller's environment, where XLA_FLAGS already has level 0)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers.paths import REPO
 
 USER_FLAG = "--xla_force_host_platform_device_count=1"
 PROBE = textwrap.dedent('''
@@ -20,7 +20,7 @@ PROBE = textwrap.dedent('''
 
     import pytest
 
-    from tests.conftest import subprocess_env
+    from tests.helpers.commands import subprocess_env
 
 
     def _record(name):

@@ -1,6 +1,6 @@
-"""models/decoding.py's beam search on the toy models of tests/test_decoding.py (Markov chain and history
-model), checked against brute-force enumeration, and greedy + beam search on a real Flax attention cache.
-"""
+"""models/decoding.py's beam search on the toy models of tests/helpers/toy_decoders.py (Markov chain and
+history model), checked against brute-force enumeration, and greedy + beam search on a real Flax attention
+cache."""
 from __future__ import annotations
 
 import itertools
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from models import decoding
-from tests.models.test_decoding import (HistoryModel, brute_force_beams, jit_call, log_softmax, markov_cache,
-                                        markov_model, python_greedy)
+from tests.helpers.toy_decoders import (HistoryModel, brute_force_beams, jit_call, log_softmax, markov_cache,
+                                          markov_model, python_greedy)
 
 # ----------------------------------------------------------------------------------------------
 # Beam search

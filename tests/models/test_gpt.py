@@ -1,5 +1,5 @@
 """GPT model (models/gpt.py): causality, packed documents, the prefix-LM mask, incremental decoding,
-logical axes and user errors. Parity with transformers' GPT-2 is in tests/test_hf_gpt2.py."""
+logical axes and user errors. Parity with transformers' GPT-2 is in tests/models/test_hf_gpt2.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,31 +14,11 @@ import pytest
 from models import decoding
 from models.gpt import GPT, GPTConfig, attention_mask, init_cache, make_tokens_to_logits
 from pretrain.core.train_state import unbox
+from tests.helpers.random_weights import gpt_random_params, gpt_shapes
 
 CONFIG = GPTConfig(vocab_size=96, n_positions=32, d_model=32, num_layers=2, num_heads=4, d_ff=64,
                    dropout_rate=0.0, attention_dropout_rate=0.0)
 TOLERANCE = 1e-5
-
-
-@functools.lru_cache(maxsize=None)
-def _shapes(config: GPTConfig):
-    return jax.eval_shape(GPT(config).init, jax.random.key(0), jnp.ones((1, 4), jnp.int32))["params"]
-
-
-def random_params(config: GPTConfig, seed: int = 0) -> dict:
-    """Random weights of O(1) activations drawn in numpy (no initialiser compile): kernels N(0, 1/fan_in),
-    norms 1 + noise, biases and tables noise. Differences that a wrong mask makes are then far above 1e-5."""
-    rng = np.random.default_rng(seed)
-
-    def draw(path, leaf):
-        name = jax.tree_util.keystr(path)
-        if "scale" in name:
-            return (1 + 0.2 * rng.standard_normal(leaf.shape)).astype(np.float32)
-        if "bias" in name or "embedding" in name:
-            return (0.5 * rng.standard_normal(leaf.shape)).astype(np.float32)
-        fan_in = np.prod(leaf.shape[:2] if "'out'" in name else leaf.shape[:1])
-        return (rng.standard_normal(leaf.shape) / np.sqrt(fan_in)).astype(np.float32)
-    return jax.tree_util.tree_map_with_path(draw, unbox(_shapes(config)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,7 +36,7 @@ def random_ids(shape, seed=0):
 
 @pytest.fixture(scope="module")
 def params():
-    return random_params(CONFIG)
+    return gpt_random_params(CONFIG)
 
 
 def test_a_future_token_never_changes_earlier_logits(params):
@@ -142,7 +122,7 @@ def test_greedy_search_continues_prompts_of_different_lengths(params):
 
 
 def test_every_weight_has_logical_axes_and_the_output_is_tied():
-    boxed = _shapes(CONFIG)
+    boxed = gpt_shapes(CONFIG)
     leaves = jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))
     assert leaves and all(isinstance(leaf, nn.Partitioned) and len(leaf.names) == leaf.value.ndim for leaf in leaves)
     flat = {"/".join(k.key for k in path): leaf for path, leaf in jax.tree_util.tree_leaves_with_path(unbox(boxed))}
@@ -189,10 +169,10 @@ def test_bias_free_variant_drops_every_bias_and_equals_zero_biases():
     """use_bias=False (nanoGPT's bias=False) is the biased model with every bias at zero; GPT-2's export refuses it."""
     from models.convert.hf_gpt2 import gpt_config_to_hf
     config = dataclasses.replace(CONFIG, use_bias=False)
-    free = random_params(config, seed=3)
+    free = gpt_random_params(config, seed=3)
     names = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(free)]
     assert names and not any("bias" in n for n in names)
-    biased = random_params(CONFIG, seed=4)
+    biased = gpt_random_params(CONFIG, seed=4)
     zeroed = jax.tree_util.tree_map_with_path(
         lambda p, v: np.zeros_like(v) if "bias" in jax.tree_util.keystr(p) else v, biased)
     for path, leaf in jax.tree_util.tree_leaves_with_path(free):  # same weights where both have them

@@ -19,14 +19,14 @@ from pretrain.data.documents import load_documents
 from pretrain.data.tokenizers import load_tokenizer
 from pretrain.core.optimizers import learning_rate_schedule
 from pretrain.core.train_state import unbox
-from tests import conftest
+from tests.helpers.paths import REPO
 
 # Released sizes as nanoGPT's README counts them (the GPT-2 paper's Table 2 miscounts: 117M, 345M, ...).
 PUBLISHED = {"small": 124e6, "medium": 355e6, "large": 774e6, "xl": 1558e6}
 # The exact counts the docstring of configs/gpt2.py reports.
 DOCUMENTED = {"small": 124_439_808, "medium": 354_823_168, "large": 774_030_080, "xl": 1_557_611_200,
               "nano_shakespeare_char": 10_770_816, "nano_shakespeare_char_cpu": 809_856, "tiny": 1_437_184}
-REPO = conftest.REPO
+REPO = REPO
 
 
 def model_config(config) -> GPTConfig:

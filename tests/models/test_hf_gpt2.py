@@ -17,7 +17,7 @@ from models import decoding
 from models.convert.hf_gpt2 import hf_config_to_gpt, load_hf_gpt2, save_hf_gpt2
 from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
 from models.errors import ModelInputError
-from tests.models.test_gpt import random_params
+from tests.helpers.random_weights import gpt_random_params
 
 SIZES = dict(vocab_size=128, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
              attn_pdrop=0.0)
@@ -109,7 +109,7 @@ def test_import_export_round_trip_is_bitwise(hf_dir, tmp_path):
 def test_transformers_loads_our_export(tmp_path):
     config = GPTConfig(vocab_size=96, n_positions=16, d_model=32, num_layers=3, num_heads=2, d_ff=48,
                        dropout_rate=0.0, attention_dropout_rate=0.0)
-    params = random_params(config, seed=1)
+    params = gpt_random_params(config, seed=1)
     save_hf_gpt2(str(tmp_path), params, config)
     model, info = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path), output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info

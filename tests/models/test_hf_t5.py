@@ -16,7 +16,7 @@ import transformers
 from models.convert.hf_t5 import hf_config_to_t5, load_hf_t5, save_hf_t5
 from models.t5 import T5, T5Config
 from models.errors import ModelInputError
-from tests.models.test_t5 import random_params
+from tests.helpers.random_weights import t5_random_params
 
 SIZES = dict(vocab_size=128, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_decoder_layers=2, num_heads=4,
              dropout_rate=0.0)
@@ -96,7 +96,7 @@ def test_import_export_round_trip_is_bitwise(tmp_path, version):
 def test_transformers_loads_our_export(tmp_path, feed_forward, tie):
     config = T5Config(vocab_size=128, d_model=64, num_heads=4, head_dim=16, d_ff=96, num_encoder_layers=2,
                       num_decoder_layers=3, feed_forward=feed_forward, tie_word_embeddings=tie)
-    params = random_params(config)
+    params = t5_random_params(config)
     save_hf_t5(str(tmp_path), params, config)
     model, info = transformers.T5ForConditionalGeneration.from_pretrained(str(tmp_path), output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info

@@ -15,6 +15,7 @@ from transformers.models.t5.modeling_t5 import T5Attention
 from models import layers
 from models.t5 import T5, T5Config, init_cache, make_tokens_to_logits
 from pretrain.core.train_state import unbox
+from tests.helpers.random_weights import t5_random_params
 
 VERSIONS = {  # small T5 1.0 and 1.1 models; head_dim * heads != d_model on purpose (as in T5-3B / 11B)
     "1.0": T5Config(vocab_size=96, d_model=48, num_heads=4, head_dim=8, d_ff=64, num_encoder_layers=2,
@@ -22,26 +23,6 @@ VERSIONS = {  # small T5 1.0 and 1.1 models; head_dim * heads != d_model on purp
     "1.1": T5Config(vocab_size=96, d_model=48, num_heads=4, head_dim=8, d_ff=64, num_encoder_layers=2,
                     num_decoder_layers=3, feed_forward="gated-gelu", tie_word_embeddings=False),
 }
-
-
-@functools.lru_cache(maxsize=None)
-def _shapes(config: T5Config) -> dict:
-    ids = jnp.ones((1, 4), jnp.int32)
-    return unbox(jax.eval_shape(T5(config).init, jax.random.key(0), ids, ids)["params"])
-
-
-def random_params(config: T5Config, seed: int = 0) -> dict:
-    """Random weights of O(1) activations, drawn in numpy: compiling the real initialiser takes ~15 s
-    on a loaded CPU (it has its own test). Kernels N(0, 1/fan_in); norms 1 + noise; tables N(0, 1)."""
-    rng = np.random.default_rng(seed)
-
-    def draw(path, leaf):
-        name = jax.tree_util.keystr(path)
-        if "scale" in name:
-            return (1 + 0.2 * rng.standard_normal(leaf.shape)).astype(np.float32)
-        fan_in = 1 if "embedding" in name else np.prod(leaf.shape[:2] if "'out'" in name else leaf.shape[:1])
-        return (rng.standard_normal(leaf.shape) / np.sqrt(fan_in)).astype(np.float32)
-    return jax.tree_util.tree_map_with_path(draw, _shapes(config))
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,7 +67,7 @@ def decode_incrementally(config, params, encoder_ids, decoder_ids, cache=None, s
 @pytest.mark.parametrize("version", list(VERSIONS))
 def test_incremental_decoding_matches_the_teacher_forced_pass(version):
     config, rng = VERSIONS[version], np.random.default_rng(0)
-    params = random_params(config)
+    params = t5_random_params(config)
     encoder_ids = random_ids(rng, (3, 10))
     encoder_ids[1, 6:] = 0  # a padded row
     decoder_ids = random_ids(rng, (3, 7))
@@ -102,7 +83,7 @@ def test_incremental_decoding_matches_the_teacher_forced_pass(version):
 def test_reordering_the_cache_rows_reorders_the_decoding():
     """What beam search does: gather every cache leaf along its batch axis, then continue."""
     config, rng = VERSIONS["1.1"], np.random.default_rng(1)
-    params = random_params(config)
+    params = t5_random_params(config)
     encoder_ids, decoder_ids = random_ids(rng, (3, 10)), random_ids(rng, (3, 7))
     order = np.array([2, 2, 0])
     expected = teacher_forced(config, params, encoder_ids[order], decoder_ids[order])
@@ -116,7 +97,7 @@ def test_reordering_the_cache_rows_reorders_the_decoding():
 @pytest.mark.parametrize("version", list(VERSIONS))
 def test_packed_examples_compute_what_they_compute_alone(version):
     config, rng = VERSIONS[version], np.random.default_rng(2)
-    params = random_params(config)
+    params = t5_random_params(config)
     examples = [(random_ids(rng, (1, 5)), random_ids(rng, (1, 4))), (random_ids(rng, (1, 7)), random_ids(rng, (1, 3)))]
     for _, decoder in examples:
         decoder[0, 0] = 0  # each packed example's decoder input starts with the start token
@@ -185,7 +166,7 @@ def test_relative_position_bias_gradient_is_a_contraction_not_a_scatter():
 @pytest.mark.parametrize("version", list(VERSIONS))
 def test_decoder_is_causal(version):
     config, rng = VERSIONS[version], np.random.default_rng(3)
-    params = random_params(config)
+    params = t5_random_params(config)
     encoder_ids, decoder_ids = random_ids(rng, (3, 10)), random_ids(rng, (3, 7))
     before = teacher_forced(config, params, encoder_ids, decoder_ids)
     changed = decoder_ids.copy()
@@ -197,7 +178,7 @@ def test_decoder_is_causal(version):
 
 def test_dropout_is_active_only_in_training():
     config, rng = VERSIONS["1.1"], np.random.default_rng(5)
-    params = random_params(config)
+    params = t5_random_params(config)
     encoder_ids, decoder_ids = random_ids(rng, (3, 10)), random_ids(rng, (3, 7))
     train = jax.jit(lambda p, key: T5(config).apply({"params": p}, encoder_ids, decoder_ids, deterministic=False,
                                                     rngs={"dropout": key})["logits"])
@@ -211,7 +192,7 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
     config = VERSIONS["1.1"]
     bf16 = dataclasses.replace(config, dtype="bfloat16")
     rng = np.random.default_rng(6)
-    params = random_params(bf16)
+    params = t5_random_params(bf16)
     assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
     encoder_ids, decoder_ids = random_ids(rng, (3, 10)), random_ids(rng, (3, 7))
     reference = teacher_forced(config, params, encoder_ids, decoder_ids)

@@ -1,0 +1,110 @@
+"""scripts/reproduce/cram.py: the steps fitted to a wall-clock budget, the record it leaves, and `--steps=N`
+reproducing a budget run bitwise."""
+import json
+import os
+import shlex
+
+import numpy as np
+import pytest
+
+from configs import common
+from scripts.reproduce import cram
+from tests.helpers.commands import run_module
+from tests.helpers.paths import SHARED_DATA
+
+SMALL = ["--sources", "shakespeare", "--vocab_size", "300", "--config",
+         "configs/bert.py:size=tiny,recipe=cram,nsp=False", "--glue_dir", os.path.join(SHARED_DATA, "glue")]
+for key, value in {"model.vocab_size": 300, "model.hidden_size": 32, "model.num_heads": 2,
+                   "model.intermediate_size": 64, "data.max_seq_length": 32, "objective.max_predictions_per_seq": 5,
+                   "batch_size": 8, "data.eval_documents": 4, "eval_batches": 1}.items():
+    SMALL += ["--set", f"{key}={value}"]
+
+
+def test_plan_steps_fits_what_is_left_of_the_budget():
+    assert cram.plan_steps(budget_left=600.0, step_time=0.25, setup=10.0) == int(cram.SAFETY * 590 / 0.25)
+    assert cram.plan_steps(budget_left=5.0, step_time=1.0, setup=10.0) == 1  # at least one step
+
+
+def test_typed_takes_the_type_of_the_key_it_replaces():
+    assert common.typed("0.3", 0.15) == 0.3 and common.typed("64", 128) == 64 and common.typed("false", True) is False
+    with pytest.raises(ValueError, match="true or false"):
+        common.typed("maybe", True)
+
+
+def test_reproduce_command_repeats_each_repeatable_option():
+    parser = cram.make_parser()
+    args = parser.parse_args(["--minutes=5", "--output=x", "--repeat", "glue=8", "--set", "batch_size=16",
+                              "--set", "model.dropout_rate=0"])
+    command = cram.reproduce_command(parser, args, 123)
+    assert command == ("python -m scripts.reproduce.cram --steps=123 --output=DIR --set batch_size=16 "
+                       "--set model.dropout_rate=0 --repeat glue=8")
+    assert cram.make_parser().parse_args(shlex.split(command)[3:]).repeat == ["glue=8"]
+
+
+def test_bad_repeat_stops_before_the_corpus_is_built(tmp_path):
+    with pytest.raises(SystemExit, match="SOURCE=N"):
+        cram.main(["--minutes=1", f"--output={tmp_path}", "--repeat", "glue=0"])
+    assert not (tmp_path / "corpus.txt").exists()
+
+
+def _params(workdir, step: int) -> list[np.ndarray]:
+    import jax
+
+    from pretrain.core import checkpoints
+    params, restored = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
+    assert restored == step
+    return [np.asarray(x) for x in jax.tree.leaves(params)]
+
+
+@pytest.mark.slow
+def test_budget_run_records_its_steps_and_steps_flag_reproduces_it_bitwise(tmp_path):
+    budgeted = tmp_path / "budget"
+    run_module("scripts.reproduce.cram", ["--minutes=1", f"--output={budgeted}", *SMALL])
+    record = json.loads((budgeted / "cram.json").read_text())
+    if record["reached_steps"] < record["planned_steps"]:  # the machine slowed down: the same command finishes
+        run_module("scripts.reproduce.cram", ["--minutes=1", f"--output={budgeted}", *SMALL])
+        record = json.loads((budgeted / "cram.json").read_text())
+    steps = record["planned_steps"]
+    assert record["reached_steps"] == steps >= 10 and record["step_time_sec"] > 0
+    assert record["pretraining_sec"] < 2 * 60 and record["eval"]["eval_mlm_accuracy"] >= 0
+    config = json.loads((budgeted / "bert" / "config.json").read_text())
+    assert config["num_train_steps"] == steps and config["optimizer"]["warmup_steps"] == round(0.1 * steps)
+    assert not (budgeted / "timing").exists()  # the timing run leaves nothing behind
+
+    again = tmp_path / "steps"  # the recorded command, as a user copies it
+    words = shlex.split(record["reproduce"].replace("--output=DIR", f"--output={again}"))
+    assert words[:4] == ["python", "-m", "scripts.reproduce.cram", f"--steps={steps}"]
+    run_module("scripts.reproduce.cram", words[3:])
+    assert (again / "corpus.txt").read_bytes() == (budgeted / "corpus.txt").read_bytes()
+    for a, b in zip(_params(budgeted / "bert", steps), _params(again / "bert", steps), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_unknown_set_key_is_one_line_error(tmp_path):
+    proc = run_module("scripts.reproduce.cram", ["--steps=2", f"--output={tmp_path}", *SMALL, "--set", "model.widht=3"],
+                      check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --set model.widht=3: the pretraining config has no")
+
+
+@pytest.mark.slow
+def test_bench_cram_trains_the_peer_on_equal_steps_and_prints_every_row(tmp_path):
+    """A --steps run of ours; the peer (transformers' BertForPreTraining) takes as many steps on the same batches,
+    is saved with save_pretrained, and is fine-tuned through the Hugging Face import beside ours and random."""
+    ours = tmp_path / "ours"
+    run_module("scripts.reproduce.cram", ["--steps=12", f"--output={ours}", *SMALL])
+    out = tmp_path / "bench"
+    proc = run_module("scripts.bench.bench_cram", [f"--ours={ours}", f"--output={out}", "--tasks", "wnli",
+                                                   "--seeds", "0", "--learning_rates", "1e-4", "--epochs", "1",
+                                                   "--glue_dir", os.path.join(SHARED_DATA, "glue")])
+    peer = json.loads((out / "peer" / "cram.json").read_text())
+    assert peer["reached_steps"] == peer["planned_steps"] == 12 and peer["eval"]["mlm_loss"] > 0
+    assert (out / "peer" / "model.safetensors").exists() and (out / "peer" / "spm.model").exists()
+    results = {init: json.loads((out / f"{init}_lr0.0001_wnli_seed0" / "results.json").read_text())
+               for init in ("pretrained", "random", "peer")}
+    assert results["peer"]["init"].startswith("huggingface:") and results["random"]["init"] == "random"
+    lines = proc.stdout.splitlines()
+    for row in ("| ours (JAX/Flax) | 12 |", "| peer (PyTorch/transformers) | 12 |", "| pretrained |", "| random |",
+                "| peer |", "| pretrained - random |", "| peer - random |"):
+        assert any(line.startswith(row) for line in lines), row
