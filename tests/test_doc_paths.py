@@ -12,9 +12,9 @@ import glob
 import os
 import re
 import shutil
-import textwrap
 
 from tests.helpers.paths import REPO
+from tests.helpers.trees import write_tree
 
 PACKAGES = ("configs", "models", "objectives", "pretrain", "scripts", "tests")
 TOP_FOLDERS = (*PACKAGES, "docs", ".ci")
@@ -250,16 +250,8 @@ FILES = {
 }
 
 
-def write_repo(root, files: dict[str, str]) -> str:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return str(root)
-
-
 def test_a_synthetic_repository_whose_citations_hold_passes(tmp_path):
-    root = write_repo(tmp_path, {**FILES, "README.md": README})
+    root = write_tree(tmp_path, {**FILES, "README.md": README})
     assert broken_citations(root) == [] and layout_problems(root) == []
 
 
@@ -268,7 +260,7 @@ def test_a_readme_citing_what_is_not_there_fails(tmp_path):
              "[here](#nowhere)")
     readme = README.replace("`scripts/bench_*.py`", cited)
     readme = readme.replace("docs/training.md#resume", "docs/training.md#resuming")
-    root = write_repo(tmp_path, {**FILES, "README.md": readme})
+    root = write_tree(tmp_path, {**FILES, "README.md": readme})
     assert broken_citations(root) == [
         "README.md:4: tests/test_train.py does not exist",
         "README.md:4: module scripts.cram does not exist",
@@ -282,7 +274,7 @@ def test_a_moved_file_and_a_missing_module_fail(tmp_path):
     files = {**FILES, "README.md": README}
     files["scripts/bench/glue.py"] = files.pop("scripts/bench_glue.py")  # `scripts/bench_*.py` matches nothing now
     files["pretrain/core/errors.py"] = "class Error(ValueError):\n    pass\n"
-    root = write_repo(tmp_path, files)
+    root = write_tree(tmp_path, files)
     assert broken_citations(root) == ["README.md:4: scripts/bench_*.py does not exist",
                                       "README.md:4: module pretrain.core.errors.UserError does not exist"]
 
@@ -291,7 +283,7 @@ def test_a_layout_out_of_date_fails(tmp_path):
     readme = README.replace("files: bert", "files: bert t5 (also get_sweep)")
     files = {**FILES, "README.md": readme, "pretrain/core/storage.py": "", "pretrain/ops/x.py": ""}
     del files["configs/tools/x.txt"]
-    root = write_repo(tmp_path, files)
+    root = write_tree(tmp_path, files)
     assert layout_problems(root) == [
         "Layout: configs/tools/ does not exist",
         "Layout: configs: get_sweep is neither a module nor a name defined in the project",

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import ast
 import os
-import textwrap
 
 import pytest
+
+from tests.helpers.trees import write_tree
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("configs", "models", "objectives", "pretrain", "scripts", "tests")
@@ -207,14 +208,6 @@ def test_lower_layers_never_import_pretrain():
 # ---------------------------------------------------------------------------------------------
 # The rules fail where they should (synthetic trees).
 # ---------------------------------------------------------------------------------------------
-def write_tree(root, files: dict[str, str]) -> str:
-    for name, source in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(source))
-    return str(root)
-
-
 CLEAN = {
     "models/__init__.py": "",
     "models/layers.py": "import numpy as np\n",

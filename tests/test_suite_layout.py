@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import ast
 import os
-import textwrap
 
 from tests.helpers.paths import REPO
+from tests.helpers.trees import write_tree
 
 # Folders of tests/pretrain/ that are not rooms of pretrain/.
 NOT_ROOMS = {"commands"}
@@ -100,14 +100,6 @@ CLEAN = {
     "tests/pretrain/loops/__init__.py": "", "tests/pretrain/loops/test_b.py": "def f():\n    from .. import core\n",
     "tests/pretrain/commands/__init__.py": "", "tests/pretrain/commands/test_c.py": "import os\n",
 }
-
-
-def write_tree(root, files: dict[str, str]) -> str:
-    for name, source in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(source))
-    return str(root)
 
 
 def test_a_clean_synthetic_suite_passes(tmp_path):
