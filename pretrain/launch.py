@@ -171,7 +171,7 @@ COMMANDS = {"create": create, "run": run, "status": status, "logs": logs, "stop"
 
 
 def _target(args) -> tpu_vm.Target:
-    return tpu_vm.Target(tpu_vm.check_name(args.name), args.zone, args.project)
+    return tpu_vm.Target(tpu_vm.check_name(args.name), tpu_vm.check_zone(args.zone), args.project)
 
 
 def _parse_env(item: str) -> tuple[str, str]:

@@ -37,6 +37,13 @@ RUNTIME_VERSIONS = {
 
 _NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _ACCELERATOR = re.compile(r"(v[0-9][a-z]*)-([0-9]+)")
+_ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")  # REGION-ZONE, e.g. us-central2-b, europe-west4-a
+# The sizes Cloud TPU offers per generation (docs.cloud.google.com/tpu/docs/<generation>): v2 to v5p count
+# TensorCores, 8 per host, so a size is a multiple of 8; v5e and v6e count chips, in powers of two up to 256
+# with 2 left out. A size outside these is a typo that gcloud would only report after a round trip.
+CORE_COUNTED = ("v2", "v3", "v4", "v5p")
+CHIP_COUNTED = ("v5litepod", "v5e", "v6e")
+CHIP_SIZES = (1, 4, 8, 16, 32, 64, 128, 256)
 
 
 class Target(NamedTuple):
@@ -65,7 +72,22 @@ def check_accelerator_type(accelerator_type: str) -> re.Match:
     if not match:
         raise UserError(f"--accelerator_type={accelerator_type!r} is not a TPU accelerator type: a generation "
                         "and a size, e.g. v4-32, v5litepod-16, v5p-8, v6e-8")
-    return match
+    generation, size = match.group(1), int(match.group(2))
+    if generation in CORE_COUNTED and (size < 8 or size % 8):
+        raise UserError(f"--accelerator_type={accelerator_type}: a {generation} size is a multiple of 8, its "
+                        f"TensorCores (e.g. {generation}-8, {generation}-32)")
+    if generation in CHIP_COUNTED and size not in CHIP_SIZES:
+        raise UserError(f"--accelerator_type={accelerator_type}: a {generation} size is one of "
+                        f"{', '.join(map(str, CHIP_SIZES))}, its chips (e.g. {generation}-16)")
+    return match  # another generation: gcloud decides
+
+
+def check_zone(zone: str | None) -> str | None:
+    """REGION-ZONE as Cloud names zones (us-central2-b); None: gcloud's configured compute/zone."""
+    if zone is not None and not _ZONE.fullmatch(zone):
+        raise UserError(f"--zone={zone!r} is not a zone name: REGION-ZONE in lowercase, e.g. us-central2-b "
+                        "(`gcloud compute tpus locations list` lists them)")
+    return zone
 
 
 def default_runtime_version(accelerator_type: str) -> str:
