@@ -20,6 +20,7 @@ from pretrain.core.workdir import write_json_atomic
 from pretrain.ops.sweep_cells import Cell
 
 SPEC_FILE = "sweep.json"
+RUN_FILES = ("config.json", "results.json", "checkpoints", "metrics.jsonl")  # what a command's workdir holds
 
 
 @dataclasses.dataclass
@@ -47,9 +48,13 @@ class SweepDir:
 
     def claim(self, spec: dict) -> None:
         """Writes sweep.json, or checks that the one there has the same settings (its cells may differ:
-        a sweep may grow). A mismatch is a one-line error that changes nothing."""
-        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        a sweep may grow). A mismatch, or a run's own workdir, is a one-line error that changes nothing."""
         path = os.path.join(self.root, SPEC_FILE)
+        run_files = [name for name in RUN_FILES if os.path.exists(os.path.join(self.root, name))]
+        if run_files and not os.path.exists(path):
+            raise UserError(f"--workdir={self.root} is a run's workdir (it holds {run_files[0]}), not a sweep's: give "
+                            "the sweep a directory of its own (its cells' runs go inside it)")
+        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
         if os.path.exists(path):
             with open(path) as f:
                 old = json.load(f)

@@ -99,6 +99,17 @@ def test_sweep_dir_claims_its_settings_and_counts_only_clean_exits(tmp_path):
     assert sweep_dir.outcome(cell)["wall_sec"] == 5.0
 
 
+@pytest.mark.parametrize("run_file", ["config.json", "results.json", "checkpoints"])
+def test_a_runs_workdir_is_refused_as_a_sweep_directory_and_left_as_it_was(tmp_path, run_file):
+    (tmp_path / run_file).mkdir() if run_file == "checkpoints" else (tmp_path / run_file).write_text("{}")
+    before = sorted(os.listdir(tmp_path))
+    spec = {"config": "configs/glue.py", "entry_point": "finetune", "shared_flags": [], "run_root": str(tmp_path),
+            "launch": None, "cells": [{"seed": 0}]}
+    with pytest.raises(UserError, match=f"is a run's workdir \\(it holds {run_file}\\), not a sweep's"):
+        SweepDir(str(tmp_path)).claim(spec)
+    assert sorted(os.listdir(tmp_path)) == before  # no logs/, no sweep.json
+
+
 def test_report_reads_runs_groups_seeds_and_plots(tmp_path):
     cells = sweep_cells.build_cells("configs/glue.py", product(sweep("optimizer.learning_rate", [1e-5, 1e-4]),
                                                                sweep("seed", [0, 1])), "finetune", [], str(tmp_path))
