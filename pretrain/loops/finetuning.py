@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from models import peft
 from pretrain.core import (checkpoints, distributed, freezing, guards, optimizers, parameter_efficient, partitioning,
-                           preemption, pretrained, profiling, storage, train_state, validation)
+                           preemption, pretrained, profiling, storage, train_state, validation, workdir_lock)
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError, UserError
 from pretrain.core.metric_writers import MetricWriter
@@ -150,20 +150,21 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
           f"workdir {storage.absolute(workdir)}")
     jit_predict = jax.jit(family.predict_fn(built.trainer.model),
                           in_shardings=(built.trainer.shardings.params, partitioning.batch_sharding(mesh)))
-    run = _Epochs(config, workdir, task, family, train_data, built, jit_predict)  # resumable: DIR/resume
-    state, train_time = run.train(run.resume_or_start(built.state))
-    results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": run.position.best.epoch,
-               "best_score": run.position.best.score,
-               "metrics": {**run.position.best.dev, **_score_best(config, task, family, run, state, jit_predict)},
-               "epochs": run.position.epochs, "wall_time_sec": time.perf_counter() - started,
-               "train_time_sec": train_time, "seed": config.seed, "learning_rate": config.optimizer.learning_rate,
-               "freezing": config.freezing.strategy, "peft": config.peft.method,
-               "parameters": train_state.count_params(state.params),
-               "trainable_parameters": freezing.trainable_count(state.params, built.unfreeze_at, 0),
-               "init": init.source if init else "random", "train_examples": len(train_data)}
-    if distributed.is_primary():  # one writer: processes racing on a shared disk would lose the rename
-        workdirs.write_json_atomic(results_path, results)  # results.json marks a finished run: never half-written
-        storage.rmtree(run.resume.directory, ignore_errors=True)  # a finished run is never resumed
+    with workdir_lock.hold(workdir):  # one writer per workdir, until results.json is written
+        run = _Epochs(config, workdir, task, family, train_data, built, jit_predict)  # resumable: DIR/resume
+        state, train_time = run.train(run.resume_or_start(built.state))
+        results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": run.position.best.epoch,
+                   "best_score": run.position.best.score,
+                   "metrics": {**run.position.best.dev, **_score_best(config, task, family, run, state, jit_predict)},
+                   "epochs": run.position.epochs, "wall_time_sec": time.perf_counter() - started,
+                   "train_time_sec": train_time, "seed": config.seed, "learning_rate": config.optimizer.learning_rate,
+                   "freezing": config.freezing.strategy, "peft": config.peft.method,
+                   "parameters": train_state.count_params(state.params),
+                   "trainable_parameters": freezing.trainable_count(state.params, built.unfreeze_at, 0),
+                   "init": init.source if init else "random", "train_examples": len(train_data)}
+        if distributed.is_primary():  # one writer: processes racing on a shared disk would lose the rename
+            workdirs.write_json_atomic(results_path, results)  # results.json marks a finished run: never half-written
+            storage.rmtree(run.resume.directory, ignore_errors=True)  # a finished run is never resumed
     return results
 
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 import objectives
 from pretrain.core import (checkpoints, distributed, guards, partitioning, preemption, profiling, storage,
-                           train_state, validation)
+                           train_state, validation, workdir_lock)
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError
 from pretrain.core.metric_writers import MetricWriter
@@ -179,7 +179,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
     workdir = workdirs.prepare(workdir)
     objective, train_data, eval_data = training_data(config)
     trainer = setup.pretraining_trainer(config, objective)
-    with contextlib.ExitStack() as stack:  # unwinds in reverse: the profiler, the writers, Orbax, Grain
+    with contextlib.ExitStack() as stack:  # unwinds in reverse: the profiler, the writers, Orbax, Grain, the lock
+        stack.enter_context(workdir_lock.hold(workdir))  # one writer per workdir
         stack.callback(train_data.close)  # Grain's worker processes
         ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
                                         keep=config.keep_checkpoints)
