@@ -119,6 +119,21 @@ def read_text(path: str) -> str:
         return f.read()
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (os.umask only sets: setting and
+    restoring it would race with another thread creating a file)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str, text: str) -> None:
     """`text` into `path`, never half-written: locally a temporary file in the same folder + fsync + rename,
     in a bucket one upload."""
@@ -128,6 +143,7 @@ def write_atomic(path: str, text: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes it 0600; others (TensorBoard, a notebook) may read it
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()

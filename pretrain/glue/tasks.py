@@ -179,8 +179,29 @@ def _rows(path: str, skip_malformed: bool, width: int | None = None, options: Da
     """Yields (line number, {column: field}), or (line number, [fields]) for a file without a header
     whose rows have `width` fields.
 
-    Quoting is off, as in the official readers: GLUE sentences contain unbalanced double quotes.
+    Quoting is off, as in the official readers: GLUE sentences contain unbalanced double quotes. A byte that is
+    not UTF-8 raises GlueDataError with the file and line.
     """
+    try:
+        yield from _decoded_rows(path, skip_malformed, width, options)
+    except UnicodeDecodeError as e:
+        raise GlueDataError(_bad_utf8(path, e)) from None
+
+
+def _bad_utf8(path: str, error: UnicodeDecodeError) -> str:
+    """`path:LINE: ...` for the first line of `path` that is not UTF-8 (the text reader decodes in chunks, so
+    its own line count is no guide)."""
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return (f"{path}:{number}: byte 0x{line[e.start]:02x} at column {e.start + 1} is not UTF-8 (re-save"
+                        " the file as UTF-8, or re-download it)")
+    return f"{path}: not UTF-8 ({error.reason}; re-save the file as UTF-8, or re-download it)"
+
+
+def _decoded_rows(path: str, skip_malformed: bool, width: int | None, options: DataOptions):
     with open(path, encoding="utf-8-sig", newline="") as f:  # -sig: MRPC starts with a byte-order mark
         reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         columns = None if width else next(reader, None)

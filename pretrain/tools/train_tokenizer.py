@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import sys
 from collections.abc import Sequence
 
 SPECIALS = ("[CLS]", "[SEP]", "[MASK]")  # ids 2, 3, 4: right after pad=0 and unk=1
@@ -68,15 +70,23 @@ def train_sentencepiece(
             minloglevel=2 if quiet else 0,
         )  # 2: warnings and errors only
     except RuntimeError as e:
-        # e.g. "Vocabulary size is too high (8000). Please set it to a value <= 3456."
+        # e.g. "INTERNAL: src/trainer_interface.cc(744) [...] Vocabulary size too high (8000). Please set it to
+        # a value <= 3456."
         msg = " ".join(str(e).split())
+        most = re.search(r"Vocabulary size (?:is )?too high.*<=\s*(\d+)", msg)
+        if most:
+            raise CorpusError(
+                f"--vocab_size {vocab_size} is more than the text of {', '.join(inputs)} allows: sentencepiece"
+                f" reports a maximum of {most.group(1)} (use --vocab_size {most.group(1)} or less, or give more"
+                " text)"
+            ) from None
         raise CorpusError(
             f"sentencepiece training on {inputs[0]} failed: {msg} (lower --vocab_size or give more text)"
         ) from None
     return model_prefix + ".model"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--input", nargs="+", required=True, help="text files, one sentence a line")
     parser.add_argument("--model_prefix", required=True, help="writes PREFIX.model, PREFIX.vocab")
@@ -93,17 +103,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="case-fold text (uncased model); --no-lowercase keeps case",
     )
     args = parser.parse_args(argv)
-    path = train_sentencepiece(
-        args.input,
-        args.model_prefix,
-        args.vocab_size,
-        args.model_type,
-        character_coverage=args.character_coverage,
-        input_sentence_size=args.input_sentence_size,
-        lowercase=args.lowercase,
-    )
+    from pretrain.core import errors
+
+    with errors.one_line_errors():  # a bad input is `error: <one line>` and exit status 2
+        path = train_sentencepiece(
+            args.input,
+            args.model_prefix,
+            args.vocab_size,
+            args.model_type,
+            character_coverage=args.character_coverage,
+            input_sentence_size=args.input_sentence_size,
+            lowercase=args.lowercase,
+        )
     print(path)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

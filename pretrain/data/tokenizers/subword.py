@@ -82,7 +82,12 @@ class WordPieceTokenizer(Tokenizer):
                 f"WordPiece vocab not found: {path} (give a BERT vocab.txt, one token"
                 " per line, in --config.tokenizer.path)"
             )
-        vocab = models.WordPiece.read_file(path)
+        _refuse_binary_vocab(path)
+        try:
+            vocab = models.WordPiece.read_file(path)
+        except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception
+            raise TokenizerError(f"cannot read WordPiece vocab {path}: {str(e).splitlines()[0]} (give a BERT"
+                                 " vocab.txt, one token per line, in --config.tokenizer.path)") from None
         for name in ("[PAD]", "[UNK]", CLS, SEP, MASK):
             if name not in vocab:
                 raise TokenizerError(
@@ -122,3 +127,21 @@ class WordPieceTokenizer(Tokenizer):
 
     def _piece(self, i: int) -> str:
         return self._tok.id_to_token(i)
+
+
+def _refuse_binary_vocab(path: str) -> None:
+    """A TokenizerError for a file that is not a text vocabulary; one naming the right kind for a SentencePiece
+    model (a protobuf: NUL bytes, which a vocab.txt never holds)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if b"\0" not in head:
+        return
+    try:
+        import sentencepiece as spm
+
+        spm.SentencePieceProcessor(model_file=path)
+    except Exception:  # noqa: BLE001 - not a SentencePiece model either (or no sentencepiece to tell)
+        raise TokenizerError(f"WordPiece vocab {path} is a binary file, not a text vocabulary (give a BERT"
+                             " vocab.txt, one token per line, in --config.tokenizer.path)") from None
+    raise TokenizerError(f"{path} looks like a SentencePiece model, not a WordPiece vocab.txt (use"
+                         " --config.tokenizer.kind=sentencepiece)")

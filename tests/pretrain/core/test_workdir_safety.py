@@ -180,3 +180,24 @@ def test_ctrl_c_before_the_loop_is_one_line_and_exit_130(tmp_path, corpus_and_to
     lines = [line for line in err.splitlines() if line.strip()]
     assert proc.returncode == 130, err[-2000:]
     assert lines == ["interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint"], err
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_written_files_get_the_mode_a_plain_open_would(tmp_path, umask):
+    """mkstemp makes its file 0600 whatever the umask: config.json and results.json written through it were
+    unreadable to TensorBoard or a notebook run by another user."""
+    import ml_collections
+
+    old = os.umask(umask)
+    try:
+        workdir.save_config(str(tmp_path), ml_collections.ConfigDict({"seed": 1}))
+        workdir.write_json_atomic(str(tmp_path / "results.json"), {"best_score": 0.5})
+        with open(tmp_path / "plain.txt", "w") as f:
+            f.write("x")
+    finally:
+        os.umask(old)
+    expected = 0o666 & ~umask
+    assert os.stat(tmp_path / "plain.txt").st_mode & 0o777 == expected
+    for name in ("config.json", "results.json"):
+        assert os.stat(tmp_path / name).st_mode & 0o777 == expected, name
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "plain.txt", "results.json"]  # no temporary left

@@ -150,6 +150,27 @@ def test_tokenizer_errors(tmp_path, vocab_file):
         assert_one_line_error(e, needle, path if kind != "bpe" else "bpe")
 
 
+def test_a_sentencepiece_model_given_as_wordpiece_names_the_right_kind(tmp_path):
+    """Before: a traceback from tokenizers ("stream did not contain valid UTF-8")."""
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"the quick brown fox {i} jumps over the lazy dog {i * 7}\n" for i in range(200)))
+    model = train_tokenizer.train_sentencepiece([str(text)], str(tmp_path / "spm"), vocab_size=50)
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer("wordpiece", model)
+    assert_one_line_error(e, model, "SentencePiece model", "--config.tokenizer.kind=sentencepiece")
+    binary = tmp_path / "vocab.bin"  # binary, but no SentencePiece model: not called one
+    binary.write_bytes(bytes(range(256)))
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer("wordpiece", str(binary))
+    assert_one_line_error(e, binary, "not a text vocabulary", "vocab.txt")
+    assert "kind=sentencepiece" not in str(e.value)
+    latin1 = tmp_path / "latin1.txt"  # text, but not UTF-8
+    latin1.write_bytes("\n".join(WORDPIECE_VOCAB + ["caf\xe9"]).encode("latin-1"))
+    with pytest.raises(TokenizerError) as e:
+        load_tokenizer("wordpiece", str(latin1))
+    assert_one_line_error(e, latin1, "UTF-8", "vocab.txt")
+
+
 def test_tokenize_documents(vocab_file):
     tok = load_tokenizer("wordpiece", str(vocab_file))
     docs = [["hello world", "", "the quick fox"], ["  "], ["jumped"]]

@@ -241,6 +241,25 @@ def test_malformed_rows_name_file_and_line(tmp_path, relpath, lines, needles):
     assert_one_line_error(e, path, *needles)
 
 
+@pytest.mark.parametrize("relpath, header", [
+    ("RTE/dev.tsv", _tsv("index", "sentence1", "sentence2", "label")),
+    ("CoLA/train.tsv", None),  # no header; read with a fixed width
+])
+def test_a_byte_that_is_not_utf8_names_file_and_line(tmp_path, relpath, header):
+    """Before: a UnicodeDecodeError traceback naming neither the file nor the line."""
+    good = _tsv(0, "A.", "B.", "entailment") if header else _tsv("gj04", 1, "", "Fine.")
+    bad = _tsv(1, "Caf\xe9.", "B.", "entailment") if header else _tsv("gj04", 1, "", "Caf\xe9.")
+    lines = ([header] if header else []) + [good] * 3000 + [bad, good]  # past the text reader's first chunk
+    path = os.path.join(tmp_path, relpath)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as f:
+        f.write("".join(line + "\n" for line in lines).encode("latin-1"))
+    task, split = get_task(relpath.split("/")[0]), relpath.split("/")[1][:-4]
+    with pytest.raises(GlueDataError) as e:
+        read_glue_dir(task, split, str(tmp_path))
+    assert_one_line_error(e, f"{path}:{len(lines) - 1}:", "0xe9", "UTF-8")
+
+
 def test_qqp_malformed_rows_raise_unless_skipped(tmp_path):
     header = _tsv("id", "qid1", "qid2", "question1", "question2", "is_duplicate")
     path = _write(tmp_path, "QQP/train.tsv", [header, _tsv(1, 2, 3, "Q1?", "Q2?", 0),
