@@ -147,6 +147,8 @@ CASES = {
                                              r"GLUE file not found: .*MRPC/test\.tsv \(set --glue_dir"),
     "evaluate/unknown split": (["pretrain.evaluate", "--workdir={ft}", "--splits=train2"], 2,
                                r"--splits: 'train2' is not a split of mrpc"),
+    "evaluate/empty splits": (["pretrain.evaluate", "--workdir={ft}", "--splits="], 2,
+                              r"--splits is empty: give the splits of mrpc to score \(dev, test or one of dev, test\)"),
     "evaluate/workdir missing": (["pretrain.evaluate", "--workdir=/no/such/run"], 2, r"config\.json not found"),
     "evaluate/damaged config.json": (["pretrain.evaluate", "--workdir={damaged}"], 2, r"is not valid JSON"),
     # ----- pretrain.generate -----
