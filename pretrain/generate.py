@@ -33,10 +33,12 @@ def main(argv: list[str]) -> None:
     cli.begin(argv)
     from pretrain.lm import generation, language_model  # imported late so that --help and flag errors stay fast
     with errors.one_line_errors():
-        prompts = generation.read_prompts(_PROMPT.value, _PROMPT_FILE.value)
-        lm = language_model.load_language_model(_INIT.value, tokenizer_path=_TOKENIZER_PATH.value)
+        # the settings first: a bad value fails before the model is loaded
+        generation.check_max_new_tokens(_MAX_NEW_TOKENS.value)
         sampling = generation.Sampling(greedy=_GREEDY.value, temperature=_TEMPERATURE.value, top_k=_TOP_K.value,
                                        top_p=_TOP_P.value)
+        prompts = generation.read_prompts(_PROMPT.value, _PROMPT_FILE.value)
+        lm = language_model.load_language_model(_INIT.value, tokenizer_path=_TOKENIZER_PATH.value)
         results = generation.generate(lm, prompts, max_new_tokens=_MAX_NEW_TOKENS.value, sampling=sampling,
                                       num_samples=_NUM_SAMPLES.value, seed=_SEED.value,
                                       stop=[generation.unescape(s) for s in _STOP.value])
