@@ -99,6 +99,9 @@ CASES = {
     "train/binary corpus": (train("--config.data.path={binary}"), 2, r"is binary, not text.*--config\.data\.path"),
     "train/corpus missing": (train("--config.data.path=/no/such/corpus.txt"), 2,
                              r"corpus file not found: /no/such/corpus\.txt"),
+    "train/corpus is a directory": (train("--config.data.path={tasks}", workdir="{fresh}"), 2,
+                                    r"corpus path .* is a directory: give its files or a glob in --config\.data\.path "
+                                    r"\(e\.g\. .*/\*\.txt\)"),
     "train/tokenizer missing": (train("--config.tokenizer.path=/no/such/spm.model"), 2, r"/no/such/spm\.model"),
     "train/workdir is a file": (train(workdir="{binary}"), 2, r"--workdir=.* is a file, not a directory"),
     "train/workdir cannot be created": (train(workdir="{binary}/sub"), 2, r"--workdir=.* cannot be created"),
