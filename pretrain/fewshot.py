@@ -1,7 +1,7 @@
 """Few-shot prompting: in-context classification of GLUE tasks with a decoder-only language model.
 
   python -m pretrain.fewshot --init=PATH --task=sst2 --k=4 --seed=0 \
-      [--glue_dir=../shared/data/glue --max_examples=200 --normalize=false --balanced=false --output=DIR]
+      [--glue_dir=$GLUE_DIR --max_examples=200 --normalize=false --balanced=false --output=DIR]
 
 The work is done by pretrain/lm/fewshot.py, whose docstring has the details.
 """

@@ -17,7 +17,8 @@ from pretrain.core import cli, errors
 _INIT = flags.DEFINE_string("init", None, "A pretrain.train GPT workdir or a Hugging Face GPT-2 directory.")
 _PROMPT = flags.DEFINE_multi_string("prompt", None, "A prompt (repeat for several); backslash escapes allowed.")
 _PROMPT_FILE = flags.DEFINE_string("prompt_file", None, "A text file, one prompt per non-blank line.")
-_MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 500, "Tokens to generate per sample (nanoGPT: 500).")
+_MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 500,
+                                       "Tokens to generate per sample, at most 1,000,000 (nanoGPT: 500).")
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.8, "Softmax temperature; 0 = greedy (nanoGPT: 0.8).")
 _TOP_K = flags.DEFINE_integer("top_k", 200, "Sample among the k most likely tokens; 0 = all (nanoGPT: 200).")
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass; 1 = off.")

@@ -33,8 +33,9 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     task = registry.task_for_config(config)
     splits = [s.strip() for s in splits if s.strip()]
     if not splits:  # an empty --splits would score nothing and overwrite eval_results.json with no metrics
-        raise UserError(f"--splits is empty: give the splits of {task.name} to score "
-                        f"(dev, test or one of {', '.join(task.dev_splits + task.test_splits)}), or leave it out for dev")
+        valid = ", ".join(task.dev_splits + task.test_splits)
+        raise UserError(f"--splits is empty: give the splits of {task.name} to score (dev, test or one of {valid}), "
+                        "or leave it out for dev")
     wanted = []
     for split in splits:
         expanded = {"dev": task.dev_splits, "test": task.test_splits}.get(split, (split,))

@@ -52,7 +52,8 @@ def test_a_directory_given_as_corpus_is_named_a_directory_with_the_glob_to_give(
     with pytest.raises(CorpusError, match=rf"^corpus path {re.escape(str(corpus))} is a directory: give its files or "
                        rf"a glob in --config\.data\.path \(e\.g\. {re.escape(str(corpus / '*.txt'))}\)$"):
         read_text_corpus(str(corpus))
-    with pytest.raises(CorpusError, match=r"matches only directories .*no files: give files or a glob of files in --data"):
+    with pytest.raises(CorpusError, match=r"matches only directories .*no files: give files or a glob of files in "
+                                          r"--data"):
         read_text_corpus(str(corpus / "*"), flag="--data")
     (corpus / "a.txt").write_text("a one.\n")
     assert read_text_corpus(str(corpus / "*")) == [["a one."]]  # a glob's subdirectories are passed over
