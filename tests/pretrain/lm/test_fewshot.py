@@ -326,6 +326,7 @@ def test_user_errors(char_tokenizer, tmp_path):
                                  max_length=1000)
 
 
+@pytest.mark.slow  # the flag's default is read at import: a fresh interpreter per environment
 def test_glue_dir_defaults_to_the_glue_dir_environment_variable_as_configs_glue_does(tmp_path):
     """pretrain.fewshot used to ignore $GLUE_DIR, which configs/glue.py honours."""
     code = ("from absl import flags; import pretrain.fewshot; from configs import glue; "

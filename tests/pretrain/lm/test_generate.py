@@ -233,7 +233,6 @@ def parse_output(stdout: str) -> list[tuple[tuple[int, int, str], str]]:
     return [((int(h[1]), int(h[3]), h[5]), body) for h, body in zip(headers, bodies)]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("settings, message", [
     ({"top_k": -3}, r"^top_k=-3 must be >= 0 \(0 = no top-k filter"),   # used to run silently as no top-k
     ({"top_p": 0.0}, r"^top_p=0\.0 must be in \(0, 1\]"),
@@ -257,6 +256,7 @@ def test_max_new_tokens_beyond_what_a_run_can_hold_is_refused_before_decoding(ch
     gen.check_max_new_tokens(gen.MAX_NEW_TOKENS)
 
 
+@pytest.mark.slow
 def test_command_prints_every_sample_of_every_prompt(workdir, tmp_path):
     args = [f"--init={workdir}", "--prompt=ROMEO:", "--prompt=JULIET:\\nO", "--num_samples=2",
             "--max_new_tokens=40", "--seed=3"]
