@@ -1,12 +1,13 @@
 """Few-shot prompting: in-context classification of GLUE tasks with a decoder-only language model.
 
   python -m pretrain.fewshot --init=PATH --task=sst2 --k=4 --seed=0 \
-      [--glue_dir=../shared/data/glue --max_examples=200 --normalize=false --balanced=false --output=DIR]
+      [--glue_dir=$GLUE_DIR --max_examples=200 --normalize=false --balanced=false --output=DIR]
 
 The work is done by pretrain/lm/fewshot.py, whose docstring has the details.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import flags
@@ -18,7 +19,9 @@ _INIT = flags.DEFINE_string("init", None, "A pretrain.train GPT workdir or a Hug
 _TASK = flags.DEFINE_string("task", None, "GLUE classification task: " + ", ".join(FORMATS) + ".")
 _K = flags.DEFINE_integer("k", 4, "Demonstrations per prompt (0 = zero-shot).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the demonstration draws.")
-_GLUE_DIR = flags.DEFINE_string("glue_dir", "../shared/data/glue", "Folder of the official GLUE files.")
+# $GLUE_DIR as configs/glue.py reads it for pretrain.finetune
+_GLUE_DIR = flags.DEFINE_string("glue_dir", os.environ.get("GLUE_DIR", "../shared/data/glue"),
+                                "Folder of the official GLUE files (default: $GLUE_DIR, else ../shared/data/glue).")
 _GLUE_SOURCE = flags.DEFINE_enum("glue_source", "dir", ["dir", "tfds"], "GLUE files (dir) or TFDS glue/<task>.")
 _SPLIT = flags.DEFINE_string("split", "dev", "Split to evaluate: dev (MNLI: dev_matched) or dev_mismatched.")
 _MAX_EXAMPLES = flags.DEFINE_integer("max_examples", 0, "Evaluate a fixed random subset of this many (0 = all).")

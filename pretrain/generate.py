@@ -17,7 +17,8 @@ from pretrain.core import cli, errors
 _INIT = flags.DEFINE_string("init", None, "A pretrain.train GPT workdir or a Hugging Face GPT-2 directory.")
 _PROMPT = flags.DEFINE_multi_string("prompt", None, "A prompt (repeat for several); backslash escapes allowed.")
 _PROMPT_FILE = flags.DEFINE_string("prompt_file", None, "A text file, one prompt per non-blank line.")
-_MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 500, "Tokens to generate per sample (nanoGPT: 500).")
+_MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 500,
+                                       "Tokens to generate per sample, at most 1,000,000 (nanoGPT: 500).")
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.8, "Softmax temperature; 0 = greedy (nanoGPT: 0.8).")
 _TOP_K = flags.DEFINE_integer("top_k", 200, "Sample among the k most likely tokens; 0 = all (nanoGPT: 200).")
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass; 1 = off.")
@@ -33,10 +34,12 @@ def main(argv: list[str]) -> None:
     cli.begin(argv)
     from pretrain.lm import generation, language_model  # imported late so that --help and flag errors stay fast
     with errors.one_line_errors():
-        prompts = generation.read_prompts(_PROMPT.value, _PROMPT_FILE.value)
-        lm = language_model.load_language_model(_INIT.value, tokenizer_path=_TOKENIZER_PATH.value)
+        # the settings first: a bad value fails before the model is loaded
+        generation.check_max_new_tokens(_MAX_NEW_TOKENS.value)
         sampling = generation.Sampling(greedy=_GREEDY.value, temperature=_TEMPERATURE.value, top_k=_TOP_K.value,
                                        top_p=_TOP_P.value)
+        prompts = generation.read_prompts(_PROMPT.value, _PROMPT_FILE.value)
+        lm = language_model.load_language_model(_INIT.value, tokenizer_path=_TOKENIZER_PATH.value)
         results = generation.generate(lm, prompts, max_new_tokens=_MAX_NEW_TOKENS.value, sampling=sampling,
                                       num_samples=_NUM_SAMPLES.value, seed=_SEED.value,
                                       stop=[generation.unescape(s) for s in _STOP.value])

@@ -46,9 +46,15 @@ def _expand_paths(paths: str | Sequence[str], flag: str = "--config.data.path") 
             matches = sorted(glob.glob(pattern))  # sorted: file order must not depend on the filesystem
             if not matches:
                 raise CorpusError(f"no corpus file matches {pattern} (check {flag})")
-            files.extend(matches)
+            if all(os.path.isdir(m) for m in matches):
+                raise CorpusError(f"{pattern} matches only directories ({matches[0]}, ...), no files: give files or "
+                                  f"a glob of files in {flag} (e.g. {os.path.join(matches[0], '*.txt')})")
+            files.extend(m for m in matches if not os.path.isdir(m))  # dir/* may also match subdirectories
         elif os.path.isfile(pattern):
             files.append(pattern)
+        elif os.path.isdir(pattern):
+            raise CorpusError(f"corpus path {pattern} is a directory: give its files or a glob in {flag} "
+                              f"(e.g. {os.path.join(pattern, '*.txt')})")
         else:
             raise CorpusError(f"corpus file not found: {pattern} (check {flag})")
     for path in files:

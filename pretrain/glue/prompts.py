@@ -115,6 +115,12 @@ def query_text(fmt: PromptFormat, example: Example) -> str:
     return "\n".join([*lines, f"{fmt.output_indicator}:"])
 
 
+def template_text(fmt: PromptFormat) -> str:
+    """What every prompt holds whatever its examples: the instruction (with its "{word, ...}" label set) and
+    the indicators. A tokenizer that cannot encode it fails on the format, not on an example."""
+    return BLOCK_SEPARATOR.join([instruction_text(fmt), query_text(fmt, Example("", "", 0, -1))])
+
+
 def completions(fmt: PromptFormat) -> list[str]:
     """The candidate completions, one per class: ' <label word>'."""
     return [" " + word for word in fmt.label_words]

@@ -136,6 +136,9 @@ def evaluate_fewshot(task: GlueTask | str, examples: Sequence[Example], train: S
         except UserError as e:  # a char vocabulary lacks a character: name the example too
             raise UserError(f"{where}: {e}") from None
 
+    # the format's own text first: braces of its label set missing from a char vocabulary are no example's fault
+    encode(prompts.template_text(fmt), f"the {task.name} prompt format (its instruction, label set "
+                                       f"{{{', '.join(fmt.label_words)}}} and indicators, before any example)")
     completion_ids = [encode(c, f"{task.name} label word {c.strip()!r}") for c in prompts.completions(fmt)]
     budget = max_length - max(len(c) for c in completion_ids)
     fitted = []

@@ -50,6 +50,30 @@ class Sampling:
     top_k: int = 200
     top_p: float = 1.0
 
+    def __post_init__(self):  # models/decoding.py would take a negative top_k as "no filter", silently
+        if not self.temperature >= 0:
+            raise UserError(f"temperature={self.temperature} must be >= 0 (0 = greedy)")
+        if self.top_k < 0:
+            raise UserError(f"top_k={self.top_k} must be >= 0 (0 = no top-k filter: sample among all tokens)")
+        if not 0 < self.top_p <= 1:
+            raise UserError(f"top_p={self.top_p} must be in (0, 1] (1 = no nucleus filter)")
+
+
+# The most tokens one sample may ask for. Past n_positions each new token is a full forward pass over the
+# window, and the decoding loop holds every row's new tokens in one [rows, max_new_tokens] int32 buffer with
+# int32 step counters: 10**10 overflows them (a traceback), and long before that the buffer outgrows memory
+# and the run would take days. A million tokens (4 MB a row; ~2000 nanoGPT default samples) is ample.
+MAX_NEW_TOKENS = 1_000_000
+
+
+def check_max_new_tokens(max_new_tokens: int) -> None:
+    """One line for a max_new_tokens outside [1, MAX_NEW_TOKENS] (before any model is loaded or compiled)."""
+    if max_new_tokens < 1:
+        raise UserError(f"max_new_tokens={max_new_tokens} must be >= 1")
+    if max_new_tokens > MAX_NEW_TOKENS:
+        raise UserError(f"max_new_tokens={max_new_tokens} exceeds {MAX_NEW_TOKENS:,} tokens per sample, the most a "
+                        f"run can hold; ask for at most {MAX_NEW_TOKENS} (or generate in several runs)")
+
 
 @dataclasses.dataclass(frozen=True)
 class Completion:
@@ -71,8 +95,7 @@ def generate_ids(model: GPT, params, prompts: Sequence[Sequence[int]], max_new_t
     stop id (kept). `rng` (a jax key) drives sampling; step i of a phase draws with fold_in(key, i),
     so the same (rng, prompts, settings) always give the same tokens.
     """
-    if max_new_tokens < 1:
-        raise UserError(f"max_new_tokens={max_new_tokens} must be >= 1")
+    check_max_new_tokens(max_new_tokens)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise UserError("every prompt needs at least one token (start an unconditional sample from the "
                         "end-of-text token, see unconditional_start)")

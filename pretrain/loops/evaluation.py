@@ -31,6 +31,11 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
                             "data named in its config.json (data.dir or data.source=tfds)")
         config.data.glue_dir = glue_dir
     task = registry.task_for_config(config)
+    splits = [s.strip() for s in splits if s.strip()]
+    if not splits:  # an empty --splits would score nothing and overwrite eval_results.json with no metrics
+        valid = ", ".join(task.dev_splits + task.test_splits)
+        raise UserError(f"--splits is empty: give the splits of {task.name} to score (dev, test or one of {valid}), "
+                        "or leave it out for dev")
     wanted = []
     for split in splits:
         expanded = {"dev": task.dev_splits, "test": task.test_splits}.get(split, (split,))

@@ -56,6 +56,7 @@ def export(workdir: str, output: str, step: int | None = None, peft: bool = Fals
                                "pretrain.finetune workdir")
     with open(config_path) as f:
         config = json.load(f)
+    _check_bert(workdir, (config.get("model") or {}).get("name", "bert"))  # a GPT or T5 config lacks BERT's fields
     if "task" in config:
         return export_finetuned(workdir, ml_collections.ConfigDict(config), output, step, peft)
     if peft:
@@ -105,8 +106,7 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
 
 def _check_exportable(workdir: str, family: str, method: str, peft: bool) -> None:
     """One line for what has no Hugging Face form, before any weight is read."""
-    if family != "bert":
-        raise errors.UserError(f"{workdir} fine-tuned a {family!r} model: this script exports BERT")
+    _check_bert(workdir, family)
     if method == "adapters":
         raise errors.UserError(f"{workdir} trained peft.method=adapters: the peft library has no bottleneck "
                                "adapters (no --peft export), and adapters add layers rather than weight updates, "
@@ -117,6 +117,12 @@ def _check_exportable(workdir: str, family: str, method: str, peft: bool) -> Non
     if peft and method == "none":
         raise errors.UserError(f"--peft exports a parameter-efficient run; {workdir} fine-tuned every weight "
                                "(peft.method=none): export it without --peft")
+
+
+def _check_bert(workdir: str, family: str) -> None:
+    if family != "bert":
+        raise errors.UserError(f"pretrain.tools.export_hf_bert exports BERT runs only, and {workdir} holds a "
+                               f"{family} model")
 
 
 def with_base(config: ml_collections.ConfigDict, task: Task, workdir: str,

@@ -45,6 +45,20 @@ def test_read_text_corpus_errors_are_one_line(tmp_path):
     assert issubclass(CorpusError, ValueError)
 
 
+def test_a_directory_given_as_corpus_is_named_a_directory_with_the_glob_to_give(tmp_path):
+    """It used to say "corpus file not found" of a directory that exists."""
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    with pytest.raises(CorpusError, match=rf"^corpus path {re.escape(str(corpus))} is a directory: give its files or "
+                       rf"a glob in --config\.data\.path \(e\.g\. {re.escape(str(corpus / '*.txt'))}\)$"):
+        read_text_corpus(str(corpus))
+    with pytest.raises(CorpusError, match=r"matches only directories .*no files: give files or a glob of files in "
+                                          r"--data"):
+        read_text_corpus(str(corpus / "*"), flag="--data")
+    (corpus / "a.txt").write_text("a one.\n")
+    assert read_text_corpus(str(corpus / "*")) == [["a one."]]  # a glob's subdirectories are passed over
+
+
 # ------------------------------------------------------------------------------------------ TFDS
 
 @pytest.fixture(scope="module")

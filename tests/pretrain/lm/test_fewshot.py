@@ -8,6 +8,8 @@ import collections
 import json
 import os
 import string
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,8 +25,8 @@ from pretrain.glue.tasks import Example
 from pretrain.data.tokenizers import CharTokenizer
 from pretrain.core.errors import UserError
 from pretrain.lm.language_model import LanguageModel
-from tests.helpers.commands import run_module
-from tests.helpers.paths import SHARED_DATA
+from tests.helpers.commands import run_module, subprocess_env
+from tests.helpers.paths import REPO, SHARED_DATA
 from tests.helpers.random_weights import gpt_random_params
 
 SST2 = ("Assume that the polarity of a text is a label chosen from {negative, positive}. "
@@ -311,9 +313,29 @@ def test_user_errors(char_tokenizer, tmp_path):
         run(examples=[Example("x", None, -1, 0)])
     narrow = tmp_path / "narrow.txt"
     narrow.write_text(string.ascii_letters + " .,:\n")
-    with pytest.raises(UserError, match=r"sst2 dev example \d+ .* characters '\{\}' are not in the char vocabulary"):
+    # the braces of the instruction's label set are the format's, not a dev example's (they used to be blamed)
+    with pytest.raises(UserError, match=r"^the sst2 prompt format \(its instruction, label set \{negative, positive\} "
+                       r"and indicators, before any example\): characters '\{\}' are not in the char vocabulary"):
         fewshot.evaluate_fewshot("sst2", DEV, TRAIN, CharTokenizer(str(narrow)), _planted_scorer(char_tokenizer),
                                  k=0, seed=0, max_length=1000)
+    narrow.write_text(string.ascii_letters + " .,:\n{}")  # the format fits; an example's apostrophe does not
+    with pytest.raises(UserError, match=r"^sst2 dev example 7 \(with its demonstrations, in the prompt\): "
+                       r"characters \"'\" are not in the char vocabulary"):
+        fewshot.evaluate_fewshot("sst2", [*DEV, Example("it 's fine .", None, 1, 7)], TRAIN,
+                                 CharTokenizer(str(narrow)), _planted_scorer(char_tokenizer), k=0, seed=0,
+                                 max_length=1000)
+
+
+@pytest.mark.slow  # the flag's default is read at import: a fresh interpreter per environment
+def test_glue_dir_defaults_to_the_glue_dir_environment_variable_as_configs_glue_does(tmp_path):
+    """pretrain.fewshot used to ignore $GLUE_DIR, which configs/glue.py honours."""
+    code = ("from absl import flags; import pretrain.fewshot; from configs import glue; "
+            "print(flags.FLAGS['glue_dir'].default, glue.get_config('task=sst2').data.glue_dir)")
+    for env, expected in [({"GLUE_DIR": str(tmp_path)}, str(tmp_path)), ({}, "../shared/data/glue")]:
+        proc_env = {k: v for k, v in subprocess_env().items() if k != "GLUE_DIR"} | env
+        out = subprocess.run([sys.executable, "-c", code], env=proc_env, capture_output=True, text=True, check=True,
+                             cwd=REPO)
+        assert out.stdout.split() == [expected, expected], out.stderr
 
 
 # ----------------------------------------------------------------------------------------------

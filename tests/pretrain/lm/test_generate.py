@@ -10,7 +10,6 @@ import jax
 import numpy as np
 import pytest
 
-from models.errors import ModelInputError
 from models.gpt import GPT, GPTConfig
 from pretrain.lm import generation as gen
 from pretrain.data.tokenizers import CharTokenizer
@@ -193,7 +192,7 @@ def test_user_errors(char_lm, tmp_path):
         gen.generate_ids(model, params, [[1], []], 3)
     with pytest.raises(UserError, match="needs an rng"):
         gen.generate_ids(model, params, [[1]], 3)
-    with pytest.raises(ModelInputError, match="top_p"):
+    with pytest.raises(UserError, match="top_p"):
         gen.generate(char_lm, ["ab"], max_new_tokens=3, sampling=gen.Sampling(top_p=0.0))
     with pytest.raises(UserError, match="num_samples=0"):
         gen.generate(char_lm, ["ab"], num_samples=0)
@@ -232,6 +231,29 @@ def parse_output(stdout: str) -> list[tuple[tuple[int, int, str], str]]:
     bodies = [stdout[h.end() + 1:(headers[i + 1].start() - 1 if i + 1 < len(headers) else len(stdout.rstrip("\n")))]
               for i, h in enumerate(headers)]
     return [((int(h[1]), int(h[3]), h[5]), body) for h, body in zip(headers, bodies)]
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"top_k": -3}, r"^top_k=-3 must be >= 0 \(0 = no top-k filter"),   # used to run silently as no top-k
+    ({"top_p": 0.0}, r"^top_p=0\.0 must be in \(0, 1\]"),
+    ({"top_p": 1.5}, r"^top_p=1\.5 must be in \(0, 1\]"),
+    ({"top_p": float("nan")}, r"^top_p=nan must be in \(0, 1\]"),
+    ({"temperature": -0.5}, r"^temperature=-0\.5 must be >= 0"),
+])
+def test_sampling_settings_out_of_range_are_refused_when_made(settings, message):
+    with pytest.raises(UserError, match=message):
+        gen.Sampling(**settings)
+    gen.Sampling(top_k=0, top_p=1.0, temperature=0.0)  # the "off" values stay valid
+
+
+def test_max_new_tokens_beyond_what_a_run_can_hold_is_refused_before_decoding(char_lm):
+    """10**10 used to end in a traceback from the decoding loop."""
+    for bad in (10**10, gen.MAX_NEW_TOKENS + 1):
+        with pytest.raises(UserError, match=rf"^max_new_tokens={bad} exceeds 1,000,000 tokens per sample"):
+            gen.check_max_new_tokens(bad)
+    with pytest.raises(UserError, match=r"max_new_tokens=10000000000 exceeds"):
+        gen.generate_ids(char_lm.model, char_lm.params, [[1]], 10**10)
+    gen.check_max_new_tokens(gen.MAX_NEW_TOKENS)
 
 
 @pytest.mark.slow
