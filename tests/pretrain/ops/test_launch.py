@@ -391,7 +391,7 @@ def test_the_command_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "pretrain.launch", "stop", "--name=x"], cwd=REPO, env=env,
                             capture_output=True, text=True)
     assert (result.returncode, result.stdout, result.stderr) == (2, "", f"error: {launch.GCLOUD_MISSING}\n")
-    result = subprocess.run([sys.executable, "-m", "pretrain.launch", "delete", "--name=x", "--zone=z", "--queued",
-                             "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True)
-    assert (result.returncode, result.stdout) == (0, "gcloud compute tpus queued-resources delete x --zone=z --force "
-                                                     "--quiet\n")
+    result = subprocess.run([sys.executable, "-m", "pretrain.launch", "delete", "--name=x", "--zone=us-east5-a",
+                             "--queued", "--dry-run"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (0, "gcloud compute tpus queued-resources delete x --zone=us-east5-a "
+                                                     "--force --quiet\n")
