@@ -172,6 +172,11 @@ class Checkpointer:
         self.manager.wait_until_finished()
         self.manager.close()
 
+    def close_when_unwound(self, stack: contextlib.ExitStack) -> None:
+        """close() when `stack` unwinds (Orbax's threads stop before the process exits; the saves in flight hold
+        good states and complete), except on KeyboardInterrupt: a second Ctrl-C stops now, without waiting."""
+        stack.push(lambda exc_type, exc, tb: None if exc_type is KeyboardInterrupt else self.close())
+
 
 def set_aside(directory: str, unusable: list[int]) -> None:
     """DIR/<step> of each `unusable` step -> DIR/<step>.unusable (or .unusable1, ...), and Orbax's temporary

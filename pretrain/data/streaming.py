@@ -20,7 +20,6 @@ goes into every checkpoint (all streams, gathered from every process) and `itera
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any, Iterator, NamedTuple, Sequence
 
 import grain
@@ -155,15 +154,6 @@ class StreamingData:
                               "resume with the config that wrote it or use a new --workdir")
 
     # ----- Batches -----
-    def example(self) -> Arrays:
-        """One row of the first phase, built here and now: the shapes a model is initialized with."""
-        windows = self._windows(0)
-        for w in itertools.count():  # a window can be empty (documents too short for the objective)
-            rows = windows[w]
-            if len(next(iter(rows.values()))):
-                return {k: v[:1] for k, v in rows.items()}
-        raise AssertionError("unreachable")
-
     def document_order(self, phase: int) -> grain.MapDataset:
         """The endless order of document indices of a phase: every epoch a new permutation (Grain's index
         shuffle, O(1) memory whatever the corpus size)."""

@@ -265,9 +265,9 @@ class _Epochs:
         train_started, preempted = time.perf_counter(), None
         with contextlib.ExitStack() as stack:  # unwinds in reverse: Orbax's saves complete, then the writer
             stack.callback(self.writer.close)
-            for ckpt in (self.ckpt, self.resume):  # a second Ctrl-C stops without waiting for a save in flight
-                stack.push(lambda exc_type, exc, tb, ckpt=ckpt: None if exc_type is KeyboardInterrupt else ckpt.close())
-            stack.push(lambda exc_type, exc, tb: None if exc_type is None else self.profiler.stop())
+            self.ckpt.close_when_unwound(stack)
+            self.resume.close_when_unwound(stack)
+            stack.callback(self.profiler.stop)  # a run stopped inside the range keeps the trace of the steps it ran
             with self.mesh, preemption.Watcher() as watcher:
                 for epoch in range(self.position.epoch, self.config.num_epochs):
                     state, preempted = self.train_epoch(state, epoch, watcher)

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import os
 import time
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import ml_collections
@@ -76,12 +76,6 @@ def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpo
     train_data.check_position(data_position)
     print(f"Resumed from {ckpt.directory}/{step}")
     return Start(state, step, data_position)
-
-
-def _close_unless_interrupted(stack: contextlib.ExitStack, close: Callable[[], None]) -> None:
-    """close() when the stack unwinds, but not on KeyboardInterrupt: a second Ctrl-C stops now, without waiting
-    for a save in flight (the saves of any other exit hold good states: they complete)."""
-    stack.push(lambda exc_type, exc, tb: None if exc_type is KeyboardInterrupt else close())
 
 
 class _Evaluator:
@@ -184,7 +178,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
         stack.callback(train_data.close)  # Grain's worker processes
         ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
                                         keep=config.keep_checkpoints)
-        _close_unless_interrupted(stack, ckpt.close)  # Orbax's threads stop before the process exits
+        ckpt.close_when_unwound(stack)
         start = _restore_or_init(config, workdir, trainer, ckpt, train_data)
         print(f"Model {config.model.name}: {train_state.count_params(start.state.params):,} parameters; "
               f"mesh {dict(trainer.mesh.shape)}; workdir {storage.absolute(workdir)}")
