@@ -15,7 +15,6 @@ import os
 import tempfile
 import time
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
