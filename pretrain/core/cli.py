@@ -11,6 +11,7 @@ that can span several hosts (train, finetune, evaluate) call `distributed.initia
 """
 from __future__ import annotations
 
+import logging as std_logging
 import os
 import sys
 
@@ -27,7 +28,25 @@ def begin(argv: list[str]) -> None:
               file=sys.stderr)
         sys.exit(2)
     logging.set_verbosity(logging.WARNING)
+    if not os.environ.get("LMPRETRAIN_TRACEBACK"):
+        for handler in std_logging.getLogger().handlers:  # absl's, installed by app.run
+            handler.addFilter(_without_traceback)
     compilation_cache.enable()
+
+
+def _without_traceback(record: std_logging.LogRecord) -> bool:
+    """Libraries' log records keep their one line and lose their traceback: a storage client that retries
+    logs one per failed try (gcsfs, Orbax's save thread), pages of them while a bucket is unreachable,
+    before the command stops with its own one-line error. LMPRETRAIN_TRACEBACK=1 keeps them."""
+    if record.exc_info or record.exc_text:
+        record.msg = f"{record.getMessage()} [{_exception_line(record.exc_info)}]"
+        record.args, record.exc_info, record.exc_text = None, None, None
+    return True
+
+
+def _exception_line(exc_info) -> str:
+    error = exc_info[1] if exc_info and exc_info is not True else None
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}" if error else "error"
 
 
 HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull")

@@ -27,6 +27,9 @@ class ConfigError(UserError):
 # EX_TEMPFAIL of sysexits.h: a temporary failure, "try again later". The exit status of a run that
 # saved a checkpoint on SIGTERM / SIGINT / a JAX preemption notice; the same command resumes it.
 EXIT_PREEMPTED = 75
+# EX_UNAVAILABLE: a service the run needs (the bucket of its workdir) stopped answering after the clients'
+# retries. Not 75: a retry loop that reruns on 75 would spin against a bucket that is gone for good.
+EXIT_UNAVAILABLE = 69
 
 
 class Preempted(Exception):
@@ -45,8 +48,9 @@ USER_ERRORS = (UserError, ModelInputError, ObjectiveError)
 
 @contextlib.contextmanager
 def one_line_errors():
-    """Turns USER_ERRORS and OSErrors into `error: <message>` and exit status 2, and Preempted into its one
-    line and exit status EXIT_PREEMPTED (75).
+    """Turns USER_ERRORS and OSErrors into `error: <message>` and exit status 2, a storage service that
+    stopped answering into one line and EXIT_UNAVAILABLE (69), and Preempted into its one line and exit
+    status EXIT_PREEMPTED (75).
 
     Set LMPRETRAIN_TRACEBACK=1 to see a user error's traceback instead.
     """
@@ -60,11 +64,39 @@ def one_line_errors():
             raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except OSError as e:  # a full disk, a permission, a file gone: the machine's state, not a bug
+    except Exception as e:  # noqa: BLE001 - only the machine's and the storage's failures; the rest re-raised
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
-        print(f"error: {describe_os_error(e)}", file=sys.stderr)
-        sys.exit(2)
+        if unreachable := storage_unreachable(e):
+            print(f"error: the storage service stopped answering ({unreachable}); the run stopped and its latest "
+                  "complete checkpoint is kept: rerun the same command to resume once it answers",
+                  file=sys.stderr, flush=True)
+            sys.exit(EXIT_UNAVAILABLE)
+        if isinstance(e, OSError):  # a full disk, a permission, a file gone: the machine's state, not a bug
+            print(f"error: {describe_os_error(e)}", file=sys.stderr)
+            sys.exit(2)
+        raise
+
+
+# What the GCS clients raise when the service does not answer (after their own retries): gcsfs (aiohttp),
+# google-cloud-storage (requests, google.api_core), TensorStore (a ValueError whose text names the gRPC-style
+# status). Matched by name so that none of those packages is imported here.
+UNREACHABLE_TYPES = ("ClientConnectorError", "ServerDisconnectedError", "ConnectionError", "RetryError",
+                     "ServiceUnavailable", "ConnectionRefusedError", "ConnectionResetError", "TimeoutError")
+UNREACHABLE_TEXT = ("UNAVAILABLE:", "DEADLINE_EXCEEDED:", "Connection refused", "Connect call failed")
+
+
+def storage_unreachable(error: BaseException) -> str | None:
+    """The first line of what says that the storage service stopped answering, anywhere in `error`'s chain
+    (an Orbax save wraps the client's error in its own); None for any other error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if type(error).__name__ in UNREACHABLE_TYPES or any(t in str(error) for t in UNREACHABLE_TEXT):
+            return text[:300]
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def describe_os_error(e: OSError) -> str:

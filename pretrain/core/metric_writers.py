@@ -5,10 +5,13 @@ diverged run's losses included). On resume, the records past the restored step a
 unreadable last line (a run killed mid-write); TensorBoard is told to purge its points past the restored
 step too (SummaryWriter's purge_step: a SessionLog.START event at that step), so that no curve doubles back.
 
-In a bucket (a gs:// workdir) metrics.jsonl cannot be appended to: LineLog keeps its lines in memory and
-uploads the whole object every FLUSH_SECS and when the writer closes (a preempted run closes it), so a kill
-loses at most the lines of the last FLUSH_SECS, never the file; those past the last checkpoint are redone on
-resume anyway. TensorBoard's events go through tensorboardX's own gs:// writer (google-cloud-storage).
+In a bucket (a gs:// workdir) LineLog keeps new lines in memory and appends them every FLUSH_SECS and when
+the writer closes (a preempted run closes it) through storage.append, which uploads only those lines (the
+server concatenates), so a kill loses at most the lines of the last FLUSH_SECS, never the file; those past
+the last checkpoint are redone on resume anyway. TensorBoard's events are written by tensorboardX into a local
+folder and their new bytes appended the same way (an events file is a sequence of records: appending is
+what tensorboardX does locally); its own gs:// writer re-uploads the whole file at every flush, once more
+when garbage-collected, and for two minutes into a bucket that is gone.
 
 In a multi-host run only process 0 writes them (every process computes the same replicated
 metrics); on the others a MetricWriter accepts every call and does nothing.
@@ -19,7 +22,9 @@ import io
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -56,8 +61,9 @@ class MetricWriter:
             return
         self._drop_records_after(resume_step)
         self.jsonl = LineLog(self.jsonl_path, flush_secs=FLUSH_SECS)
+        self.events = EventsFolder(self.tensorboard_dir, flush_secs=FLUSH_SECS)
         # purge_step: TensorBoard hides this log's events from that step on (those of a killed run, redone now).
-        self.tensorboard = SummaryWriter(self.tensorboard_dir, flush_secs=10,
+        self.tensorboard = SummaryWriter(self.events.local_dir, flush_secs=10,
                                          purge_step=resume_step + 1 if resume_step else None)
 
     def _drop_records_after(self, step: int) -> None:
@@ -89,12 +95,14 @@ class MetricWriter:
         self.jsonl.write(json.dumps(record, allow_nan=False) + "\n")  # flushed (in a bucket: uploaded in time)
         for name, value in metrics.items():  # TensorBoard takes NaN as it is
             self.tensorboard.add_scalar(f"{prefix}/{name}", float(np.asarray(value)), int(step))
+        self.events.upload_if_due(self.tensorboard)
 
     def close(self) -> None:
         if not self.enabled:
             return
         self.jsonl.close()
         self.tensorboard.close()
+        self.events.close()
 
 
 def _to_python(value) -> float | None:
@@ -106,15 +114,14 @@ def _to_python(value) -> float | None:
 class LineLog:
     """Lines appended to a text file (metrics.jsonl). Local: opened for appending, flushed after every line.
 
-    In a bucket an object cannot be appended to: the lines are kept in memory (after the object's text) and
-    the whole object is rewritten once `flush_secs` have passed since the last upload, and by flush() and
-    close(). A kill loses at most the lines since the last upload, never the file (an object is replaced only
-    when its upload completes)."""
+    In a bucket every append is an upload and a compose request: the lines wait in memory and go together
+    once `flush_secs` have passed since the last append, and at flush() and close(). An upload carries the
+    new lines only, so its size does not grow with the run."""
 
     def __init__(self, path: str, flush_secs: float = 30.0):
         self.path, self.flush_secs, self._remote = path, flush_secs, storage.is_url(path)
         if self._remote:
-            self._lines, self._pending = [storage.read_text(path)] if storage.exists(path) else [], False
+            self._pending: list[str] = []
             self._uploaded = time.monotonic()
         else:
             self._file = open(path, "a")
@@ -123,8 +130,7 @@ class LineLog:
         if not self._remote:
             self._file.write(line)
             return self._file.flush()
-        self._lines.append(line)
-        self._pending = True
+        self._pending.append(line)
         if time.monotonic() - self._uploaded >= self.flush_secs:
             self.flush()
 
@@ -132,11 +138,43 @@ class LineLog:
         if not self._remote:
             return self._file.flush()
         if self._pending:
-            self._lines = ["".join(self._lines)]
-            storage.write_atomic(self.path, self._lines[0])
-            self._pending, self._uploaded = False, time.monotonic()
+            storage.append(self.path, "".join(self._pending))
+            self._pending, self._uploaded = [], time.monotonic()
 
     def close(self) -> None:
         self.flush()
         if not self._remote:
             self._file.close()
+
+
+class EventsFolder:
+    """Where tensorboardX writes: the workdir's tensorboard/ folder itself on a local disk; for a bucket, a
+    local temporary folder whose files' new bytes are appended to tensorboard/ in the bucket every
+    `flush_secs` and at close()."""
+
+    def __init__(self, directory: str, flush_secs: float = 30.0):
+        self.directory, self.flush_secs, self._remote = directory, flush_secs, storage.is_url(directory)
+        self.local_dir = tempfile.mkdtemp(prefix="tensorboard_") if self._remote else directory
+        self._uploaded_bytes: dict[str, int] = {}
+        self._uploaded = time.monotonic()
+
+    def upload_if_due(self, writer) -> None:
+        if self._remote and time.monotonic() - self._uploaded >= self.flush_secs:
+            writer.flush()
+            self.upload()
+
+    def upload(self) -> None:
+        for name in sorted(os.listdir(self.local_dir)):
+            with open(os.path.join(self.local_dir, name), "rb") as f:
+                f.seek(self._uploaded_bytes.get(name, 0))
+                new = f.read()
+            if new:
+                storage.append(f"{self.directory}/{name}", new)
+                self._uploaded_bytes[name] = self._uploaded_bytes.get(name, 0) + len(new)
+        self._uploaded = time.monotonic()
+
+    def close(self) -> None:
+        """After the SummaryWriter closed (its last events are in the local files)."""
+        if self._remote:
+            self.upload()
+            shutil.rmtree(self.local_dir, ignore_errors=True)

@@ -4,7 +4,9 @@ A local path is handled exactly as before URLs were allowed: os functions, absol
 temporary file + fsync + rename. A URL goes through etils.epath (fsspec; gcsfs for gs://, from the `tpu`
 extra), where three things differ:
   * an object appears only once its upload completes, so `write_atomic` is one upload;
-  * there is no append: metric_writers keeps metrics.jsonl in memory and rewrites the object now and then;
+  * there is no append: `append` uploads the new text as an object of its own and has the server
+    concatenate the two (GCS's compose, which its documentation gives for appending), so a log written for
+    days costs what its new lines weigh, not what the whole file weighs, at every upload;
   * folders are name prefixes: `makedirs` creates nothing, and `rename` of a folder copies, then deletes,
     its objects one by one, so it is not atomic.
 Checkpoint arrays are Orbax's own path (TensorStore's GCS driver; epath for its metadata): only the marker
@@ -12,37 +14,47 @@ files and step folders that pretrain.core.checkpoints inspects pass through here
 """
 from __future__ import annotations
 
-import importlib.util
+import logging
 import os
 import shutil
 import tempfile
 from typing import IO
 
 import fsspec
+import fsspec.core
 from etils import epath
 
 from pretrain.core.errors import UserError
 
-# Scheme -> (fsspec's name of the filesystem epath uses, its package), (tensorboardX's writer module, package).
-SCHEMES = {"gs": (("gcs", "gcsfs"), ("google.cloud.storage", "google-cloud-storage"))}
+class _NoBucketTypeWarnings(logging.Filter):
+    """gcsfs asks the storage control API for a bucket's layout before most operations and, when it cannot
+    tell (no permission for that API; a GCS emulator has none), warns and asks again next time: one console
+    line per file operation. The answer only picks gcsfs's paths for zonal and hierarchical buckets; the
+    JSON API it falls back to serves every bucket."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "bucket type" not in message and "storage layout api" not in message
+
+
+logging.getLogger("gcsfs").addFilter(_NoBucketTypeWarnings())
+
+# Scheme -> (fsspec's name of the filesystem epath uses, its package).
+SCHEMES = {"gs": ("gcs", "gcsfs")}
 
 
 def is_url(path: str) -> bool:
     return "://" in str(path)
 
 
-def check_url(path: str, flag: str | None = None, *, write: bool = False) -> None:
-    """A one-line UserError unless this process can read URL `path` (with `write`: keep a workdir there)."""
+def check_url(path: str, flag: str | None = None) -> None:
+    """A one-line UserError unless this process can read and write URL `path`."""
     where, scheme = f"{flag}={path}" if flag else path, path.split("://", 1)[0]
     if scheme not in SCHEMES:
         raise UserError(f"{where}: {scheme}:// is not supported; give a local path or gs://BUCKET/PATH")
-    (filesystem, package), (module, events_package) = SCHEMES[scheme]
-    missing = [] if _has_filesystem(filesystem) else [package]
-    if write and not _has_module(module):
-        missing.append(events_package)  # TensorBoard's events (tensorboardX)
-    if missing:
-        raise UserError(f"{where} needs {' and '.join(missing)}: pip install -e '.[tpu]' (or pip install "
-                        f"{' '.join(missing)})")
+    filesystem, package = SCHEMES[scheme]
+    if not _has_filesystem(filesystem):
+        raise UserError(f"{where} needs {package}: pip install -e '.[tpu]' (or pip install {package})")
 
 
 def _has_filesystem(name: str) -> bool:
@@ -51,13 +63,6 @@ def _has_filesystem(name: str) -> bool:
     except (ImportError, ValueError):
         return False
     return True
-
-
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ImportError:  # its parent package is missing
-        return False
 
 
 def _remote(path: str) -> epath.Path:
@@ -117,6 +122,25 @@ def open_file(path: str, mode: str = "r", encoding: str | None = None) -> IO:
 def read_text(path: str) -> str:
     with open_file(path) as f:
         return f.read()
+
+
+def append(path: str, data: str | bytes) -> None:
+    """`data` at the end of `path` (created if missing). In a bucket: `text` uploaded as `path`.tail, then
+    path := compose(path, path.tail) on the server, then the tail deleted; readers see the object before or
+    after, never in between. A tail left by a kill is overwritten by the next append."""
+    data = data.encode() if isinstance(data, str) else data
+    if not is_url(path):
+        with open(path, "ab") as f:
+            f.write(data)
+        return
+    filesystem, name = fsspec.core.url_to_fs(path)
+    if not filesystem.exists(name):
+        filesystem.pipe_file(name, data)
+        return
+    tail = name + ".tail"
+    filesystem.pipe_file(tail, data)
+    filesystem.merge(name, [name, tail])
+    filesystem.rm_file(tail)
 
 
 def _umask() -> int:

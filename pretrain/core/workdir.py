@@ -54,7 +54,7 @@ def prepare(workdir: str, flag: str = "--workdir") -> str:
 def _prepare_url(workdir: str, flag: str) -> str:
     """A bucket's workdir: its packages installed, not a file. Folders are name prefixes (makedirs creates
     nothing) and permissions show at the first write."""
-    storage.check_url(workdir, flag, write=True)
+    storage.check_url(workdir, flag)
     path = storage.absolute(workdir)
     try:
         is_file = storage.isfile(path)

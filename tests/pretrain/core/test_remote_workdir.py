@@ -1,21 +1,19 @@
-"""A gs:// workdir: the workdir's own files (config.json, results.json, predictions, metrics.jsonl, the
-checkpoint folders' markers) go to the bucket through pretrain.core.storage, never to a local folder 'gs:'.
-
-Offline: fsspec's in-memory filesystem stands in for gcsfs (epath's fsspec backend asks fsspec for 'gcs').
-Not faked: Orbax's array writes (TensorStore's GCS driver needs the network) and tensorboardX's gs:// event
-writer (google-cloud-storage), which a stub SummaryWriter replaces here.
+"""A gs:// workdir against a GCS-protocol server on loopback (tests/helpers/gcs_server.py, the `gcs_server`
+fixture): the workdir's own files (config.json, results.json, predictions, metrics.jsonl, the checkpoint
+folders' markers) go to the bucket through pretrain.core.storage, never to a local folder 'gs:'.
+The whole commands on gs:// are in tests/pretrain/commands/test_gcs_workdir.py.
 """
 from __future__ import annotations
 
 import json
 import os
 
+import fsspec
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 from etils.epath import backend as epath_backend
-from fsspec.implementations.memory import MemoryFileSystem
 from fsspec.registry import _registry, known_implementations
 
 from configs import glue as glue_config
@@ -25,53 +23,33 @@ from pretrain.glue import tasks as glue
 from pretrain.glue.finetuning import write_dev_predictions
 from pretrain.loops import evaluation, finetuning
 
-RUN = "gs://bucket/run"
-
-
-class FakeGCS(MemoryFileSystem):
-    """A bucket in memory: gs://bucket/x is stored as /bucket/x."""
-    protocol = ("gs", "gcs")
-    store, pseudo_dirs = {}, [""]
-
-    @classmethod
-    def _strip_protocol(cls, path):
-        path = str(path)
-        for prefix in ("gs://", "gcs://"):
-            path = path.removeprefix(prefix)
-        return super()._strip_protocol(path)
-
 
 @pytest.fixture
-def bucket(monkeypatch, tmp_path):
-    """gs:// served from memory for this test; the working directory is an empty tmp_path."""
+def run(gs_run, monkeypatch, tmp_path):
+    """This test's gs:// workdir; the working directory is an empty tmp_path (checked at the end)."""
     monkeypatch.chdir(tmp_path)
-    for name in ("gs", "gcs"):
-        monkeypatch.setitem(_registry, name, FakeGCS)
-    monkeypatch.setattr(FakeGCS, "store", {})
-    monkeypatch.setattr(FakeGCS, "pseudo_dirs", [""])
-    monkeypatch.setattr(storage, "_has_module", lambda name: True)  # google-cloud-storage (tensorboardX)
-    epath_backend.fsspec_backend._get_filesystem.cache_clear()  # epath caches the filesystem it got
-    yield FakeGCS
-    epath_backend.fsspec_backend._get_filesystem.cache_clear()
+    yield gs_run
     assert os.listdir(tmp_path) == [], "a gs:// path became a local file or folder"
 
 
-def objects(prefix: str = "/bucket/") -> list[str]:
-    return sorted(k[len(prefix):] for k in FakeGCS.store if k.startswith(prefix))
+def objects(prefix: str) -> list[str]:
+    """The object names under gs:// `prefix`, relative to it."""
+    filesystem, root = fsspec.core.url_to_fs(prefix)
+    return sorted(name[len(root.rstrip("/")) + 1:] for name in filesystem.find(root))
 
 
-def test_prepare_on_a_bucket_creates_no_local_folder(bucket, tmp_path):
-    assert workdir.prepare(RUN + "/") == RUN
-    assert workdir.prepare(RUN) == RUN  # again: an existing workdir
-    storage.write_atomic(RUN + "/file", "x")
+def test_prepare_on_a_bucket_creates_no_local_folder(run, tmp_path):
+    assert workdir.prepare(run + "/") == run
+    assert workdir.prepare(run) == run  # again: an existing workdir
+    storage.write_atomic(run + "/file", "x")
     with pytest.raises(UserError, match="is a file, not a directory"):
-        workdir.prepare(RUN + "/file")
+        workdir.prepare(run + "/file")
     local = str(tmp_path.parent / "local")
     assert workdir.prepare(local) == local  # a local path is as before
 
 
-def test_config_and_results_round_trip_through_the_bucket(bucket):
-    run = workdir.prepare(RUN)
+def test_config_and_results_round_trip_through_the_bucket(run):
+    run = workdir.prepare(run)
     config = ml_collections.ConfigDict({"seed": 1, "model": {"name": "bert"}, "num_train_steps": 10})
     workdir.save_config(run, config)
     assert workdir.stored_config(run) == config.to_dict()
@@ -79,22 +57,17 @@ def test_config_and_results_round_trip_through_the_bucket(bucket):
     assert workdir.check_resume(run, changed) == ["num_train_steps"]
     workdir.write_json_atomic(f"{run}/results.json", {"best_score": 0.5})
     assert json.loads(storage.read_text(f"{run}/results.json")) == {"best_score": 0.5}
-    assert objects() == ["run/config.json", "run/results.json"]  # no temporary objects
+    assert objects(run) == ["config.json", "results.json"]  # no temporary objects
 
 
-def test_metrics_jsonl_on_a_bucket_uploads_and_drops_records_after_resume(bucket, monkeypatch, capsys):
-    class Events:  # tensorboardX's gs:// writer needs google-cloud-storage and the network
-        def __init__(self, logdir, **kwargs):
-            assert logdir == f"{RUN}/tensorboard"
-        add_scalar = close = lambda self, *args: None
-    monkeypatch.setattr(metric_writers, "SummaryWriter", Events)
+def test_metrics_jsonl_on_a_bucket_uploads_and_drops_records_after_resume(run, monkeypatch, capsys):
     monkeypatch.setattr(metric_writers, "FLUSH_SECS", 1e9)
-    path = f"{RUN}/metrics.jsonl"
+    path = f"{run}/metrics.jsonl"
 
     def steps():
         return [json.loads(line)["step"] for line in storage.read_text(path).splitlines()]
 
-    writer = metric_writers.MetricWriter(RUN)
+    writer = metric_writers.MetricWriter(run)
     for step in (1, 2, 3):
         writer.write(step, {"loss": float(step)})
     assert not storage.exists(path)  # not yet uploaded: a kill now would lose these lines, no file
@@ -104,7 +77,7 @@ def test_metrics_jsonl_on_a_bucket_uploads_and_drops_records_after_resume(bucket
     writer.close()
     assert storage.read_text(path).splitlines()[-1] == '{"step": 4, "loss": null}'
 
-    writer = metric_writers.MetricWriter(RUN, resume_step=2)  # a run resumed from its checkpoint at step 2
+    writer = metric_writers.MetricWriter(run, resume_step=2)  # a run resumed from its checkpoint at step 2
     assert steps() == [1, 2]
     writer.write(3, {"loss": 3.5}, prefix="eval")
     writer.close()
@@ -112,16 +85,16 @@ def test_metrics_jsonl_on_a_bucket_uploads_and_drops_records_after_resume(bucket
 
     storage.write_atomic(path, storage.read_text(path) + '{"step": 4, "lo')  # cut mid-line
     monkeypatch.setattr(metric_writers, "FLUSH_SECS", 0.0)  # every line uploaded at once
-    writer = metric_writers.MetricWriter(RUN, resume_step=3)
+    writer = metric_writers.MetricWriter(run, resume_step=3)
     assert "metrics.jsonl:4 is not a JSON record" in capsys.readouterr().err
     writer.write(4, {"loss": 4.0})
     assert steps() == [1, 2, 3, 4]
     writer.close()
 
 
-def checkpoint_folder(step: int, committed: bool = True) -> None:
+def checkpoint_folder(directory: str, step: int, committed: bool = True) -> None:
     """The folders and markers Orbax writes for a step in a bucket (commit_success.txt once it is complete)."""
-    folder = f"{RUN}/checkpoints/{step}"
+    folder = f"{directory}/{step}"
     metadata = {"commit_timestamp_nsecs": 1} if committed else {}
     storage.write_atomic(f"{folder}/_CHECKPOINT_METADATA", json.dumps(metadata))
     if committed:
@@ -130,10 +103,10 @@ def checkpoint_folder(step: int, committed: bool = True) -> None:
         storage.write_atomic(f"{folder}/{item}/_METADATA", "{}")
 
 
-def test_checkpoint_folders_on_a_bucket(bucket):
-    directory = f"{RUN}/checkpoints"
-    checkpoint_folder(1)
-    checkpoint_folder(2, committed=False)
+def test_checkpoint_folders_on_a_bucket(run):
+    directory = f"{run}/checkpoints"
+    checkpoint_folder(directory, 1)
+    checkpoint_folder(directory, 2, committed=False)
     storage.write_atomic(f"{directory}/3.orbax-checkpoint-tmp-7/state/x", "x")
     assert checkpoints.step_problem(directory, 1) is None
     assert checkpoints.step_problem(directory, 2) == "no commit marker (the save did not finish)"
@@ -144,15 +117,15 @@ def test_checkpoint_folders_on_a_bucket(bucket):
 
     checkpoints.set_aside(directory, [2])  # restore() skipped step 2: the first save moves it aside
     assert sorted(storage.listdir(directory)) == ["1", "2.unusable"]
-    checkpoint_folder(2, committed=False)
+    checkpoint_folder(directory, 2, committed=False)
     checkpoints.set_aside(directory, [2])
     assert sorted(storage.listdir(directory)) == ["1", "2.unusable", "2.unusable1"]
-    assert objects("/bucket/run/checkpoints/2.unusable1/") == ["_CHECKPOINT_METADATA", "data/_METADATA",
+    assert objects(f"{directory}/2.unusable1") == ["_CHECKPOINT_METADATA", "data/_METADATA",
                                                               "state/_METADATA"]
 
 
-def test_finetuning_files_on_a_bucket(bucket):
-    run = workdir.prepare(RUN)
+def test_finetuning_files_on_a_bucket(run):
+    run = workdir.prepare(run)
     task = glue.get_task("mrpc")
     ids, predictions, labels = np.array([0, 1]), np.array([1, 0]), np.array([1, 1])
     write_dev_predictions(f"{run}/predictions/validation.tsv", task, ids, predictions, labels)
@@ -193,3 +166,31 @@ def test_unsupported_urls_are_one_line_errors(tmp_path, monkeypatch):
     assert "needs gcsfs" in one_line_error(lambda: evaluation._finetuning_config("gs://b/x"))
     assert "needs gcsfs" in one_line_error(lambda: storage.exists("gs://b/x"))
     assert os.listdir(tmp_path) == []
+
+
+@pytest.fixture
+def through_proxy(gcs_server, monkeypatch):
+    """This process's GCS clients talk to the session's server through a counting Proxy for this test."""
+    import gcsfs
+
+    from tests.helpers.gcs_server import Proxy
+    proxy = Proxy(gcs_server.url)
+    for key, value in proxy.environment.items():
+        monkeypatch.setenv(key, value)
+    gcsfs.GCSFileSystem.clear_instance_cache()  # a cached filesystem keeps the address it was made with
+    epath_backend.fsspec_backend._get_filesystem.cache_clear()
+    yield proxy
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    epath_backend.fsspec_backend._get_filesystem.cache_clear()
+    proxy.stop()
+
+
+def test_appending_to_an_object_uploads_the_new_bytes_only(run, through_proxy):
+    path = f"{run}/metrics.jsonl"
+    storage.append(path, "x" * 200_000 + "\n")
+    before = through_proxy.sent
+    storage.append(path, "one more line\n")
+    sent = through_proxy.sent - before
+    assert sent < 10_000, f"appending 14 bytes to a 200 kB object sent {sent} bytes"
+    assert storage.read_text(path) == "x" * 200_000 + "\none more line\n"
+    assert objects(run) == ["metrics.jsonl"]  # the tail object is gone
