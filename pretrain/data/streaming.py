@@ -9,11 +9,18 @@ shards, never loaded whole) or the in-memory list of a small text/TFDS corpus. P
   stream k  --rows in order, B / S per step--> its part of the global batch
 
 So NSP pairs, dynamic masking, span corruption and packing run the same objective code as before, on
-`window_documents` random documents at a time, in `workers` processes per stream (Grain's mp_prefetch keeps
+`window_documents` random documents at a time, in `workers` processes per host (Grain's mp_prefetch keeps
 the order whatever the worker count). The global batch of step s is streams 0..S-1 in order; process p of
-P builds only streams [p S / P, (p + 1) S / P), i.e. its contiguous rows of the global batch. A batch is
-therefore a pure function of (seed, step, S): with `data.streams` fixed it does not depend on the number of
-processes or workers (the default, 0, means one stream per process).
+P builds only streams [p S / P, (p + 1) S / P), i.e. its contiguous rows of the global batch, all of them
+from one Grain iterator over their windows (_LocalWindows). A batch is therefore a pure function of
+(seed, step, S): it does not depend on the number of processes or workers.
+
+S is `data.streams`, or with the default 0 (auto) gcd(batch_size, 2^k) with 2^k in [8, 64] (more for a
+corpus of more windows per epoch; see `auto_streams`): not the process count, so a run preempted on 4 hosts
+resumes on 8, 2 or 1 with the same batches (elastic resume). A resume with auto takes the checkpoint's S (an
+older checkpoint, written with one stream per process, keeps its order) if the processes can share it; an
+explicit `data.streams` must equal the checkpoint's. The price of S streams: each holds about one window in
+memory, and the first step waits for S windows to be built.
 
 Rows per window vary, so a stream's position is (window, row) rather than arithmetic in the step: `position()`
 goes into every checkpoint (all streams, gathered from every process) and `iterate` resumes from it.
@@ -33,7 +40,7 @@ from pretrain.core.errors import ConfigError
 
 Arrays = dict[str, np.ndarray]
 POSITION_FORMAT = 2  # position dicts of the in-memory PretrainingData before streaming (format 1) had no streams
-# Windows built ahead of the consumer, per stream (in each worker when workers > 0). Grain's default (16 threads,
+# Windows built ahead of the consumer, per process (in each worker when workers > 0). Grain's default (16 threads,
 # 500 elements) would hold hundreds of windows in memory: a window of a one-document corpus is the whole
 # corpus, and one window already feeds many steps.
 READ_AHEAD = grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)
@@ -48,7 +55,7 @@ AUTO_STREAMS = (8, 64)
 
 def auto_streams(batch_size: int, windows_per_epoch: int) -> tuple[int, int]:
     """(streams, 2^k) of data.streams=0 for a global batch of `batch_size` rows."""
-    power = 1 << max(1, windows_per_epoch).bit_length() - 1
+    power = 1 << (max(1, windows_per_epoch).bit_length() - 1)
     cap = min(max(power, AUTO_STREAMS[0]), AUTO_STREAMS[1])
     return math.gcd(batch_size, cap), cap
 

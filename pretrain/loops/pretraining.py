@@ -49,7 +49,12 @@ def training_data(config: ml_collections.ConfigDict
     data_kw.update(batch_size=config.batch_size, window_documents=config.data.window_documents,
                    streams=config.data.streams, process_index=jax.process_index(), process_count=jax.process_count())
     train_data = streaming.StreamingData(train_docs, seed=config.seed, workers=config.data.workers, **data_kw)
+    # The held-out batches use the training data's stream count (auto counts by corpus size), also after a resume
+    # adopts a checkpoint's (_restore_or_init): the eval curve goes on with the batches it started with.
+    data_kw["streams"] = train_data.streams
     eval_data = streaming.StreamingData(eval_docs, seed=config.seed + 1, **data_kw) if len(eval_docs) else None
+    if eval_data is not None:
+        eval_data.auto = train_data.auto
     return objective, train_data, eval_data
 
 
@@ -74,7 +79,7 @@ def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpo
     abstract_state = checkpoints.abstract_with_shardings(trainer.abstract_state, trainer.shardings)
     state, data_position, step = ckpt.restore(abstract_state)
     # data.streams=0 takes the checkpoint's stream count (any process count that divides it resumes); the
-    # held-out batches follow, so that the eval curve goes on with the batches it started with.
+    # held-out data follows (training_data).
     train_data.resume_from(data_position)
     if eval_data is not None:
         eval_data.adopt_streams(train_data.streams)
