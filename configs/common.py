@@ -65,8 +65,10 @@ def input_pipeline_fields() -> dict:
     cuts the corpus. A batch is a pure function of (seed, step, streams, window_documents)."""
     return dict(
         window_documents=256,  # random documents per window of instances (NSP partners, packing)
-        streams=0,             # independent row streams of the global batch (0 = one per process); fix it
-                               # to keep the data order when the number of processes changes
+        streams=0,             # independent row streams of the global batch. 0 = auto: gcd(batch_size, 2^k),
+                               # 2^k in [8, 64] by the corpus's windows per epoch, whatever the number of
+                               # processes (any count dividing it resumes a checkpoint with the same data),
+                               # or a resumed checkpoint's count. Each stream holds about one window in memory
         workers=0)             # Grain worker processes per host building instances (0 = in the loop's thread)
 
 

@@ -9,18 +9,28 @@ shards, never loaded whole) or the in-memory list of a small text/TFDS corpus. P
   stream k  --rows in order, B / S per step--> its part of the global batch
 
 So NSP pairs, dynamic masking, span corruption and packing run the same objective code as before, on
-`window_documents` random documents at a time, in `workers` processes per stream (Grain's mp_prefetch keeps
+`window_documents` random documents at a time, in `workers` processes per host (Grain's mp_prefetch keeps
 the order whatever the worker count). The global batch of step s is streams 0..S-1 in order; process p of
-P builds only streams [p S / P, (p + 1) S / P), i.e. its contiguous rows of the global batch. A batch is
-therefore a pure function of (seed, step, S): with `data.streams` fixed it does not depend on the number of
-processes or workers (the default, 0, means one stream per process).
+P builds only streams [p S / P, (p + 1) S / P), i.e. its contiguous rows of the global batch, all of them
+from one Grain iterator over their windows (_LocalWindows). A batch is therefore a pure function of
+(seed, step, S): it does not depend on the number of processes or workers.
+
+S is `data.streams`, or with the default 0 (auto) gcd(batch_size, 2^k) with 2^k in [8, 64] (more for a
+corpus of more windows per epoch; see `auto_streams`): not the process count, so a run preempted on 4 hosts
+resumes on 8, 2 or 1 with the same batches (elastic resume). A resume with auto takes the checkpoint's S (an
+older checkpoint, written with one stream per process, keeps its order) if the processes can share it; an
+explicit `data.streams` must equal the checkpoint's. The price of S streams: each holds about one window in
+memory, and the first step waits for S windows to be built.
 
 Rows per window vary, so a stream's position is (window, row) rather than arithmetic in the step: `position()`
 goes into every checkpoint (all streams, gathered from every process) and `iterate` resumes from it.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, NamedTuple, Sequence
+import collections
+import functools
+import math
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import grain
 import numpy as np
@@ -30,10 +40,24 @@ from pretrain.core.errors import ConfigError
 
 Arrays = dict[str, np.ndarray]
 POSITION_FORMAT = 2  # position dicts of the in-memory PretrainingData before streaming (format 1) had no streams
-# Windows built ahead of the consumer, per stream (in each worker when workers > 0). Grain's default (16 threads,
+# Windows built ahead of the consumer, per process (in each worker when workers > 0). Grain's default (16 threads,
 # 500 elements) would hold hundreds of windows in memory: a window of a one-document corpus is the whole
 # corpus, and one window already feeds many steps.
 READ_AHEAD = grain.ReadOptions(num_threads=1, prefetch_buffer_size=2)
+
+# data.streams=0 (auto): S = gcd(batch_size, 2^k), whatever the number of processes. TPU host counts are powers of
+# two, so any slice whose host count divides S shares the same streams. Each stream holds about one window
+# in memory and builds one before step 1, so 2^k grows with the corpus: the power of two of its windows per
+# epoch, at least 8 and at most 64. A small corpus (a one-document raw text: each window is the whole corpus)
+# then holds at most 8 copies; a large one 64 windows of `window_documents` documents (docs/training.md).
+AUTO_STREAMS = (8, 64)
+
+
+def auto_streams(batch_size: int, windows_per_epoch: int) -> tuple[int, int]:
+    """(streams, 2^k) of data.streams=0 for a global batch of `batch_size` rows."""
+    power = 1 << (max(1, windows_per_epoch).bit_length() - 1)
+    cap = min(max(power, AUTO_STREAMS[0]), AUTO_STREAMS[1])
+    return math.gcd(batch_size, cap), cap
 
 
 class Phase(NamedTuple):
@@ -65,19 +89,16 @@ def _read(documents: Sequence, indices: list[int]) -> list:
 class _Stream:
     """One stream's rows, `rows` at a time, from window `window` row `row` on (its resumable position)."""
 
-    def __init__(self, windows: grain.MapDataset, workers: int, window: int, row: int):
+    def __init__(self, next_window: Callable[[], Arrays], window: int, row: int):
         self.window, self.row = window, row
-        dataset = windows[window:].to_iter_dataset(READ_AHEAD)
-        if workers > 0:
-            dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
-        self._iterator = iter(dataset)
+        self._next_window = next_window
         self._current: Arrays | None = None
 
     def take(self, rows: int) -> Arrays:
         parts = []
         while rows:
             if self._current is None:
-                self._current = next(self._iterator)
+                self._current = self._next_window()
                 self._size = len(next(iter(self._current.values())))
             n = min(rows, self._size - self.row)
             parts.append({k: v[self.row:self.row + n] for k, v in self._current.items()})
@@ -86,6 +107,55 @@ class _Stream:
             if self.row == self._size:  # window used up (a window may have no rows at all)
                 self._current, self.window, self.row = None, self.window + 1, 0
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+class _LocalOrder:
+    """Index i of this process's windows -> (its stream, the stream's window j): round-robin over the local
+    streams, so for one process the global window order itself. Picklable for Grain's worker processes."""
+
+    def __init__(self, streams: int, local: range, starts: list[int]):
+        self.streams, self.first, self.count, self.starts = streams, local.start, len(local), starts
+
+    def stream_window(self, i: int) -> tuple[int, int]:
+        return self.first + i % self.count, i // self.count
+
+    def keep(self, i: int) -> bool:
+        """Windows a resumed stream has used already are skipped before they are built."""
+        return i // self.count >= self.starts[i % self.count]
+
+
+class _ReadWindow:
+    """Index i of this process's windows -> (stream, the rows of its window): built in Grain's workers."""
+
+    def __init__(self, windows: grain.MapDataset, order: _LocalOrder):
+        self.windows, self.order = windows, order
+
+    def __call__(self, i: int) -> tuple[int, Arrays]:
+        k, j = self.order.stream_window(i)
+        return k, self.windows[k + self.order.streams * j]  # stream k's windows: k, k + S, k + 2 S, ...
+
+
+class _LocalWindows:
+    """The windows of all of this process's streams from one Grain iterator (one thread, or `workers` worker
+    processes, whatever the number of streams), in window order; a window that comes before its stream asks
+    for it waits in memory. Streams use rows at the same rate, so few wait: about one window per stream is
+    in memory, plus READ_AHEAD's (per worker)."""
+
+    def __init__(self, windows: grain.MapDataset, streams: int, local: range, starts: list[int], workers: int):
+        order = _LocalOrder(streams, local, starts)
+        stop = len(windows) // streams * len(local)
+        dataset = grain.MapDataset.range(min(starts) * len(local), stop).filter(order.keep)
+        dataset = dataset.map(_ReadWindow(windows, order)).to_iter_dataset(READ_AHEAD)
+        if workers > 0:
+            dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+        self._iterator = iter(dataset)
+        self._waiting: dict[int, collections.deque] = {k: collections.deque() for k in local}
+
+    def next_window(self, stream: int) -> Arrays:
+        while not self._waiting[stream]:
+            owner, rows = next(self._iterator)
+            self._waiting[owner].append(rows)
+        return self._waiting[stream].popleft()
 
     def close(self) -> None:
         close = getattr(self._iterator, "close", None)
@@ -102,29 +172,60 @@ class StreamingData:
                  process_index: int = 0, process_count: int = 1):
         if not len(documents):
             raise ConfigError("the corpus has no documents (check --config.data.path)")
-        streams = streams or process_count
-        if streams % process_count:
-            raise ConfigError(f"config.data.streams={streams} must be a multiple of the number of processes "
-                              f"({process_count}); use 0 for one stream per process")
-        if batch_size % streams:
-            raise ConfigError(f"config.batch_size={batch_size} is not divisible by config.data.streams={streams}"
-                              f" (one stream per process when 0): choose a batch size divisible by it")
         if window_documents < 1:
             raise ConfigError(f"config.data.window_documents={window_documents} must be at least 1")
         self.documents = documents
         self.batch_size, self.seed, self.workers = batch_size, seed, workers
-        self.streams = streams
+        self.process_index, self.process_count = process_index, process_count
         # A corpus smaller than a window is one window per epoch: each window is a whole shuffled epoch.
         self.window_documents = min(window_documents, len(documents))
-        per_process = streams // process_count
-        self.local_streams = range(process_index * per_process, (process_index + 1) * per_process)
-        self.rows_per_stream = batch_size // streams
+        self.auto = not streams  # the stream count may still become a checkpoint's (adopt_streams)
+        auto, cap = auto_streams(batch_size, len(documents) // self.window_documents)
+        self._use_streams(streams or auto, "" if streams else
+                          f"auto: the largest power-of-two divisor of config.batch_size={batch_size} up to {cap}")
         self.phases = [Phase(0, max_seq_length, objective)]
         if long_seq_length:
             long_objective = objective.for_long_phase() if isinstance(objective, PhasedObjective) else objective
             self.phases.append(Phase(long_seq_start_step, long_seq_length, long_objective))
         self._streams: dict[int, _Stream] = {}
+        self._windows_of: _LocalWindows | None = None
         self._phase = -1
+
+    def _use_streams(self, streams: int, auto: str, fix: str = "") -> None:
+        """S streams and this process's share of them. `auto`: why S, where data.streams=0 chose it; `fix`: what
+        to do where the processes cannot share that S (for the one-line errors)."""
+        if self.batch_size % self.process_count:
+            raise ConfigError(f"config.batch_size={self.batch_size} is not divisible by the number of processes "
+                              f"({self.process_count}): choose a batch size divisible by it")
+        if streams % self.process_count and not auto:
+            raise ConfigError(f"config.data.streams={streams} must be a multiple of the number of processes "
+                              f"({self.process_count}); use 0 for a stream count fixed by the batch size")
+        if streams % self.process_count:
+            fix = fix or (f"set --config.data.streams to a multiple of {self.process_count} that divides "
+                          f"config.batch_size={self.batch_size}")
+            raise ConfigError(f"config.data.streams=0 means {streams} streams ({auto}), which {self.process_count}"
+                              f" processes cannot share: {fix}")
+        if self.batch_size % streams:
+            raise ConfigError(f"config.batch_size={self.batch_size} is not divisible by config.data.streams="
+                              f"{streams}: choose a batch size divisible by it")
+        self.streams = streams
+        per_process = streams // self.process_count
+        self.local_streams = range(self.process_index * per_process, (self.process_index + 1) * per_process)
+        self.rows_per_stream = self.batch_size // streams
+
+    def adopt_streams(self, streams: int) -> None:
+        """data.streams=0 takes the stream count of the checkpoint it resumes, so that its data order goes on
+        (older checkpoints, with one stream per process, included); an explicit data.streams stays, and
+        check_position compares it with the checkpoint's."""
+        if self.auto and streams != self.streams and self.batch_size % streams == 0:
+            self._use_streams(streams, "auto: those of the checkpoint it resumes",
+                              f"resume on a number of processes that divides {streams}, or use a new --workdir")
+
+    def resume_from(self, position: dict[str, Any]) -> None:
+        """A checkpoint's position: adopt its stream count (data.streams=0), then check it fits this config."""
+        if isinstance(position.get("streams"), int) and position.get("batch_size") == self.batch_size:
+            self.adopt_streams(position["streams"])
+        self.check_position(position)
 
     # ----- Positions -----
     def phase(self, step: int) -> int:
@@ -171,12 +272,11 @@ class StreamingData:
 
     def _open(self, phase: int, windows: list[list[int]]) -> None:
         self.close()
-        all_windows = self._windows(phase)
-        workers = self.workers if self.workers <= 0 else max(1, self.workers // len(self.local_streams))
+        self._windows_of = _LocalWindows(self._windows(phase), self.streams, self.local_streams,
+                                         [windows[k][0] for k in self.local_streams], self.workers)
         for k in self.local_streams:
             window, row = windows[k]
-            stream_windows = all_windows[k::self.streams]
-            self._streams[k] = _Stream(stream_windows, workers, window, row)
+            self._streams[k] = _Stream(functools.partial(self._windows_of.next_window, k), window, row)
         self._phase = phase
 
     def iterate(self, start_step: int, position: dict[str, Any] | None = None
@@ -187,7 +287,7 @@ class StreamingData:
         stores, with checkpoint s, where step s's successor starts.
         """
         position = position or self.start_position(start_step)
-        self.check_position(position)
+        self.resume_from(position)
         self._open(position["phase"], position["windows"])
         step = start_step
         while True:
@@ -207,9 +307,9 @@ class StreamingData:
                 "windows": [list(map(int, w)) for w in windows]}
 
     def close(self) -> None:
-        for stream in self._streams.values():
-            stream.close()
-        self._streams = {}
+        if self._windows_of is not None:
+            self._windows_of.close()
+        self._windows_of, self._streams = None, {}
 
 
 def _mix(*values: int) -> int:

@@ -49,7 +49,12 @@ def training_data(config: ml_collections.ConfigDict
     data_kw.update(batch_size=config.batch_size, window_documents=config.data.window_documents,
                    streams=config.data.streams, process_index=jax.process_index(), process_count=jax.process_count())
     train_data = streaming.StreamingData(train_docs, seed=config.seed, workers=config.data.workers, **data_kw)
+    # The held-out batches use the training data's stream count (auto counts by corpus size), also after a resume
+    # adopts a checkpoint's (_restore_or_init): the eval curve goes on with the batches it started with.
+    data_kw["streams"] = train_data.streams
     eval_data = streaming.StreamingData(eval_docs, seed=config.seed + 1, **data_kw) if len(eval_docs) else None
+    if eval_data is not None:
+        eval_data.auto = train_data.auto
     return objective, train_data, eval_data
 
 
@@ -66,14 +71,18 @@ class Start:
 
 
 def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpoints.Checkpointer,
-                     train_data: streaming.StreamingData) -> Start:
+                     train_data: streaming.StreamingData, eval_data: streaming.StreamingData | None) -> Start:
     """The fresh state, or the latest checkpoint's. A checkpoint of another run is refused before it is read."""
     if ckpt.latest_step() is None:
         return Start(trainer.init_state())
     workdirs.check_resume(workdir, config)  # before reading the checkpoint: name what differs
     abstract_state = checkpoints.abstract_with_shardings(trainer.abstract_state, trainer.shardings)
     state, data_position, step = ckpt.restore(abstract_state)
-    train_data.check_position(data_position)
+    # data.streams=0 takes the checkpoint's stream count (any process count that divides it resumes); the
+    # held-out data follows (training_data).
+    train_data.resume_from(data_position)
+    if eval_data is not None:
+        eval_data.adopt_streams(train_data.streams)
     print(f"Resumed from {ckpt.directory}/{step}")
     return Start(state, step, data_position)
 
@@ -179,7 +188,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
         ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
                                         keep=config.keep_checkpoints)
         ckpt.close_when_unwound(stack)
-        start = _restore_or_init(config, workdir, trainer, ckpt, train_data)
+        start = _restore_or_init(config, workdir, trainer, ckpt, train_data, eval_data)
         print(f"Model {config.model.name}: {train_state.count_params(start.state.params):,} parameters; "
               f"mesh {dict(trainer.mesh.shape)}; workdir {storage.absolute(workdir)}")
         if start.step >= config.num_train_steps:

@@ -1,12 +1,14 @@
 """Multi-host through the real commands: two processes on this machine (CPU, gloo collectives, 4 fake
 devices each) joined by --coordinator_address / --num_processes / --process_id train with the losses of
-one process with 8 devices, write one metrics.jsonl, save and resume one checkpoint together; and the
-flags fail in one line (inconsistent values, a coordinator that never answers, a batch that does not
-split over the processes)."""
+one process with 8 devices, write one metrics.jsonl, save and resume one checkpoint together; a checkpoint
+of one process resumes on two and the reverse (elastic resume: the default data order does not depend on
+the process count); and the flags fail in one line (inconsistent values, a coordinator that never
+answers, a batch that does not split over the processes)."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,9 +24,6 @@ from tests.helpers.tiny_bert import tiny_overrides
 pytestmark = pytest.mark.slow  # every test here starts the real command in subprocesses
 
 DEVICES = 8
-# The batch is a function of (seed, step, data.streams); the default, one stream per process, would give
-# one process and two different (equally valid) batches. Two streams: the same batches for both.
-STREAMS = {"data.streams": 2}
 SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
 
 
@@ -87,38 +86,69 @@ def assert_only_process_0_speaks(procs):
         assert proc.stdout == "" and "train:" not in proc.stderr, proc.stderr[-2000:]
 
 
-def test_bert_two_processes_match_one_and_resume_together(tmp_path, corpus_and_tokenizer):
-    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=8, checkpoint_every=4, log_every=1, **STREAMS)
-    one, two = tmp_path / "one", tmp_path / "two"
-    config = "configs/bert.py:size=tiny"
-    _, procs = finish(start(config, one, flags, 1), start(config, two, flags, 2))
+BERT = "configs/bert.py:size=tiny"
+CUT = 4  # the elastic runs resume from this checkpoint
+
+
+@pytest.fixture(scope="module")
+def bert_runs(tmp_path_factory, corpus_and_tokenizer):
+    """BERT trained to step 8 (checkpoints 4 and 8) by one process and by two, started together; copies of both
+    cut back to checkpoint CUT, as if preempted after its save (their metrics.jsonl runs on: it is redone);
+    the one-process metrics.jsonl as the reference."""
+    root = tmp_path_factory.mktemp("bert")
+    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=8, checkpoint_every=4, log_every=1)
+    one, two = root / "one", root / "two"
+    _, procs = finish(start(BERT, one, flags, 1), start(BERT, two, flags, 2))
+    for source, cut in ((one, root / "one_cut"), (two, root / "two_cut")):
+        shutil.copytree(source, cut)
+        for step in saved_steps(cut):
+            if step > CUT:
+                shutil.rmtree(cut / "checkpoints" / str(step))
+    (root / "reference").mkdir()  # the one-process losses to step 8 (the test below trains `one` on)
+    shutil.copy(one / "metrics.jsonl", root / "reference")
+    return root, flags, procs
+
+
+def test_bert_two_processes_match_one_and_resume_together(bert_runs, corpus_and_tokenizer):
+    root, _, procs = bert_runs
+    one, two = root / "one", root / "two"
     assert_only_process_0_speaks(procs)
     assert_same_losses(one, two, list(range(1, 9)))
     assert saved_steps(two) == [4, 8]
     assert os.path.isfile(two / "config.json") and not list(two.glob("*.tmp*"))
 
     # Both processes restore checkpoint 8 and train on; the single process does the same.
-    more = tiny_overrides(*corpus_and_tokenizer, num_train_steps=10, checkpoint_every=4, log_every=1, **STREAMS)
-    _, procs = finish(start(config, one, more, 1), start(config, two, more, 2))
+    more = tiny_overrides(*corpus_and_tokenizer, num_train_steps=10, checkpoint_every=4, log_every=1)
+    _, procs = finish(start(BERT, one, more, 1), start(BERT, two, more, 2))
     assert f"Resumed from {two}/checkpoints/8" in procs[0].stdout and procs[1].stdout == ""
     assert_same_losses(one, two, list(range(1, 11)))
     assert saved_steps(two) == [4, 8, 10]
+
+
+def test_a_checkpoint_resumes_on_another_number_of_processes(bert_runs):
+    """Elastic resume with the default data.streams: checkpoint 4 of one process, resumed by two, and checkpoint
+    4 of two processes, resumed by one, reach step 8 with the losses of the uninterrupted one-process run."""
+    root, flags, _ = bert_runs
+    one_to_two, two_to_one = root / "one_cut", root / "two_cut"
+    resumed = finish(start(BERT, one_to_two, flags, 2), start(BERT, two_to_one, flags, 1))
+    for workdir, procs in zip((one_to_two, two_to_one), resumed):
+        assert f"Resumed from {workdir}/checkpoints/{CUT}" in procs[0].stdout
+        assert_same_losses(root / "reference", workdir, list(range(1, 9)))
+        assert saved_steps(workdir) == [4, 8]
 
 
 def t5_overrides(corpus: str, spm_model: str) -> list[str]:
     values = {"data.path": corpus, "tokenizer.path": spm_model, "model.vocab_size": 1152, "model.d_model": 32,
               "model.num_heads": 2, "model.head_dim": 16, "model.d_ff": 64, "model.num_encoder_layers": 1,
               "model.num_decoder_layers": 1, "data.max_seq_length": 32, "batch_size": 8, "num_train_steps": 4,
-              "log_every": 1, "checkpoint_every": 4, "eval_every": 0, "data.eval_documents": 4, "eval_batches": 1,
-              **STREAMS}
+              "log_every": 1, "checkpoint_every": 4, "eval_every": 0, "data.eval_documents": 4, "eval_batches": 1}
     return [f"--config.{k}={v}" for k, v in values.items()]
 
 
 def gpt_overrides() -> list[str]:
     values = {"data.path": SHAKESPEARE, "tokenizer.path": SHAKESPEARE, "model.num_layers": 1, "model.d_model": 32,
               "model.num_heads": 2, "model.d_ff": 64, "data.max_seq_length": 32, "batch_size": 8,
-              "num_train_steps": 4, "log_every": 1, "checkpoint_every": 4, "eval_every": 0, "eval_batches": 1,
-              **STREAMS}
+              "num_train_steps": 4, "log_every": 1, "checkpoint_every": 4, "eval_every": 0, "eval_batches": 1}
     return [f"--config.{k}={v}" for k, v in values.items()]
 
 
@@ -180,7 +210,7 @@ def test_a_coordinator_that_never_answers_is_one_line_after_the_timeout(tmp_path
 
 
 @pytest.mark.parametrize("batch_size, expected", [
-    (7, "config.batch_size=7 is not divisible by"),  # the data pipeline's streams, one per process
+    (7, "config.batch_size=7 is not divisible by the number of processes (2)"),  # the data pipeline
     (6, ("a batch of 3 rows per process per micro-batch does not split over the 4 batch shards of this "
          "process's devices")),
 ])
