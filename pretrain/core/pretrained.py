@@ -94,10 +94,8 @@ def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
         raise UserError(f"{flag}={path} does not exist (give a pretrain.train workdir or {_hf_directories()})")
     model_type = _hf_model_type(path)
     if model_type is not None:
-        if storage.is_url(path):
-            raise UserError(f"{flag}={path}: a Hugging Face directory is read from a local path; copy it "
-                            "(gcloud storage cp -r) and give the copy")
-        return _load_hf(path, model_type)
+        local = storage.local_copy(path, "hf_init_") if storage.is_url(path) else path
+        return dataclasses.replace(_load_hf(local, model_type), source=f"huggingface:{path}")
 
     workdir, ckpt = _find_workdir(path, flag)
     config = json.loads(storage.read_text(os.path.join(workdir, "config.json")))

@@ -14,6 +14,7 @@ files and step folders that pretrain.core.checkpoints inspects pass through here
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -141,6 +142,20 @@ def append(path: str, data: str | bytes) -> None:
     filesystem.pipe_file(tail, data)
     filesystem.merge(name, [name, tail])
     filesystem.rm_file(tail)
+
+
+def local_copy(url: str, prefix: str) -> str:
+    """The files directly in folder `url` (a Hugging Face directory: config, weights, tokenizer files)
+    copied into a new local temporary folder, removed when the process exits: safetensors and the
+    tokenizer libraries read local files. Subfolders are left out (a sentence-transformers pooling
+    config, a checkpoint history)."""
+    local = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, local, ignore_errors=True)
+    filesystem, folder = fsspec.core.url_to_fs(url)
+    for entry in filesystem.ls(folder, detail=True):
+        if entry["type"] == "file":
+            filesystem.get_file(entry["name"], os.path.join(local, os.path.basename(entry["name"])))
+    return local
 
 
 def _umask() -> int:

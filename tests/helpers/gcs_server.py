@@ -89,12 +89,14 @@ class GcsServer:
 class Proxy:
     """An HTTP proxy to `target` on its own loopback port: `sent` counts the request bytes (line, headers
     and body) that passed; `fail_with(status, times, when)` answers the next `times` matching requests with
-    `status` instead of forwarding them; `stop()` closes the port (a server gone)."""
+    `status` instead of forwarding them; `slow_down(seconds, when)` holds matching requests that long;
+    `stop()` closes the port (a server gone)."""
 
     def __init__(self, target: str):
         self.target = target.removeprefix("http://")
         self.sent = 0
         self._failures: list[tuple[int, int, object]] = []
+        self._delays: list[tuple[float, object]] = []
         self._lock = threading.Lock()
         self._http = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._http.daemon_threads = True
@@ -104,6 +106,14 @@ class Proxy:
     def fail_with(self, status: int, times: int = 10 ** 9, when=lambda method, path: True) -> None:
         with self._lock:
             self._failures.append((status, times, when))
+
+    def slow_down(self, seconds: float, when=lambda method, path: True) -> None:
+        with self._lock:
+            self._delays.append((seconds, when))
+
+    def _delay(self, method: str, path: str) -> float:
+        with self._lock:
+            return sum(seconds for seconds, when in self._delays if when(method, path))
 
     def clear_failures(self) -> None:
         with self._lock:
@@ -142,6 +152,7 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             body = self._body()
             with proxy._lock:
                 proxy.sent += len(self.requestline) + len(str(self.headers)) + len(body)
+            time.sleep(proxy._delay(self.command, self.path))
             status = proxy._failure(self.command, self.path)
             if status is not None:
                 return self._answer(status, {"Content-Type": "application/json"},
