@@ -11,16 +11,26 @@ deletes or moves anything; the first save of the resumed run sets the skipped fo
 The directory may be in a bucket (gs://): Orbax writes the arrays there itself (TensorStore) and marks a
 finished step with commit_success.txt; the step folders and marker files read here go through
 pretrain.core.storage (etils.epath), where setting a folder aside copies and deletes its objects (not atomic).
+
+A save that the storage refuses (a full disk, a quota, a file-size limit: `write_failure`) stops the run with one
+CheckpointWriteError naming the step, the cause, the checkpoint that stays the latest and the fix, wherever
+the asynchronous save's error comes out (the next save, wait or close); Orbax's and asyncio's tracebacks of
+it are not printed, and its unfinished temporary folder goes.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import errno
 import gc
 import json
+import logging as pylogging
 import os
+import re
 import sys
 import types
 import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -37,6 +47,10 @@ class CheckpointError(UserError):
     """A checkpoint that cannot be used with this config (one-line message)."""
 
 
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint the storage refused to hold (one line: the step, the cause, what stays the latest, the fix)."""
+
+
 ITEMS = ("state", "data")
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's unfinished saves (atomic rename on a local disk)
 
@@ -47,6 +61,8 @@ class Checkpointer:
         self.save_every = save_every
         self._unusable: list[int] = []   # steps restore() skipped; set aside by the first save
         self._writing = False
+        self._in_flight: int | None = None  # the step of the asynchronous save not waited for yet
+        self._failed = False                # a CheckpointWriteError was raised: Orbax repeats it on every wait
         # cleanup_tmp_directories=False: where Orbax marks commits with a file (GCS) it would delete
         # every step folder without that file when the manager is created, a damaged one included.
         # Leftover temporary folders are removed by the first save instead (`_prepare_to_write`).
@@ -65,11 +81,15 @@ class Checkpointer:
         return step == last_step or (self.save_every > 0 and step % self.save_every == 0)
 
     def save(self, step: int, state: Any, data_position: dict, force: bool = False) -> None:
-        """Starts an asynchronous save; training continues while it is written."""
+        """Starts an asynchronous save; training continues while it is written. The previous save is waited for
+        first (as Orbax would), so that its failure is reported as its own step's."""
         if not self._writing:
             self._prepare_to_write()
-        self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)), force=force)
+        self.wait()
+        with self._reporting(step):
+            self._in_flight = step
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)), force=force)
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
         """Restores onto the shardings in `abstract_state` (jax.ShapeDtypeStruct leaves).
@@ -127,6 +147,7 @@ class Checkpointer:
         to save those steps again, or skip saves below them), and Orbax's temporary folders of
         unfinished saves go. Nothing else in the directory is touched."""
         self._writing = True
+        _drop_logged_write_failures()
         if jax.process_index() == 0:
             set_aside(self.directory, self._unusable)
         if jax.process_count() > 1:
@@ -166,11 +187,35 @@ class Checkpointer:
                                       f"{stored[name]} there but {shape} here; {fix}")
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        """Blocks until the save in flight is complete; CheckpointWriteError if the storage refused it."""
+        if self._in_flight is not None:
+            with self._reporting(self._in_flight):
+                self.manager.wait_until_finished()
+            self._in_flight = None
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
+        if self._failed:  # reported already; Orbax's threads are done, and its close() would raise it again
+            with contextlib.suppress(Exception):
+                self.manager.close()
+            return
+        self.wait()
         self.manager.close()
+
+    @contextlib.contextmanager
+    def _reporting(self, step: int) -> Iterator[None]:
+        """Around a save of `step` or a wait for it: write_failures_as_errors, and then the save's temporary
+        folder removed (on one process: with several, another may still write into it; the next start's first
+        save removes it then). On a full disk that is the space the rerun needs."""
+        try:
+            with write_failures_as_errors(step, self.directory):
+                yield
+        except CheckpointWriteError:
+            self._failed, self._in_flight = True, None
+            if jax.process_count() == 1:
+                for name in storage.listdir(self.directory):
+                    if name.startswith(f"{step}{_TMP_SUFFIX}"):
+                        storage.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+            raise
 
     def close_when_unwound(self, stack: contextlib.ExitStack) -> None:
         """close() when `stack` unwinds (Orbax's threads stop before the process exits; the saves in flight hold
@@ -194,6 +239,100 @@ def set_aside(directory: str, unusable: list[int]) -> None:
     for name in storage.listdir(directory):
         if _TMP_SUFFIX in name:
             storage.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writes the storage refused.
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class WriteFailure:
+    what: str  # the storage's words: "[Errno 28] No space left on device"
+    fix: str   # what a person does before rerunning: "free space on that disk"
+
+
+# errno -> the fix, of a storage that is full: the disk, the user's quota, the per-file size limit (ulimit -f).
+STORAGE_FULL = {errno.ENOSPC: "free space on that disk", errno.EDQUOT: "raise the quota (or free space within it)",
+                errno.EFBIG: "raise the file-size limit (ulimit -f)"}
+# TensorStore, which writes the arrays, raises ValueErrors that carry the errno only in their text.
+_OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")
+
+
+def _full_storage(error: BaseException) -> WriteFailure | None:
+    code = error.errno if isinstance(error, OSError) else None
+    if code is None:
+        match = _OS_ERROR_CODE.search(str(error))
+        code = int(match.group(1)) if match else None
+    return WriteFailure(f"[Errno {code}] {os.strerror(code)}", STORAGE_FULL[code]) if code in STORAGE_FULL else None
+
+
+# What `write_failure` recognises: each takes one exception of a chain and answers a WriteFailure or None. A
+# storage whose errors are no OSErrors (a bucket's quota or permission errors) appends its own here.
+WRITE_FAILURE_KINDS: list[Callable[[BaseException], WriteFailure | None]] = [_full_storage]
+
+
+def write_failure(error: BaseException) -> WriteFailure | None:
+    """The first answer of WRITE_FAILURE_KINDS for `error` or an exception in its chain (its causes, contexts and,
+    for an exception group, its members); None: not a failure a person can fix by rerunning."""
+    todo, seen = [error], set()
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        for kind in WRITE_FAILURE_KINDS:
+            failure = kind(e)
+            if failure is not None:
+                return failure
+        todo.extend([e.__cause__, e.__context__, *getattr(e, "exceptions", ())])
+    return None
+
+
+@contextlib.contextmanager
+def write_failures_as_errors(step: int, directory: str) -> Iterator[None]:
+    """Around a write of checkpoint `step` into `directory` (or a wait for one): a `write_failure` becomes one
+    CheckpointWriteError naming the step, the cause, the checkpoint that stays the latest and the fix; any other
+    exception passes through."""
+    try:
+        yield
+    except Exception as e:
+        failure = write_failure(e)
+        if failure is None:
+            raise
+        latest = latest_complete_step(directory)
+        kept = f"checkpoint {latest} stays the latest" if latest is not None else "no earlier checkpoint there"
+        rerun = "rerun the same command to resume" if latest is not None else "rerun the same command"
+        raise CheckpointWriteError(f"checkpoint {step} could not be written to {directory}: {failure.what}; "
+                                   f"{kept}: {failure.fix} and {rerun}") from e
+
+
+class _LoggedWriteFailures(pylogging.Filter):
+    """Drops Orbax's and asyncio's log records of a `write_failure`: one full disk makes each of Orbax's threads
+    log it and asyncio each failed write coroutine, hundreds of traceback lines, while the failure itself reaches
+    the loop as one CheckpointWriteError. Everything else passes (LMPRETRAIN_TRACEBACK=1: all of it)."""
+
+    def filter(self, record: pylogging.LogRecord) -> bool:
+        if record.name != "asyncio" and f"{os.sep}orbax{os.sep}" not in record.pathname:
+            return True
+        if os.environ.get("LMPRETRAIN_TRACEBACK"):
+            return True
+        error = record.exc_info[1] if record.exc_info and record.exc_info[1] else Exception(record.getMessage())
+        return write_failure(error) is None
+
+
+def _drop_logged_write_failures() -> None:
+    """Installs _LoggedWriteFailures on the loggers Orbax (absl) and asyncio write to, once per process."""
+    for name in ("absl", "asyncio"):
+        logger = pylogging.getLogger(name)
+        if not any(isinstance(f, _LoggedWriteFailures) for f in logger.filters):
+            logger.addFilter(_LoggedWriteFailures())
+
+
+def latest_complete_step(directory: str) -> int | None:
+    """The newest step folder of `directory` that holds a complete checkpoint (step_problem), or None."""
+    if not storage.isdir(directory):
+        return None
+    steps = sorted((int(name) for name in storage.listdir(directory) if name.isdigit()), reverse=True)
+    return next((step for step in steps if step_problem(directory, step) is None), None)
 
 
 def step_problem(directory: str, step: int, items: tuple[str, ...] = ITEMS) -> str | None:
