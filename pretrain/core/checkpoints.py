@@ -130,7 +130,7 @@ class Checkpointer:
         if stored is None:
             return None, "unreadable metadata of item state"
         self._check_shapes(abstract_state, stored, step)
-        _drop_late_read_callbacks()  # a damaged file fails one read; the others' callbacks come back later
+        _drop_late_callbacks()  # a damaged file fails one read; the others' callbacks come back later
         try:
             with _quiet_absl(logging.FATAL), _quiet_unraisable():
                 return self.manager.restore(step, args=ocp.args.Composite(
@@ -148,6 +148,7 @@ class Checkpointer:
         unfinished saves go. Nothing else in the directory is touched."""
         self._writing = True
         _drop_logged_write_failures()
+        _drop_late_callbacks()
         if jax.process_index() == 0:
             set_aside(self.directory, self._unusable)
         if jax.process_count() > 1:
@@ -432,19 +433,20 @@ def _quiet_unraisable():
         sys.unraisablehook = previous
 
 
-def _drop_late_read_callbacks() -> None:
-    """When a restore fails on a damaged file, TensorStore's other reads still finish, some later, and each
-    one's callback finds Orbax's event loop closed: Python would print dozens of "RuntimeError: Event loop
-    is closed" tracebacks around the one-line warning. Drop exactly those; every other unraisable is shown."""
+def _drop_late_callbacks() -> None:
+    """When a restore fails on a damaged file, or a save on a full disk, TensorStore's other reads or writes still
+    finish, some later, and each one's callback finds Orbax's event loop closed: Python would print dozens of
+    "RuntimeError: Event loop is closed" tracebacks around the one line. Drop exactly those; every other
+    unraisable is shown."""
     previous = sys.unraisablehook
-    if getattr(previous, "drops_late_read_callbacks", False):
+    if getattr(previous, "drops_late_callbacks", False):
         return
 
     def hook(unraisable) -> None:
         if not (unraisable.object is None and isinstance(unraisable.exc_value, RuntimeError)
                 and str(unraisable.exc_value) == "Event loop is closed"):
             previous(unraisable)
-    hook.drops_late_read_callbacks = True
+    hook.drops_late_callbacks = True
     sys.unraisablehook = hook
 
 
