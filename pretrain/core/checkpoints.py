@@ -12,25 +12,21 @@ The directory may be in a bucket (gs://): Orbax writes the arrays there itself (
 finished step with commit_success.txt; the step folders and marker files read here go through
 pretrain.core.storage (etils.epath), where setting a folder aside copies and deletes its objects (not atomic).
 
-A save that the storage refuses (a full disk, a quota, a file-size limit: `write_failure`) stops the run with one
-CheckpointWriteError naming the step, the cause, the checkpoint that stays the latest and the fix, wherever
-the asynchronous save's error comes out (the next save, wait or close); Orbax's and asyncio's tracebacks of
-it are not printed, and its unfinished temporary folder goes.
+A save that the storage refuses (a full disk, a quota, a file-size limit: pretrain.core.write_failures) stops the
+run with one CheckpointWriteError naming the step, the cause, the checkpoint that stays the latest and the fix,
+wherever the asynchronous save's error comes out (the next save, wait or close); Orbax's and asyncio's
+tracebacks of it are not printed, and its unfinished temporary folder goes.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import errno
 import gc
 import json
-import logging as pylogging
 import os
-import re
 import sys
 import types
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -39,7 +35,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from pretrain.core import storage
+from pretrain.core import storage, write_failures
 from pretrain.core.errors import UserError
 
 
@@ -147,7 +143,7 @@ class Checkpointer:
         to save those steps again, or skip saves below them), and Orbax's temporary folders of
         unfinished saves go. Nothing else in the directory is touched."""
         self._writing = True
-        _drop_logged_write_failures()
+        write_failures.drop_from_logs()
         _drop_late_callbacks()
         if jax.process_index() == 0:
             set_aside(self.directory, self._unusable)
@@ -242,61 +238,15 @@ def set_aside(directory: str, unusable: list[int]) -> None:
             storage.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# Writes the storage refused.
-# ---------------------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class WriteFailure:
-    what: str  # the storage's words: "[Errno 28] No space left on device"
-    fix: str   # what a person does before rerunning: "free space on that disk"
-
-
-# errno -> the fix, of a storage that is full: the disk, the user's quota, the per-file size limit (ulimit -f).
-STORAGE_FULL = {errno.ENOSPC: "free space on that disk", errno.EDQUOT: "raise the quota (or free space within it)",
-                errno.EFBIG: "raise the file-size limit (ulimit -f)"}
-# TensorStore, which writes the arrays, raises ValueErrors that carry the errno only in their text.
-_OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")
-
-
-def _full_storage(error: BaseException) -> WriteFailure | None:
-    code = error.errno if isinstance(error, OSError) else None
-    if code is None:
-        match = _OS_ERROR_CODE.search(str(error))
-        code = int(match.group(1)) if match else None
-    return WriteFailure(f"[Errno {code}] {os.strerror(code)}", STORAGE_FULL[code]) if code in STORAGE_FULL else None
-
-
-# What `write_failure` recognises: each takes one exception of a chain and answers a WriteFailure or None. A
-# storage whose errors are no OSErrors (a bucket's quota or permission errors) appends its own here.
-WRITE_FAILURE_KINDS: list[Callable[[BaseException], WriteFailure | None]] = [_full_storage]
-
-
-def write_failure(error: BaseException) -> WriteFailure | None:
-    """The first answer of WRITE_FAILURE_KINDS for `error` or an exception in its chain (its causes, contexts and,
-    for an exception group, its members); None: not a failure a person can fix by rerunning."""
-    todo, seen = [error], set()
-    while todo:
-        e = todo.pop(0)
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        for kind in WRITE_FAILURE_KINDS:
-            failure = kind(e)
-            if failure is not None:
-                return failure
-        todo.extend([e.__cause__, e.__context__, *getattr(e, "exceptions", ())])
-    return None
-
-
 @contextlib.contextmanager
 def write_failures_as_errors(step: int, directory: str) -> Iterator[None]:
-    """Around a write of checkpoint `step` into `directory` (or a wait for one): a `write_failure` becomes one
-    CheckpointWriteError naming the step, the cause, the checkpoint that stays the latest and the fix; any other
-    exception passes through."""
+    """Around a write of checkpoint `step` into `directory` (or a wait for one): a failure that
+    write_failures.write_failure recognises becomes one CheckpointWriteError naming the step, the cause, the
+    checkpoint that stays the latest and the fix; any other exception passes through."""
     try:
         yield
     except Exception as e:
-        failure = write_failure(e)
+        failure = write_failures.write_failure(e)
         if failure is None:
             raise
         latest = latest_complete_step(directory)
@@ -304,28 +254,6 @@ def write_failures_as_errors(step: int, directory: str) -> Iterator[None]:
         rerun = "rerun the same command to resume" if latest is not None else "rerun the same command"
         raise CheckpointWriteError(f"checkpoint {step} could not be written to {directory}: {failure.what}; "
                                    f"{kept}: {failure.fix} and {rerun}") from e
-
-
-class _LoggedWriteFailures(pylogging.Filter):
-    """Drops Orbax's and asyncio's log records of a `write_failure`: one full disk makes each of Orbax's threads
-    log it and asyncio each failed write coroutine, hundreds of traceback lines, while the failure itself reaches
-    the loop as one CheckpointWriteError. Everything else passes (LMPRETRAIN_TRACEBACK=1: all of it)."""
-
-    def filter(self, record: pylogging.LogRecord) -> bool:
-        if record.name != "asyncio" and f"{os.sep}orbax{os.sep}" not in record.pathname:
-            return True
-        if os.environ.get("LMPRETRAIN_TRACEBACK"):
-            return True
-        error = record.exc_info[1] if record.exc_info and record.exc_info[1] else Exception(record.getMessage())
-        return write_failure(error) is None
-
-
-def _drop_logged_write_failures() -> None:
-    """Installs _LoggedWriteFailures on the loggers Orbax (absl) and asyncio write to, once per process."""
-    for name in ("absl", "asyncio"):
-        logger = pylogging.getLogger(name)
-        if not any(isinstance(f, _LoggedWriteFailures) for f in logger.filters):
-            logger.addFilter(_LoggedWriteFailures())
 
 
 def latest_complete_step(directory: str) -> int | None:
