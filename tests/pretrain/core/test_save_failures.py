@@ -100,7 +100,7 @@ def _run_on_full_disk(command: list[str], workdir, free_kib: int) -> subprocess.
     size = int(subprocess.check_output(["du", "-sk", str(workdir)]).split()[0]) + free_kib
     mount_point = os.path.join(os.path.dirname(workdir), "mnt")
     os.makedirs(mount_point)
-    script = """workdir=$0 size=$1 mnt=$2; shift 3
+    script = """workdir=$0 size=$1 mnt=$2; shift 2
 mount -t tmpfs -o size="$size"k tmpfs "$mnt" && cp -a "$workdir" "$mnt/run" || exit 99
 "$@" --workdir="$mnt/run"; status=$?
 rm -rf "$workdir" && cp -a "$mnt/run" "$workdir" || exit 98
