@@ -44,7 +44,9 @@ class CheckpointError(UserError):
 
 
 class CheckpointWriteError(CheckpointError):
-    """A checkpoint the storage refused to hold (one line: the step, the cause, what stays the latest, the fix)."""
+    """A checkpoint the storage refused to hold (one line: the step, the cause, what stays the latest, the fix).
+    A UserError (exit status 2), not a preemption (75): a launcher's automatic rerun would fail the same way until
+    a person frees space."""
 
 
 ITEMS = ("state", "data")
