@@ -11,6 +11,11 @@ deletes or moves anything; the first save of the resumed run sets the skipped fo
 The directory may be in a bucket (gs://): Orbax writes the arrays there itself (TensorStore) and marks a
 finished step with commit_success.txt; the step folders and marker files read here go through
 pretrain.core.storage (etils.epath), where setting a folder aside copies and deletes its objects (not atomic).
+
+A save that the storage refuses (a full disk, a quota, a file-size limit: pretrain.core.write_failures) stops the
+run with one CheckpointWriteError naming the step, the cause, the checkpoint that stays the latest and the fix,
+wherever the asynchronous save's error comes out (the next save, wait or close); Orbax's and asyncio's
+tracebacks of it are not printed, and its unfinished temporary folder goes.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import os
 import sys
 import types
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -29,12 +35,18 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from pretrain.core import storage
+from pretrain.core import storage, write_failures
 from pretrain.core.errors import UserError
 
 
 class CheckpointError(UserError):
     """A checkpoint that cannot be used with this config (one-line message)."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint the storage refused to hold (one line: the step, the cause, what stays the latest, the fix).
+    A UserError (exit status 2), not a preemption (75): a launcher's automatic rerun would fail the same way until
+    a person frees space."""
 
 
 ITEMS = ("state", "data")
@@ -47,6 +59,8 @@ class Checkpointer:
         self.save_every = save_every
         self._unusable: list[int] = []   # steps restore() skipped; set aside by the first save
         self._writing = False
+        self._in_flight: int | None = None  # the step of the asynchronous save not waited for yet
+        self._failed = False                # a CheckpointWriteError was raised: Orbax repeats it on every wait
         # cleanup_tmp_directories=False: where Orbax marks commits with a file (GCS) it would delete
         # every step folder without that file when the manager is created, a damaged one included.
         # Leftover temporary folders are removed by the first save instead (`_prepare_to_write`).
@@ -65,11 +79,15 @@ class Checkpointer:
         return step == last_step or (self.save_every > 0 and step % self.save_every == 0)
 
     def save(self, step: int, state: Any, data_position: dict, force: bool = False) -> None:
-        """Starts an asynchronous save; training continues while it is written."""
+        """Starts an asynchronous save; training continues while it is written. The previous save is waited for
+        first (as Orbax would), so that its failure is reported as its own step's."""
         if not self._writing:
             self._prepare_to_write()
-        self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)), force=force)
+        self.wait()
+        with self._reporting(step):
+            self._in_flight = step
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)), force=force)
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
         """Restores onto the shardings in `abstract_state` (jax.ShapeDtypeStruct leaves).
@@ -110,7 +128,7 @@ class Checkpointer:
         if stored is None:
             return None, "unreadable metadata of item state"
         self._check_shapes(abstract_state, stored, step)
-        _drop_late_read_callbacks()  # a damaged file fails one read; the others' callbacks come back later
+        _drop_late_callbacks()  # a damaged file fails one read; the others' callbacks come back later
         try:
             with _quiet_absl(logging.FATAL), _quiet_unraisable():
                 return self.manager.restore(step, args=ocp.args.Composite(
@@ -127,6 +145,8 @@ class Checkpointer:
         to save those steps again, or skip saves below them), and Orbax's temporary folders of
         unfinished saves go. Nothing else in the directory is touched."""
         self._writing = True
+        write_failures.drop_from_logs()
+        _drop_late_callbacks()
         if jax.process_index() == 0:
             set_aside(self.directory, self._unusable)
         if jax.process_count() > 1:
@@ -166,11 +186,35 @@ class Checkpointer:
                                       f"{stored[name]} there but {shape} here; {fix}")
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        """Blocks until the save in flight is complete; CheckpointWriteError if the storage refused it."""
+        if self._in_flight is not None:
+            with self._reporting(self._in_flight):
+                self.manager.wait_until_finished()
+            self._in_flight = None
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
+        if self._failed:  # reported already; Orbax's threads are done, and its close() would raise it again
+            with contextlib.suppress(Exception):
+                self.manager.close()
+            return
+        self.wait()
         self.manager.close()
+
+    @contextlib.contextmanager
+    def _reporting(self, step: int) -> Iterator[None]:
+        """Around a save of `step` or a wait for it: write_failures_as_errors, and then the save's temporary
+        folder removed (on one process: with several, another may still write into it; the next start's first
+        save removes it then). On a full disk that is the space the rerun needs."""
+        try:
+            with write_failures_as_errors(step, self.directory):
+                yield
+        except CheckpointWriteError:
+            self._failed, self._in_flight = True, None
+            if jax.process_count() == 1:
+                for name in storage.listdir(self.directory):
+                    if name.startswith(f"{step}{_TMP_SUFFIX}"):
+                        storage.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+            raise
 
     def close_when_unwound(self, stack: contextlib.ExitStack) -> None:
         """close() when `stack` unwinds (Orbax's threads stop before the process exits; the saves in flight hold
@@ -194,6 +238,32 @@ def set_aside(directory: str, unusable: list[int]) -> None:
     for name in storage.listdir(directory):
         if _TMP_SUFFIX in name:
             storage.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def write_failures_as_errors(step: int, directory: str) -> Iterator[None]:
+    """Around a write of checkpoint `step` into `directory` (or a wait for one): a failure that
+    write_failures.write_failure recognises becomes one CheckpointWriteError naming the step, the cause, the
+    checkpoint that stays the latest and the fix; any other exception passes through."""
+    try:
+        yield
+    except Exception as e:
+        failure = write_failures.write_failure(e)
+        if failure is None:
+            raise
+        latest = latest_complete_step(directory)
+        kept = f"checkpoint {latest} stays the latest" if latest is not None else "no earlier checkpoint there"
+        rerun = "rerun the same command to resume" if latest is not None else "rerun the same command"
+        raise CheckpointWriteError(f"checkpoint {step} could not be written to {directory}: {failure.what}; "
+                                   f"{kept}: {failure.fix} and {rerun}") from e
+
+
+def latest_complete_step(directory: str) -> int | None:
+    """The newest step folder of `directory` that holds a complete checkpoint (step_problem), or None."""
+    if not storage.isdir(directory):
+        return None
+    steps = sorted((int(name) for name in storage.listdir(directory) if name.isdigit()), reverse=True)
+    return next((step for step in steps if step_problem(directory, step) is None), None)
 
 
 def step_problem(directory: str, step: int, items: tuple[str, ...] = ITEMS) -> str | None:
@@ -293,19 +363,20 @@ def _quiet_unraisable():
         sys.unraisablehook = previous
 
 
-def _drop_late_read_callbacks() -> None:
-    """When a restore fails on a damaged file, TensorStore's other reads still finish, some later, and each
-    one's callback finds Orbax's event loop closed: Python would print dozens of "RuntimeError: Event loop
-    is closed" tracebacks around the one-line warning. Drop exactly those; every other unraisable is shown."""
+def _drop_late_callbacks() -> None:
+    """When a restore fails on a damaged file, or a save on a full disk, TensorStore's other reads or writes still
+    finish, some later, and each one's callback finds Orbax's event loop closed: Python would print dozens of
+    "RuntimeError: Event loop is closed" tracebacks around the one line. Drop exactly those; every other
+    unraisable is shown."""
     previous = sys.unraisablehook
-    if getattr(previous, "drops_late_read_callbacks", False):
+    if getattr(previous, "drops_late_callbacks", False):
         return
 
     def hook(unraisable) -> None:
         if not (unraisable.object is None and isinstance(unraisable.exc_value, RuntimeError)
                 and str(unraisable.exc_value) == "Event loop is closed"):
             previous(unraisable)
-    hook.drops_late_read_callbacks = True
+    hook.drops_late_callbacks = True
     sys.unraisablehook = hook
 
 

@@ -17,7 +17,7 @@ import sys
 
 from absl import app, flags, logging
 
-from pretrain.core import compilation_cache
+from pretrain.core import compilation_cache, errors
 
 
 def begin(argv: list[str]) -> None:
@@ -126,21 +126,28 @@ def require_workdir(workdir) -> str:
 
 def run(main) -> int:
     """absl's app.run with one-line errors for flags and config; returns the exit status. Ctrl-C where the
-    loop does not catch it (start-up, compilation, a second Ctrl-C) is one line and status 130."""
+    loop does not catch it (start-up, compilation, a second Ctrl-C) is one line and status 130; a SIGTERM
+    during a loop's set-up (errors.StoppedBeforeFirstStep) one line and status 75, as a preemption."""
     try:
         app.run(main, flags_parser=parse_flags)
     except KeyboardInterrupt:
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
-        print("interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint",
-              file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        # At once, without the interpreter's teardown: XLA's compiler threads or Orbax's writers may be mid-work,
-        # and tearing Python down under them crashes (SIGSEGV). A save cut short never becomes a checkpoint.
-        os._exit(EXIT_INTERRUPTED)
+        _exit_now("interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint",
+                  EXIT_INTERRUPTED)
+    except errors.StoppedBeforeFirstStep as e:
+        _exit_now(str(e), errors.EXIT_PREEMPTED)
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             return e.code or 0
         print(e.code, file=sys.stderr)
         return 1
     return 0
+
+
+def _exit_now(message: str, status: int) -> None:
+    print(message, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    # At once, without the interpreter's teardown: XLA's compiler threads or Orbax's writers may be mid-work,
+    # and tearing Python down under them crashes (SIGSEGV). A save cut short never becomes a checkpoint.
+    os._exit(status)

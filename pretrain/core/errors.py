@@ -42,6 +42,19 @@ class Preempted(Exception):
                          "run the same command to resume")
 
 
+class StoppedBeforeFirstStep(BaseException):
+    """Raised by the SIGTERM handler of a loop's set-up (reading data, building and compiling the model, restoring):
+    there is nothing to save yet, so the run stops at once, as Ctrl-C does there, and `cli.run` prints this one
+    line and exits EXIT_PREEMPTED. A BaseException, as KeyboardInterrupt, so that no `except Exception` of the
+    set-up code (Orbax's restore, a fallback) takes it for a failure of its own."""
+
+    def __init__(self, signal_name: str, directory: str, latest: int | None):
+        self.signal_name, self.directory, self.latest = signal_name, directory, latest
+        kept = (f"checkpoint {directory}/{latest} stays the latest; rerun the same command to resume"
+                if latest is not None else "rerun the same command to start again")
+        super().__init__(f"stopped by {signal_name} before the first step: nothing to save; {kept}")
+
+
 # What an entry point prints as one line: the person's input is wrong, not the program.
 USER_ERRORS = (UserError, ModelInputError, ObjectiveError)
 

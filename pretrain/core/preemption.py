@@ -23,33 +23,45 @@ so no handler is installed; JAX's preemption service owns SIGTERM and
 `multihost_utils.reached_preemption_sync_point(step)` turns its notice into the same stop step on
 every process.
 
+Before the first step there is nothing to save, so a loop enters the watcher before its set-up (reading data,
+building and compiling the model, restoring) with `setting_up=` its checkpoint directory: there a SIGTERM
+raises errors.StoppedBeforeFirstStep from its handler, which stops the run at once (once a compilation in
+progress returns: a handler runs between Python bytecodes) with one line and EXIT_PREEMPTED, and SIGINT keeps
+Python's KeyboardInterrupt (pretrain.core.cli: status 130). 75, not 143: the run lost nothing and the same
+command starts or resumes it, which is what a launcher that retries preempted jobs on 75 should do. The loop
+then runs its steps inside `watcher.steps()`, where both signals ask for a stop as above.
+
 A time budget (`deadline`, seconds since the epoch: pretrain.train --time_budget_minutes,
 scripts/reproduce/cram.py) stops the loop the same way at the first step boundary past it; with several
 processes, process 0's clock decides for all.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import jax
 
-from pretrain.core.errors import EXIT_PREEMPTED, Preempted
+from pretrain.core.errors import EXIT_PREEMPTED, Preempted, StoppedBeforeFirstStep
 
-__all__ = ["EXIT_PREEMPTED", "Preempted", "Watcher"]
+__all__ = ["EXIT_PREEMPTED", "Preempted", "StoppedBeforeFirstStep", "Watcher"]
 
 
 class Watcher:
     """Context manager: `should_stop(step)` is True once a stop was requested; handlers restored on exit."""
 
     def __init__(self, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT), *,
-                 multiprocess: bool | None = None, deadline: float | None = None):
+                 multiprocess: bool | None = None, deadline: float | None = None, setting_up: str | None = None):
+        """setting_up: the loop's checkpoint directory, when the watcher is entered before the set-up (SIGTERM
+        stops it at once until `steps()`); None: the steps start now."""
         self.signals = tuple(signals)
         self.deadline = deadline
+        self.setting_up = setting_up
         self.multiprocess = jax.process_count() > 1 if multiprocess is None else multiprocess
         self.received: int | None = None  # the first signal caught (0: request())
         self._previous: dict[int, object] = {}
@@ -57,18 +69,45 @@ class Watcher:
         self._no_service = False
 
     def __enter__(self) -> Watcher:
-        if self.multiprocess or threading.current_thread() is not threading.main_thread():
-            return self  # signal handlers can only be set from the main thread
-        for sig in self.signals:
-            previous = signal.getsignal(sig)
-            if previous is signal.SIG_IGN:  # e.g. SIGINT of a background job: the caller chose to ignore it
-                continue
-            self._previous[sig] = previous
-            signal.signal(sig, self._handle)
+        if self.setting_up is None:
+            self._install(self.signals, self._handle)
+        else:
+            self._install([s for s in self.signals if s == signal.SIGTERM], self._stop_set_up)
         return self
 
     def __exit__(self, *exc) -> None:
         self._restore()
+
+    @contextlib.contextmanager
+    def steps(self) -> Iterator[Watcher]:
+        """The loop's steps: a signal asks for a stop at the next step boundary. The handlers from before the
+        watcher come back when the steps end, so that a signal while the last saves complete stops at once."""
+        self._restore()
+        self._install(self.signals, self._handle)
+        try:
+            yield self
+        finally:
+            self._restore()
+
+    def _install(self, signals: Sequence[int], handler: Callable) -> None:
+        if self.multiprocess or threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        for sig in signals:
+            previous = signal.getsignal(sig)
+            if previous is signal.SIG_IGN:  # e.g. SIGINT of a background job: the caller chose to ignore it
+                continue
+            self._previous[sig] = previous
+            signal.signal(sig, handler)
+
+    def _stop_set_up(self, signum: int, frame) -> None:
+        """SIGTERM before the first step: stop where the main thread is (see the module's docstring)."""
+        self._restore()  # a second SIGTERM while the set-up unwinds stops the process at once
+        from pretrain.core import checkpoints  # here, not at the top: Orbax is a heavy import for a watcher
+        try:
+            latest = checkpoints.latest_complete_step(self.setting_up)
+        except OSError:  # a bucket that cannot be listed now: the line says less
+            latest = None
+        raise StoppedBeforeFirstStep(signal.Signals(signum).name, self.setting_up, latest)
 
     def _restore(self) -> None:
         for sig, previous in self._previous.items():

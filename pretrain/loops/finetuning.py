@@ -135,6 +135,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if storage.exists(results_path):
         print(f"Nothing to do: {results_path} exists (use a new --workdir to train again)")
         return json.loads(storage.read_text(results_path))
+    # From here a SIGTERM stops the set-up at once (nothing to save yet); from the first step on it saves first.
+    with preemption.Watcher(setting_up=os.path.join(workdir, "resume")) as watcher:
+        return _finetune(config, workdir, watcher, started)
+
+
+def _finetune(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.Watcher, started: float) -> dict:
+    """finetune's set-up, epochs and results, inside its preemption watcher."""
+    results_path = os.path.join(workdir, "results.json")
     config, init = resolve_config(config)
     task, family = _task_and_family(config)
     train_data, examples = load_split(config, family, "train", config.batch_size,
@@ -152,7 +160,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
                           in_shardings=(built.trainer.shardings.params, partitioning.batch_sharding(mesh)))
     with workdir_lock.hold(workdir):  # one writer per workdir, until results.json is written
         run = _Epochs(config, workdir, task, family, train_data, built, jit_predict)  # resumable: DIR/resume
-        state, train_time = run.train(run.resume_or_start(built.state))
+        state, train_time = run.train(run.resume_or_start(built.state), watcher)
         results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": run.position.best.epoch,
                    "best_score": run.position.best.score,
                    "metrics": {**run.position.best.dev, **_score_best(config, task, family, run, state, jit_predict)},
@@ -260,7 +268,7 @@ class _Epochs:
         self.writer = MetricWriter(self.workdir, resume_step=self.position.step)
         return state
 
-    def train(self, state):
+    def train(self, state, watcher: preemption.Watcher):
         """Every epoch not done; -> (state, train seconds). Preemption: DIR/resume saved, preemption.Preempted."""
         train_started, preempted = time.perf_counter(), None
         with contextlib.ExitStack() as stack:  # unwinds in reverse: Orbax's saves complete, then the writer
@@ -268,7 +276,7 @@ class _Epochs:
             self.ckpt.close_when_unwound(stack)
             self.resume.close_when_unwound(stack)
             stack.callback(self.profiler.stop)  # a run stopped inside the range keeps the trace of the steps it ran
-            with self.mesh, preemption.Watcher() as watcher:
+            with self.mesh, watcher.steps():
                 for epoch in range(self.position.epoch, self.config.num_epochs):
                     state, preempted = self.train_epoch(state, epoch, watcher)
                     if preempted is not None:

@@ -180,6 +180,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
     """
     validation.validate(config)
     workdir = workdirs.prepare(workdir)
+    # From here a SIGTERM stops the set-up at once (nothing to save yet); from the first step on it saves first.
+    with preemption.Watcher(deadline=deadline, setting_up=os.path.join(workdir, "checkpoints")) as watcher:
+        return _train(config, workdir, watcher)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.Watcher) -> dict[str, float]:
+    """train_and_evaluate's set-up and steps, inside its preemption watcher."""
     objective, train_data, eval_data = training_data(config)
     trainer = setup.pretraining_trainer(config, objective)
     with contextlib.ExitStack() as stack:  # unwinds in reverse: the profiler, the writers, Orbax, Grain, the lock
@@ -206,7 +213,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
         profiler = profiling.StepProfiler(config.get("profile_steps", ""), workdir,
                                           config.get("profile_all_processes", False))
         stack.callback(profiler.stop)  # a run stopped inside the range keeps the trace of the steps it ran
-        with trainer.mesh, preemption.Watcher(deadline=deadline) as watcher:
+        with trainer.mesh, watcher.steps():
             stopped = _run_steps(config, trainer, start, train_data, ckpt, metrics, evaluate, watcher, profiler)
     if stopped is not None:
         raise preemption.Preempted(stopped[0], ckpt.directory, stopped[1])

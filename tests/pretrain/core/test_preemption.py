@@ -1,6 +1,7 @@
 """Preemption: the watcher (signals -> a stop at the next step boundary, handlers restored), the exit
-status 75 with one line, the loops' save at the step reached, and a real SIGTERM sent to
-pretrain.train and pretrain.finetune whose reruns end exactly where uninterrupted runs end."""
+status 75 with one line, the loops' save at the step reached, a real SIGTERM sent to
+pretrain.train and pretrain.finetune whose reruns end exactly where uninterrupted runs end, and one sent
+before their first step (reading data, compiling), which stops them at once with one line and 75."""
 from __future__ import annotations
 
 import json
@@ -255,3 +256,88 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path, c
     steps = {preempted_step(returncode, err, workdir / "checkpoints", jax_logs=True),
              preempted_step(procs[0].returncode, err0, workdir / "checkpoints", jax_logs=True)}
     assert len(steps) == 1 and os.listdir(workdir / "checkpoints") == [str(steps.pop())]
+
+
+# ---------------------------------------------------------------------------------------------
+# A SIGTERM before the first step: nothing to save, one line, 75 at once.
+# ---------------------------------------------------------------------------------------------
+def test_a_sigterm_during_the_set_up_raises_at_once_and_the_steps_get_the_saving_handlers(tmp_path):
+    term, interrupt = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with preemption.Watcher(multiprocess=False, setting_up=str(tmp_path)) as watcher:
+        assert signal.getsignal(signal.SIGINT) is interrupt  # Ctrl-C stays Python's KeyboardInterrupt
+        with pytest.raises(errors.StoppedBeforeFirstStep) as info:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)
+        assert str(info.value) == ("stopped by SIGTERM before the first step: nothing to save; rerun the same "
+                                   "command to start again")
+        assert signal.getsignal(signal.SIGTERM) is term  # a second SIGTERM stops the process at once
+    with preemption.Watcher(multiprocess=False, setting_up=str(tmp_path)) as watcher:
+        with watcher.steps():
+            assert signal.getsignal(signal.SIGTERM) == watcher._handle
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)
+            assert watcher.should_stop(1)
+        assert signal.getsignal(signal.SIGTERM) is term  # back when the steps end
+    assert not isinstance(errors.StoppedBeforeFirstStep("SIGTERM", "d", None), Exception)  # no `except Exception`
+
+
+def start_unbuffered(module: str, args: list[str]) -> subprocess.Popen:
+    """The command with its stdout line by line (a test waits for a line), compiling without the persistent cache
+    (a cache hit would make the set-up too short to be caught in it)."""
+    return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO, text=True,
+                            env=subprocess_env({"PYTHONUNBUFFERED": "1", "LMPRETRAIN_COMPILATION_CACHE": "off"}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def sigterm_at_line(proc: subprocess.Popen, prefix: str, delay: float = 0.0) -> tuple[int, list[str]]:
+    """SIGTERM `delay` seconds after the stdout line starting with `prefix`; -> (exit status, stderr's lines)."""
+    for line in proc.stdout:
+        if line.startswith(prefix):
+            time.sleep(delay)
+            proc.send_signal(signal.SIGTERM)
+            break
+    _, err = proc.communicate(timeout=300)
+    return proc.returncode, [line for line in err.splitlines() if line.strip()]
+
+
+def _before_first_step(directory, latest: int | None) -> str:
+    kept = f"checkpoint {directory}/{latest} stays the latest; rerun the same command to resume" if latest else \
+        "rerun the same command to start again"
+    return f"stopped by SIGTERM before the first step: nothing to save; {kept}"
+
+
+@pytest.mark.slow
+def test_sigterm_before_the_first_step_of_pretraining_is_one_line_and_exit_75(tmp_path, corpus_and_tokenizer):
+    """While the model is built and compiled (a model big enough that this takes seconds): no checkpoint yet, so the
+    run stops at once. Then a SIGTERM while the first step compiles: the stop comes once the step ran, with its
+    checkpoint. Then one while a resumed run restores: the checkpoint stays the latest."""
+    flags = tiny_overrides(*corpus_and_tokenizer, **{"model.num_layers": 4, "model.hidden_size": 64,
+                                                     "model.intermediate_size": 128, "data.max_seq_length": 128})
+    workdir = tmp_path / "run"
+    args = ["--config=configs/bert.py:size=tiny", f"--workdir={workdir}", *flags]
+    status, err = sigterm_at_line(start_unbuffered("pretrain.train", args), "Corpus:")  # printed before the model
+    assert status == 75 and err == [_before_first_step(workdir / "checkpoints", None)], err
+    assert not list(workdir.glob("checkpoints/*"))
+
+    # "Model ..." comes after the set-up: the signal lands in the first step's compilation, or just before it
+    status, err = sigterm_at_line(start_unbuffered("pretrain.train", args), "Model ", delay=0.5)
+    latest = None
+    if err[-1].startswith("stopped by"):  # a slow machine, still in the set-up half a second later
+        assert status == 75 and err[-1] == _before_first_step(workdir / "checkpoints", None), err
+    else:
+        latest = preempted_step(status, "\n".join(err), workdir / "checkpoints")
+        assert latest == 1 and os.listdir(workdir / "checkpoints") == ["1"]
+
+    status, err = sigterm_at_line(start_unbuffered("pretrain.train", args), "Corpus:")
+    assert status == 75 and err == [_before_first_step(workdir / "checkpoints", latest)], err
+
+
+@pytest.mark.slow
+def test_sigterm_before_the_first_step_of_fine_tuning_is_one_line_and_exit_75(tmp_path, tiny_bert_workdir):
+    workdir = tmp_path / "ft"
+    args = [f"--workdir={workdir}", "--config=configs/glue.py:task=wnli", f"--config.init={tiny_bert_workdir}",
+            f"--config.data.glue_dir={os.path.join(SHARED_DATA, 'glue')}", "--config.data.max_train_examples=32",
+            "--config.data.max_seq_length=128"]
+    status, err = sigterm_at_line(start_unbuffered("pretrain.finetune", args), "Task ")  # before the model is built
+    assert status == 75 and err == [_before_first_step(workdir / "resume", None)], err
+    assert not (workdir / "results.json").exists() and not list(workdir.glob("*/[0-9]*"))  # nothing saved
