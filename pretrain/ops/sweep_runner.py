@@ -59,7 +59,7 @@ def run_cells(sweep: SweepDir, cells: list[Cell], parallel: int = 1,
             while todo and not stop and len(running) < parallel:
                 cell = todo.pop(0)
                 say(f"  {cell.name}: running (log {sweep.log(cell)})")
-                running[start(cell, sweep.log(cell))] = (cell, time.perf_counter())
+                running[start(cell, sweep.local_log(cell))] = (cell, time.perf_counter())
             finished = [p for p in running if p.poll() is not None]
             if not finished:
                 time.sleep(0.2)
@@ -67,6 +67,7 @@ def run_cells(sweep: SweepDir, cells: list[Cell], parallel: int = 1,
                 cell, began = running.pop(process)
                 wall, code = time.perf_counter() - began, process.returncode
                 statuses[cell.name] = code
+                sweep.keep_log(cell)
                 if code == 0:
                     sweep.record(cell, code, wall)
                     say(f"  {cell.name}: done in {wall:.0f} s")
@@ -74,7 +75,7 @@ def run_cells(sweep: SweepDir, cells: list[Cell], parallel: int = 1,
                     say(f"  {cell.name}: stopped after {wall:.0f} s (exit {code}); the same command resumes it")
                 else:
                     say(f"  {cell.name}: FAILED (exit {code}) after {wall:.0f} s; end of {sweep.log(cell)}:\n"
-                        + _tail(sweep.log(cell)))
+                        + _tail(sweep.local_log(cell)))
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

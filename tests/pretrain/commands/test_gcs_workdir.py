@@ -31,6 +31,13 @@ pytestmark = pytest.mark.slow  # every test here runs the real commands in subpr
 GLUE_DIR = os.path.join(SHARED_DATA, "glue")
 
 
+@pytest.fixture(autouse=True)
+def no_local_gs_folder():
+    """A gs:// path handled as a local one would create the folder 'gs:' where the command ran."""
+    yield
+    assert not os.path.exists(os.path.join(REPO, "gs:")), "a gs:// path became a local folder in the repository"
+
+
 def bucket() -> fsspec.AbstractFileSystem:
     return fsspec.filesystem("gs")
 
