@@ -22,6 +22,7 @@ import tempfile
 from typing import IO
 
 import fsspec
+import fsspec.config
 import fsspec.core
 from etils import epath
 
@@ -39,6 +40,11 @@ class _NoBucketTypeWarnings(logging.Filter):
 
 
 logging.getLogger("gcsfs").addFilter(_NoBucketTypeWarnings())
+# No listings cache: a workdir in a bucket is also written by other clients (TensorStore writes Orbax's
+# arrays, other hosts write theirs), so a listing this process cached would go stale. fsspec passes these
+# defaults to every gcsfs filesystem it makes (epath's included).
+for _protocol in ("gs", "gcs"):
+    fsspec.config.conf.setdefault(_protocol, {}).setdefault("cache_timeout", 0)
 
 # Scheme -> (fsspec's name of the filesystem epath uses, its package).
 SCHEMES = {"gs": ("gcs", "gcsfs")}
