@@ -6,7 +6,8 @@ from __future__ import annotations
 import ml_collections
 import numpy as np
 
-from pretrain.data import prepared, sources, tokenizers
+from pretrain.core import storage
+from pretrain.data import prepared, sources, staging, tokenizers
 
 
 def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
@@ -56,9 +57,10 @@ def _prepared_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers
     if config.get("max_documents", 0):
         raise sources.CorpusError("config.data.max_documents does not apply to a prepared corpus: prepare a "
                                   "smaller one with python -m pretrain.tools.prepare_corpus --max_documents")
-    train = prepared.PreparedCorpus.open(config.path, "train", tokenizer=tokenizer)
+    directory = staging.stage(config.path, prepared.INDEX) if storage.is_url(config.path) else config.path
+    train = prepared.PreparedCorpus.open(directory, "train", tokenizer=tokenizer)
     if "eval" in train.index["splits"]:
-        return train, prepared.PreparedCorpus.open(config.path, "eval", tokenizer=tokenizer)
+        return train, prepared.PreparedCorpus.open(directory, "eval", tokenizer=tokenizer)
     if config.get("eval_documents", 0):
         raise sources.CorpusError(f"prepared corpus {config.path} has no eval split but config.data.eval_documents="
                                   f"{config.eval_documents}: prepare it with --eval_documents=K or set 0")

@@ -97,6 +97,7 @@ class Proxy:
         self.sent = 0
         self._failures: list[tuple[int, int, object]] = []
         self._delays: list[tuple[float, object]] = []
+        self.connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._http = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._http.daemon_threads = True
@@ -128,8 +129,15 @@ class Proxy:
         return None
 
     def stop(self) -> None:
+        """No new connection, and the open ones (HTTP keep-alive) cut: the clients see a server gone."""
         self._http.shutdown()
         self._http.server_close()
+        with self._lock:
+            for connection in self.connections:
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
     @property
     def environment(self) -> dict[str, str]:
@@ -147,6 +155,16 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, *args) -> None:  # quiet: the tests read the commands' output, not this
             pass
+
+        def setup(self) -> None:
+            super().setup()
+            with proxy._lock:
+                proxy.connections.add(self.connection)
+
+        def finish(self) -> None:
+            with proxy._lock:
+                proxy.connections.discard(self.connection)
+            super().finish()
 
         def _forward(self) -> None:
             body = self._body()

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -105,6 +106,8 @@ CASES = {
     "train/tokenizer missing": (train("--config.tokenizer.path=/no/such/spm.model"), 2, r"/no/such/spm\.model"),
     "train/workdir is a file": (train(workdir="{binary}"), 2, r"--workdir=.* is a file, not a directory"),
     "train/workdir cannot be created": (train(workdir="{binary}/sub"), 2, r"--workdir=.* cannot be created"),
+    "train/workdir in use by a running run": (train(workdir="{locked}"), 2,
+                                              r"--workdir=.* is in use by pid \d+ on .*: wait for that run or stop it"),
     # ----- pretrain.train: resuming with another model or data order -----
     "train/resume with another width": (train("--config.model.hidden_size=64", "--config.model.intermediate_size=128"),
                                         2, r"holds a run with another model or data \(model\.hidden_size: 32 -> 64;"),
@@ -125,6 +128,11 @@ CASES = {
     "finetune/unknown task": (["pretrain.finetune", "--config=configs/glue.py:task=nope", "--workdir={fresh}",
                                "--config.init={bert}"], 2, r"unknown GLUE task 'nope'"),
     "finetune/no workdir": (["pretrain.finetune", f"--config={MRPC}"], 2, r"--workdir is required"),
+    "finetune/GLUE file with invalid UTF-8": (finetune("--config.data.glue_dir={glue_latin1}"), 2,
+                                              r"MRPC/train\.tsv:2: byte 0xe9 at column \d+ is not UTF-8"),
+    "finetune/WordPiece given a SentencePiece model": (finetune("--config.tokenizer.kind=wordpiece",
+                                                                "--config.tokenizer.path={spm}"), 2,
+                                                       r"looks like a SentencePiece model, not a WordPiece vocab"),
     # ----- pretrain.finetune: tagging and QA files -----
     "finetune/CoNLL line with the wrong column count": (token_task("configs/tagging.py", "conll_columns"), 2,
                                                         r"conll_columns/train\.txt:7: 3 columns where the file's"),
@@ -185,6 +193,19 @@ CASES = {
     "fewshot/unknown task": (["pretrain.fewshot", "--init={gpt}", "--task=nope", f"--glue_dir={GLUE}"], 2, r"nope"),
     "fewshot/a BERT workdir": (["pretrain.fewshot", "--init={bert}", "--task=sst2", f"--glue_dir={GLUE}"], 2,
                                r"holds a bert model"),
+    # ----- the sweep, the launcher and the tools -----
+    "sweep/into a fine-tuning run's workdir": (["pretrain.sweep", f"--config={MRPC}", "--sweep=lr_seed:1e-4/0",
+                                               "--workdir={ft}", "--config.init={bert}"], 2,
+                                              r"--workdir=.* is a run's workdir \(it holds config\.json\)"),
+    "launch/zone with a space": (["pretrain.launch", "create", "--name=x", "--zone=us central2",
+                                  "--accelerator_type=v4-8", "--dry_run"], 2, r"--zone='us central2' is not a zone"),
+    "launch/TPU size that does not exist": (["pretrain.launch", "create", "--name=x", "--zone=us-central2-b",
+                                             "--accelerator_type=v4-31", "--dry_run"], 2, r"v4-31"),
+    "tools/export_hf_bert of a GPT run": (["pretrain.tools.export_hf_bert", "--workdir={gpt}",
+                                           "--output={fresh}/hf"], 2, r"BERT"),
+    "tools/train_tokenizer vocabulary larger than the text allows": (
+        ["pretrain.tools.train_tokenizer", "--input={corpus}", "--model_prefix={fresh}/spm", "--vocab_size=100000"],
+        2, r"--vocab_size=100000"),
     # ----- --help and --print_config: exit 0, nothing written -----
     **{f"{entry}/--help": ([f"pretrain.{entry}", "--help"], 0, None)
        for entry in ("train", "finetune", "evaluate", "generate", "perplexity", "fewshot")},
@@ -223,8 +244,15 @@ def workdirs(corpus_and_tokenizer, tiny_bert_workdir, tiny_gpt_workdir, tmp_path
         (root / "tasks" / folder).mkdir(parents=True)
         for name, text in files.items():
             (root / "tasks" / folder / name).write_text(text)
+    latin1 = root / "glue_latin1" / "MRPC"  # a row saved in Latin-1: é as the single byte 0xe9
+    latin1.mkdir(parents=True)
+    with open(os.path.join(GLUE, "MRPC", "train.tsv"), "rb") as f:
+        header, first, *_ = f.read().split(b"\n", 3)
+    (latin1 / "train.tsv").write_bytes(header + b"\n" + first.replace(b"e", b"\xe9", 1) + b"\n")
+    shutil.copy(os.path.join(GLUE, "MRPC", "dev.tsv"), latin1 / "dev.tsv")
     return {"bert": tiny_bert_workdir, "ft": ft, "gpt": tiny_gpt_workdir, "corpus": corpus, "spm": spm,
-            "root": str(root), "glue_copy": str(glue_copy.parent), "tasks": str(root / "tasks")}
+            "root": str(root), "glue_copy": str(glue_copy.parent), "tasks": str(root / "tasks"),
+            "glue_latin1": str(latin1.parent)}
 
 
 def _prepare_case(name: str, workdirs: dict[str, str]) -> tuple[str, list[str], list[str]]:
@@ -233,11 +261,15 @@ def _prepare_case(name: str, workdirs: dict[str, str]) -> tuple[str, list[str], 
     case_dir = os.path.join(workdirs["root"], "cases", re.sub(r"\W+", "_", name))
     shutil.rmtree(case_dir, ignore_errors=True)
     values = {"binary": sys.executable, "tiny": None, "corpus": workdirs["corpus"], "glue_copy": workdirs["glue_copy"],
-              "tasks": workdirs["tasks"],
+              "tasks": workdirs["tasks"], "spm": workdirs["spm"], "glue_latin1": workdirs["glue_latin1"],
+              "locked": os.path.join(case_dir, "locked"),
               "fresh": os.path.join(case_dir, "fresh"), "damaged": os.path.join(case_dir, "damaged")}
     for key in ("bert", "ft", "gpt"):
         values[key] = os.path.join(case_dir, key)
         shutil.copytree(workdirs[key], values[key])
+    shutil.copytree(workdirs["bert"], values["locked"])  # held by a live process on this host: this one
+    with open(os.path.join(values["locked"], ".lock"), "w") as f:
+        json.dump({"host": socket.gethostname(), "pid": os.getpid(), "since": "2026-01-01 00:00:00"}, f)
     os.makedirs(values["damaged"])
     with open(os.path.join(values["damaged"], "config.json"), "w") as f:
         f.write('{"task": "mrpc", ')  # cut short
@@ -248,7 +280,7 @@ def _prepare_case(name: str, workdirs: dict[str, str]) -> tuple[str, list[str], 
             args += tiny_overrides(workdirs["corpus"], workdirs["spm"])
         else:
             args.append(arg.format(**values))
-    return case_dir, args, [values[k] for k in ("bert", "ft", "gpt", "damaged")]
+    return case_dir, args, [values[k] for k in ("bert", "ft", "gpt", "damaged", "locked")]
 
 
 @pytest.fixture(scope="module")
@@ -277,9 +309,10 @@ def outcomes(workdirs) -> dict[str, tuple[subprocess.CompletedProcess, list[str]
     return out
 
 
-def test_there_are_forty_cases_across_the_six_entry_points():
+def test_there_are_forty_cases_across_the_six_entry_points_the_sweep_the_launcher_and_the_tools():
     entries = {name.split("/")[0] for name in CASES}
-    assert entries == {"train", "finetune", "evaluate", "generate", "perplexity", "fewshot"}
+    assert entries == {"train", "finetune", "evaluate", "generate", "perplexity", "fewshot", "sweep", "launch",
+                       "tools"}
     assert len(CASES) >= 40
 
 

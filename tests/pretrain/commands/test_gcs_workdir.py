@@ -255,3 +255,35 @@ def test_a_bucket_gone_mid_run_is_one_line_and_the_rerun_resumes(gcs_server, cor
     kept = committed_steps(run)[-1]
     resumed = run_train(run, flags)
     assert f"Resumed from {run}/checkpoints/{kept}" in resumed.stdout and "final:" in resumed.stdout
+
+
+def test_a_prepared_corpus_in_a_bucket_is_staged_once_and_trains_as_the_local_copy(gs_run, corpus_and_tokenizer,
+                                                                                   tmp_path):
+    from tests.pretrain.commands.test_train import prepare_tiny_corpus
+    corpus, spm_model = corpus_and_tokenizer
+    local = prepare_tiny_corpus(corpus, spm_model, tmp_path / "prepared")
+    remote = upload(local, f"{os.path.dirname(gs_run)}/prepared")
+    cache = {"LMPRETRAIN_PREPARED_CACHE": str(tmp_path / "cache")}
+
+    def flags(path):
+        return tiny_overrides(path, spm_model, **{"data.source": "prepared"})
+    first = run_train(gs_run, flags(remote), env=cache)
+    assert f"Staged {remote} (4 shards" in first.stdout  # 3 train shards and the eval one
+    again = run_train(f"{gs_run}_again", flags(remote), env=cache)
+    assert "Staged" not in again.stdout  # the staged copy is reused
+    reference = tmp_path / "local_run"
+    run_train(reference, flags(local))
+    for ours, theirs in zip(final_state(gs_run, 6), final_state(str(reference), 6), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_staging_a_corpus_larger_than_the_free_disk_is_one_line(gcs_server, tmp_path, monkeypatch):
+    from pretrain.data import sources, staging
+    url = "gs://bucket/too_big/prepared"
+    storage.write_atomic(f"{url}/index.json", json.dumps({"splits": {"train": {"shards": [{"file": "a"}]}}}))
+    storage.write_atomic(f"{url}/a", "x" * 1000)
+    monkeypatch.setenv(staging.ENV, str(tmp_path))
+    monkeypatch.setattr(staging.shutil, "disk_usage", lambda path: type("Usage", (), {"free": 2 ** 30})())
+    with pytest.raises(sources.CorpusError) as error:
+        staging.stage(url, "index.json")
+    assert "\n" not in str(error.value) and "gcsfuse" in str(error.value) and staging.ENV in str(error.value)

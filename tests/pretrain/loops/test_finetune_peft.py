@@ -116,3 +116,14 @@ def test_peft_config_errors_are_one_line(tmp_path):
             target[last] = value
         with pytest.raises(ConfigError, match=message):
             validation.validate(config)
+
+
+def test_lora_and_adapter_defaults_carry_their_papers_glue_schedules():
+    """A default LoRA run trains as Hu et al. (2021, Table 9) did; full fine-tuning keeps BERT's 3 epochs."""
+    from configs import glue
+    rte, cola = glue.get_config("task=rte,peft=lora"), glue.get_config("task=cola,peft=lora")
+    assert (rte.num_epochs, rte.optimizer.learning_rate, rte.warmup_fraction) == (80, 5e-4, 0.06)
+    assert (cola.num_epochs, cola.optimizer.learning_rate) == (80, 4e-4)
+    assert glue.get_config("task=rte,peft=adapters").num_epochs == 20
+    full = glue.get_config("task=rte")
+    assert (full.num_epochs, full.optimizer.learning_rate, full.warmup_fraction) == (3, 2e-5, 0.1)
