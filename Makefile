@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-nanogpt bench-accelerator gpu-wheels cram bench-cram clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram bench-cram clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -191,6 +191,11 @@ bench-cram: $(STAMP)
 # validation loss (must be <= 1.90) and time per iteration, ours / HF.
 bench-nanogpt: $(STAMP)
 	$(PY) -m scripts.bench.bench_nanogpt --output runs/bench_nanogpt.json
+
+# A workdir in a bucket vs on the local disk, against a GCS-protocol server on loopback (docs/operating.md):
+# metrics.jsonl's bytes per logged step, checkpoint save/restore of a tiny and a BERT-Base-sized state.
+bench-bucket-io: $(STAMP)
+	$(PY) -m scripts.bench.bench_bucket_io
 
 # BERT, GPT-2 and T5 training steps here and with transformers (eager; torch.compile on a GPU) on this
 # machine's device: ms/step, tokens/s, MFU, peak memory, ours / theirs. CPU: tiny shapes, ~3 min.

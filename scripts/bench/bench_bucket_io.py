@@ -90,17 +90,18 @@ def main() -> None:
         print("| metrics.jsonl upload | bytes per logged step at step 100 | at step 10,000 |\n|---|---|---|")
         for way in ("rewrite", "append"):
             print(f"| {way} | {sent[(way, 100)]:,.0f} | {sent[(way, 10_000)]:,.0f} |")
-        states = {"tiny (69k parameters)": [(1000, 32), (32, 64), (64, 32)]}
+        states = {"tiny": [(1000, 32), (32, 64), (64, 32)]}
         if not args.skip_base:
-            states["BERT-Base-sized (110M parameters)"] = BERT_BASE_SHAPES
+            states["BERT-Base-sized"] = BERT_BASE_SHAPES
         print("\n| train state (params + 2 Adam moments) | MB | local save s | local restore s | bucket save s "
               "| bucket restore s |\n|---|---|---|---|---|---|")
         for name, shapes in states.items():
             state = random_state(shapes)
             megabytes = sum(x.nbytes for x in jax.tree.leaves(state)) / 1e6
+            parameters = sum(x.size for x in state["params"].values())
             times = [save_restore_seconds(where, state) for where in
                      (os.path.join(local, name[:4]), f"gs://bench/checkpoints/{name[:4]}")]
-            print(f"| {name} | {megabytes:,.0f} | {times[0][0]:.2f} | {times[0][1]:.2f} | {times[1][0]:.2f} "
+            print(f"| {name} ({parameters:,} parameters) | {megabytes:,.1f} | {times[0][0]:.2f} | {times[0][1]:.2f} | {times[1][0]:.2f} "
                   f"| {times[1][1]:.2f} |")
     finally:
         proxy.stop()
