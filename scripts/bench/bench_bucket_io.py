@@ -1,5 +1,5 @@
 """A workdir in a bucket vs on the local disk, against a GCS-protocol server on loopback (fake-gcs-server from
-the test extra, tests/helpers/gcs_server.py), so that only the protocol's cost shows, not a network's:
+the test extra, scripts/bench/gcs_server.py), so that only the protocol's cost shows, not a network's:
 
 1. metrics.jsonl: the bytes sent per logged step by the upload that carries step 100 and step 10,000,
    rewriting the whole object (how a bucket file was kept before appends) vs appending (storage.append:
@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from pretrain.core import checkpoints, storage
-from tests.helpers.gcs_server import GcsServer, Proxy
+from scripts.bench.gcs_server import GcsServer, Proxy
 
 RECORD = {"step": 0, "grad_norm": 1.2345, "learning_rate": 0.0001, "loss": 3.4567, "mlm_accuracy": 0.4567,
           "mlm_loss": 3.1234, "nsp_accuracy": 0.8123, "nsp_loss": 0.3333, "tokens_per_sec": 123456.7,

@@ -30,3 +30,13 @@ def tiny_config(corpus: str, spm: str, **extra):
         old = target[last]
         target[last] = value.lower() == "true" if isinstance(old, bool) else type(old)(value)
     return config
+
+
+def prepare_tiny_corpus(corpus: str, spm_model: str, directory) -> str:
+    """The test corpus through pretrain/tools/prepare_corpus.py's library call, for the tiny BERT's tokenizer."""
+    from configs import bert
+    from pretrain.data import preparation, sources
+    options = dict(bert.get_config("size=tiny").tokenizer, path=spm_model)
+    preparation.prepare(lambda: sources.iter_text_documents(corpus), options, str(directory), num_shards=3,
+                        eval_documents=4, progress=False)
+    return str(directory)

