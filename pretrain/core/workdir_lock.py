@@ -3,9 +3,12 @@
 A second `pretrain.train` or `pretrain.finetune` on the same workdir would interleave checkpoints and
 metrics; it is refused with one line naming the holder instead. A lock whose process is gone (a run
 killed outright on this host) is stale and taken over, as the resume it precedes expects. Only the
-primary process of a run takes it (its other processes write through the primary), and only on a local
-or mounted filesystem: a gs:// workdir has no atomic create-if-absent that this code uses, and no way to
-see whether another host's process lives, so a bucket is not locked.
+primary process of a run takes it (its other processes write through the primary).
+
+In a bucket (gs://) the lock is created only if absent (GCS's ifGenerationMatch=0 precondition) and its
+holder rewrites it every HEARTBEAT_SEC: the run that holds it usually lives on another host (a preempted
+spot VM, replaced by a new one), whose process nobody can ask about, so a bucket lock not rewritten for
+STALE_SEC is stale, whichever host wrote it.
 """
 from __future__ import annotations
 
@@ -13,21 +16,30 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 from typing import Iterator
+
+import fsspec.core
 
 from pretrain.core import distributed, storage
 from pretrain.core.errors import UserError
 
 LOCK_FILE = ".lock"
 UNWRITTEN_GRACE_SEC = 10.0  # a lock file still empty this long after its creation was left by a crash
+HEARTBEAT_SEC = 60.0        # a bucket lock's holder rewrites it this often
+STALE_SEC = 300.0           # a bucket lock not rewritten for this long is a gone run's
 
 
 @contextlib.contextmanager
 def hold(workdir: str) -> Iterator[None]:
     """WORKDIR/.lock is this process's while the block runs, and removed after it, however it ends."""
-    if storage.is_url(workdir) or not distributed.is_primary():
+    if not distributed.is_primary():
         yield
+        return
+    if storage.is_url(workdir):
+        with _bucket_lock(workdir):
+            yield
         return
     path = os.path.join(workdir, LOCK_FILE)
     _take(path, workdir)
@@ -38,8 +50,12 @@ def hold(workdir: str) -> Iterator[None]:
             os.remove(path)
 
 
+def _me() -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
 def _take(path: str, workdir: str) -> None:
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    me = _me()
     for _ in range(2):  # a stale lock is removed once, then created again
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
@@ -71,8 +87,11 @@ def _stale(path: str, holder: dict | None) -> bool:
         with contextlib.suppress(FileNotFoundError):
             return time.time() - os.path.getmtime(path) > UNWRITTEN_GRACE_SEC
         return True
-    if holder.get("host") != socket.gethostname():
-        return False
+    return holder.get("host") == socket.gethostname() and _process_gone(holder)
+
+
+def _process_gone(holder: dict) -> bool:
+    """`holder` ran on this host: whether no process has its pid any more."""
     if holder.get("pid") == os.getpid():  # our own pid, before we took it: a dead run's, reused (containers)
         return True
     try:
@@ -87,5 +106,63 @@ def _stale(path: str, holder: dict | None) -> bool:
 def _held_message(workdir: str, path: str, holder: dict | None) -> str:
     if holder is None:
         return f"--workdir={workdir} is being claimed by another run ({path}); run one command per workdir"
+    gone = (f"a run that died leaves it stale after {STALE_SEC / 60:.0f} minutes" if storage.is_url(path)
+            else f"if it died on another host, delete {path}")
     return (f"--workdir={workdir} is in use by pid {holder.get('pid')} on {holder.get('host')} (since "
-            f"{holder.get('since')}): wait for that run or stop it; if it died on another host, delete {path}")
+            f"{holder.get('since')}): wait for that run or stop it; {gone}")
+
+
+@contextlib.contextmanager
+def _bucket_lock(workdir: str) -> Iterator[None]:
+    path = f"{workdir}/{LOCK_FILE}"
+    filesystem, name = fsspec.core.url_to_fs(path)
+    me = json.dumps(_me()).encode()
+    for _ in range(2):  # a stale lock is removed once, then created again
+        try:
+            filesystem.pipe_file(name, me, mode="create")
+            break
+        except FileExistsError:
+            holder = _read_object(filesystem, name)
+            if not _bucket_lock_stale(filesystem, name, holder):
+                raise UserError(_held_message(workdir, path, holder)) from None
+            with contextlib.suppress(FileNotFoundError):
+                filesystem.rm_file(name)
+    else:
+        raise UserError(f"--workdir={workdir}: another run took {path} at the same moment; run one command per "
+                        "workdir")
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(filesystem, name, me, stop), daemon=True)
+    beat.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beat.join(timeout=10)
+        if _read_object(filesystem, name) == json.loads(me):
+            with contextlib.suppress(FileNotFoundError):
+                filesystem.rm_file(name)
+
+
+def _heartbeat(filesystem, name: str, me: bytes, stop: threading.Event) -> None:
+    """Rewrites the lock while it is still ours; a missed beat only brings staleness closer, the run goes on."""
+    while not stop.wait(HEARTBEAT_SEC):
+        with contextlib.suppress(Exception):
+            if _read_object(filesystem, name) == json.loads(me):
+                filesystem.pipe_file(name, me)
+
+
+def _read_object(filesystem, name: str) -> dict | None:
+    try:
+        return json.loads(filesystem.cat_file(name))
+    except (OSError, ValueError):
+        return None
+
+
+def _bucket_lock_stale(filesystem, name: str, holder: dict | None) -> bool:
+    """Not rewritten for STALE_SEC (by the bucket's clock of its last write), or this host's dead process's."""
+    if holder is not None and holder.get("host") == socket.gethostname() and _process_gone(holder):
+        return True
+    try:
+        return time.time() - filesystem.modified(name).timestamp() > STALE_SEC
+    except FileNotFoundError:
+        return True

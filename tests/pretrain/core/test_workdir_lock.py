@@ -81,3 +81,42 @@ def test_an_unwritten_lock_is_held_until_its_grace_time_passes(tmp_path):
     os.utime(lock, (old, old))
     with workdir_lock.hold(str(tmp_path)):
         assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
+@pytest.mark.slow  # the gcs_server fixture starts the GCS-protocol server, a process of its own
+def test_a_bucket_lock_refuses_a_second_writer_and_is_stale_once_its_heartbeat_stops(gs_run, monkeypatch):
+    from pretrain.core import storage
+    lock = f"{gs_run}/{workdir_lock.LOCK_FILE}"
+    with workdir_lock.hold(gs_run):
+        holder = json.loads(storage.read_text(lock))
+        assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
+        # A fresh lock of another host's run: nobody can ask whether it lives, so it holds until it goes stale.
+        storage.write_atomic(lock, json.dumps({**holder, "pid": 1, "host": "another-host"}))
+        with pytest.raises(UserError, match="is in use by pid 1 on another-host .*stale after 5 minutes") as e:
+            with workdir_lock.hold(gs_run):
+                pass
+        assert "\n" not in str(e.value)
+        storage.write_atomic(lock, json.dumps(holder))
+    assert not storage.exists(lock)  # let go at the end
+
+    storage.write_atomic(lock, json.dumps({"host": "another-host", "pid": 7, "since": "earlier"}))
+    monkeypatch.setattr(workdir_lock, "STALE_SEC", -1.0)  # its last rewrite is older than that: a gone run's
+    with workdir_lock.hold(gs_run):
+        assert json.loads(storage.read_text(lock))["pid"] == os.getpid()
+    storage.write_atomic(lock, json.dumps({"host": socket.gethostname(), "pid": _unused_pid(), "since": "x"}))
+    monkeypatch.setattr(workdir_lock, "STALE_SEC", 300.0)
+    with workdir_lock.hold(gs_run):  # this host's dead process: stale at once
+        assert json.loads(storage.read_text(lock))["pid"] == os.getpid()
+
+
+@pytest.mark.slow  # the gcs_server fixture starts the GCS-protocol server
+def test_a_bucket_lock_is_rewritten_while_its_run_lives(gs_run, monkeypatch):
+    import time
+
+    import fsspec
+    monkeypatch.setattr(workdir_lock, "HEARTBEAT_SEC", 0.2)
+    filesystem, name = fsspec.core.url_to_fs(f"{gs_run}/{workdir_lock.LOCK_FILE}")
+    with workdir_lock.hold(gs_run):
+        first = filesystem.modified(name)
+        time.sleep(1.5)
+        assert filesystem.modified(name) > first
