@@ -133,10 +133,10 @@ def run(main) -> int:
     except KeyboardInterrupt:
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
-        _exit_now("interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint",
+        exit_now("interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint",
                   EXIT_INTERRUPTED)
     except errors.StoppedBeforeFirstStep as e:
-        _exit_now(str(e), errors.EXIT_PREEMPTED)
+        exit_now(str(e), errors.EXIT_PREEMPTED)
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             return e.code or 0
@@ -145,7 +145,7 @@ def run(main) -> int:
     return 0
 
 
-def _exit_now(message: str, status: int) -> None:
+def exit_now(message: str, status: int) -> None:
     print(message, file=sys.stderr, flush=True)
     sys.stdout.flush()
     # At once, without the interpreter's teardown: XLA's compiler threads or Orbax's writers may be mid-work,

@@ -163,8 +163,8 @@ def main(argv=None) -> int:
     output = os.path.abspath(args.output)
     os.makedirs(output, exist_ok=True)
 
-    from pretrain.core import compilation_cache
-    from pretrain.core.errors import Preempted, UserError
+    from pretrain.core import cli, compilation_cache
+    from pretrain.core.errors import EXIT_PREEMPTED, Preempted, StoppedBeforeFirstStep, UserError
     from pretrain.loops import pretraining
     compilation_cache.enable()
 
@@ -197,9 +197,12 @@ def main(argv=None) -> int:
     stopped_by, budget_step = "schedule", None
     try:
         pretraining.train_and_evaluate(config, workdir, deadline)
+    except StoppedBeforeFirstStep as e:  # SIGTERM while setting up: one line and 75, as pretrain.train
+        cli.exit_now(str(e), EXIT_PREEMPTED)
     except Preempted as e:
-        if e.reason != "time budget reached":
-            raise
+        if e.reason != "time budget reached":  # a SIGTERM's checkpoint: the same command resumes it
+            print(e, file=sys.stderr, flush=True)
+            return EXIT_PREEMPTED
         stopped_by = "time budget (the same command finishes the schedule)"
         budget_step = e.step
     except UserError as e:
