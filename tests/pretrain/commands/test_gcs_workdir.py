@@ -1,8 +1,9 @@
 """The commands with their workdir in a bucket, against a GCS-protocol server on loopback (the session's
 `gcs_server`, scripts/bench/gcs_server.py; a Proxy in front of it where a test needs requests slowed down or
-refused): pretraining's checkpoints, rotation, SIGTERM and SIGKILL resumes; fine-tuning from an init in a
-bucket with its resume/ state; evaluate, generate and perplexity reading a run there; a sweep whose
-directory is there; the bucket's failures (missing, 403, a transient 503, gone mid-run), each one line.
+refused): pretraining's checkpoints, rotation, SIGTERM and SIGKILL resumes, a damaged checkpoint;
+fine-tuning from an init in a bucket with its resume/ state; evaluate, generate and perplexity reading a
+run there; a sweep whose directory is there; a prepared corpus there; the bucket's failures (missing, 403,
+a transient 503, gone mid-run), each one line.
 The console stays quiet: no per-operation warning of a storage library reaches it."""
 from __future__ import annotations
 
@@ -124,10 +125,11 @@ def test_train_on_a_bucket_rotates_checkpoints_and_resumes_bitwise_after_sigterm
     assert json.loads(storage.read_text(f"{gs_run}/config.json"))["num_train_steps"] == 200
 
 
-def test_a_save_killed_midway_in_a_bucket_resumes_from_the_last_complete_step(gs_run, long_flags,
-                                                                              local_reference, gcs_server):
-    """Checkpoint writes slowed down (a slow link) so that SIGKILL lands inside a save: the step folder is
-    in the bucket without its commit marker, and the rerun resumes from the step before it."""
+def test_a_save_killed_midway_and_a_damaged_checkpoint_in_a_bucket_fall_back_to_the_last_good_step(
+        gs_run, long_flags, local_reference, gcs_server):
+    """Checkpoint writes slowed down (a slow link) so that SIGKILL lands inside a save: step 30's folder is
+    in the bucket without its commit marker. Then step 20's arrays are deleted (a damaged checkpoint). The
+    rerun skips both, resumes from 10 and ends bitwise where the uninterrupted local run ends."""
     proxy = Proxy(gcs_server.url)
     proxy.slow_down(0.2, when=lambda method, path: method in ("PUT", "POST") and "%2F30%2F" in path
                     or "/30/" in path)
@@ -139,10 +141,14 @@ def test_a_save_killed_midway_in_a_bucket_resumes_from_the_last_complete_step(gs
         proc.wait(timeout=60)
     finally:
         proxy.stop()
-    assert committed_steps(gs_run)[-1] == 20
+    assert committed_steps(gs_run)[-2:] == [10, 20]
+    arrays = [name for name in bucket().find(f"{gs_run}/checkpoints/20/state") if "/d/" in name]
+    assert arrays
+    bucket().rm(arrays)
 
     resumed = run_train(gs_run, long_flags)
-    assert f"Resumed from {gs_run}/checkpoints/20" in resumed.stdout
+    assert f"Resumed from {gs_run}/checkpoints/10" in resumed.stdout
+    assert resumed.stderr.count(f"skipping checkpoint {gs_run}/checkpoints/20") == 1
     for ours, reference in zip(final_state(gs_run, 200), local_reference, strict=True):
         np.testing.assert_array_equal(ours, reference)
 
