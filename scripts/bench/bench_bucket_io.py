@@ -58,10 +58,12 @@ def metrics_bytes(proxy: Proxy, url: str, at_steps=(100, 10_000)) -> dict:
 def random_state(shapes) -> dict:
     rng = np.random.default_rng(0)
     params = {f"w{i}": rng.standard_normal(shape, dtype=np.float32) for i, shape in enumerate(shapes)}
-    return {"params": params, "mu": {k: v * 0.1 for k, v in params.items()}, "nu": {k: v * v for k, v in params.items()}}
+    return {"params": params, "mu": {k: v * 0.1 for k, v in params.items()},
+            "nu": {k: v * v for k, v in params.items()}}
 
 
-def save_restore_seconds(directory: str, state: dict) -> tuple[float, float]:
+def save_restore_seconds(directory: str, state: dict) -> tuple[float, float, dict]:
+    """(save seconds until complete, restore seconds, the restored state)."""
     ckpt = checkpoints.Checkpointer(directory, save_every=1, keep=1)
     started = time.perf_counter()
     ckpt.save(1, state, {"step": 1})
@@ -73,7 +75,7 @@ def save_restore_seconds(directory: str, state: dict) -> tuple[float, float]:
     jax.block_until_ready(restored)
     restore = time.perf_counter() - started
     ckpt.close()
-    return saved, restore
+    return saved, restore, restored
 
 
 def main() -> None:
@@ -101,8 +103,9 @@ def main() -> None:
             parameters = sum(x.size for x in state["params"].values())
             times = [save_restore_seconds(where, state) for where in
                      (os.path.join(local, name[:4]), f"gs://bench/checkpoints/{name[:4]}")]
-            print(f"| {name} ({parameters:,} parameters) | {megabytes:,.1f} | {times[0][0]:.2f} | {times[0][1]:.2f} | {times[1][0]:.2f} "
-                  f"| {times[1][1]:.2f} |")
+            (local_save, local_restore, _), (bucket_save, bucket_restore, _) = times
+            print(f"| {name} ({parameters:,} parameters) | {megabytes:,.1f} | {local_save:.2f} | {local_restore:.2f} "
+                  f"| {bucket_save:.2f} | {bucket_restore:.2f} |")
     finally:
         proxy.stop()
         server.stop()
