@@ -153,6 +153,24 @@ def gcs_server():
 
 
 @pytest.fixture
+def through_proxy(gcs_server, monkeypatch):
+    """This process's GCS clients talk to the session's server through a counting Proxy for this test."""
+    import gcsfs
+    from etils.epath import backend as epath_backend
+
+    from scripts.bench.gcs_server import Proxy
+    proxy = Proxy(gcs_server.url)
+    for key, value in proxy.environment.items():
+        monkeypatch.setenv(key, value)
+    gcsfs.GCSFileSystem.clear_instance_cache()  # a cached filesystem keeps the address it was made with
+    epath_backend.fsspec_backend._get_filesystem.cache_clear()
+    yield proxy
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    epath_backend.fsspec_backend._get_filesystem.cache_clear()
+    proxy.stop()
+
+
+@pytest.fixture
 def gs_run(gcs_server, request) -> str:
     """gs://bucket/<this test's name>/run: a workdir of its own in the session's bucket."""
     return f"gs://bucket/{request.node.name}/run"

@@ -4,22 +4,12 @@ from __future__ import annotations
 import pytest
 
 from scripts.bench import bench_bucket_io
-from scripts.bench.gcs_server import Proxy
 
 pytestmark = pytest.mark.slow  # the gcs_server fixture starts the server, a process of its own
 
 
-def test_a_rewrite_grows_with_the_log_and_an_append_does_not(gcs_server, monkeypatch):
-    proxy = Proxy(gcs_server.url)
-    for key, value in proxy.environment.items():
-        monkeypatch.setenv(key, value)
-    import gcsfs
-    gcsfs.GCSFileSystem.clear_instance_cache()
-    try:
-        sent = bench_bucket_io.metrics_bytes(proxy, "gs://bucket/bench_metrics", at_steps=(20, 400))
-    finally:
-        gcsfs.GCSFileSystem.clear_instance_cache()
-        proxy.stop()
+def test_a_rewrite_grows_with_the_log_and_an_append_does_not(through_proxy):
+    sent = bench_bucket_io.metrics_bytes(through_proxy, "gs://bucket/bench_metrics", at_steps=(20, 400))
     line = len(bench_bucket_io.line(400))
     assert sent[("rewrite", 400)] > 19 * line > sent[("rewrite", 20)]  # the whole object, again and again
     assert sent[("append", 20)] == pytest.approx(sent[("append", 400)], rel=0.05)  # the new lines only

@@ -170,23 +170,6 @@ def test_unsupported_urls_are_one_line_errors(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.fixture
-def through_proxy(gcs_server, monkeypatch):
-    """This process's GCS clients talk to the session's server through a counting Proxy for this test."""
-    import gcsfs
-
-    from scripts.bench.gcs_server import Proxy
-    proxy = Proxy(gcs_server.url)
-    for key, value in proxy.environment.items():
-        monkeypatch.setenv(key, value)
-    gcsfs.GCSFileSystem.clear_instance_cache()  # a cached filesystem keeps the address it was made with
-    epath_backend.fsspec_backend._get_filesystem.cache_clear()
-    yield proxy
-    gcsfs.GCSFileSystem.clear_instance_cache()
-    epath_backend.fsspec_backend._get_filesystem.cache_clear()
-    proxy.stop()
-
-
 def test_appending_to_an_object_uploads_the_new_bytes_only(run, through_proxy):
     path = f"{run}/metrics.jsonl"
     storage.append(path, "x" * 200_000 + "\n")
