@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 from models.errors import ModelInputError
 from objectives.interface import ObjectiveError
@@ -99,16 +100,25 @@ UNREACHABLE_TYPES = ("ClientConnectorError", "ServerDisconnectedError", "Connect
 UNREACHABLE_TEXT = ("UNAVAILABLE:", "DEADLINE_EXCEEDED:", "Connection refused", "Connect call failed")
 
 
+def exception_chain(error: BaseException | None) -> Iterator[BaseException]:
+    """`error`, then what it wraps: its causes and contexts and, for an exception group, its members (an Orbax
+    save wraps the client's error in its own), each once."""
+    todo, seen = [error], set()
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo.extend([e.__cause__, e.__context__, *getattr(e, "exceptions", ())])
+
+
 def storage_unreachable(error: BaseException) -> str | None:
-    """The first line of what says that the storage service stopped answering, anywhere in `error`'s chain
-    (an Orbax save wraps the client's error in its own); None for any other error."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        if type(error).__name__ in UNREACHABLE_TYPES or any(t in str(error) for t in UNREACHABLE_TEXT):
-            return text[:300]
-        error = error.__cause__ or error.__context__
+    """The first line of what says that the storage service stopped answering, anywhere in `error`'s chain;
+    None for any other error."""
+    for e in exception_chain(error):
+        if type(e).__name__ in UNREACHABLE_TYPES or any(t in str(e) for t in UNREACHABLE_TEXT):
+            return (str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)[:300]
     return None
 
 

@@ -132,7 +132,7 @@ def read_text(path: str) -> str:
 
 
 def append(path: str, data: str | bytes) -> None:
-    """`data` at the end of `path` (created if missing). In a bucket: `text` uploaded as `path`.tail, then
+    """`data` at the end of `path` (created if missing). In a bucket: `data` uploaded as `path`.tail, then
     path := compose(path, path.tail) on the server, then the tail deleted; readers see the object before or
     after, never in between. A tail left by a kill is overwritten by the next append."""
     data = data.encode() if isinstance(data, str) else data
@@ -160,8 +160,16 @@ def local_copy(url: str, prefix: str) -> str:
     filesystem, folder = fsspec.core.url_to_fs(url)
     for entry in filesystem.ls(folder, detail=True):
         if entry["type"] == "file":
-            filesystem.get_file(entry["name"], os.path.join(local, os.path.basename(entry["name"])))
+            name = os.path.basename(entry["name"])
+            download(f"{url.rstrip('/')}/{name}", os.path.join(local, name))
     return local
+
+
+def download(url: str, local_path: str) -> None:
+    """The object at `url` as the local file `local_path`, whole or not at all (written as .part, renamed)."""
+    filesystem, name = fsspec.core.url_to_fs(url)
+    filesystem.get_file(name, local_path + ".part")
+    os.replace(local_path + ".part", local_path)
 
 
 def _umask() -> int:

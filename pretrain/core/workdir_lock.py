@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import fsspec.core
 
@@ -56,20 +56,34 @@ def _me() -> dict:
 
 def _take(path: str, workdir: str) -> None:
     me = _me()
-    for _ in range(2):  # a stale lock is removed once, then created again
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
-        except FileExistsError:
-            holder = _read(path)
-            if not _stale(path, holder):
-                raise UserError(_held_message(workdir, path, holder)) from None
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
-            continue
-        with os.fdopen(fd, "w") as f:
-            json.dump(me, f)
-        return
+    _claim(workdir, path, lambda: _create_file(path, me), lambda: _read(path), lambda: os.remove(path),
+           lambda holder: _stale(path, holder))
+
+
+def _claim(workdir: str, path: str, create: Callable[[], bool], read: Callable[[], dict | None],
+           remove: Callable[[], None], stale: Callable[[dict | None], bool]) -> None:
+    """The lock at `path` for this run, on a disk or in a bucket: `create` makes it only where it is absent
+    (False: it exists); a holder that is not `stale` is refused in one line; a stale lock is removed once,
+    then created again."""
+    for _ in range(2):
+        if create():
+            return
+        holder = read()
+        if not stale(holder):
+            raise UserError(_held_message(workdir, path, holder))
+        with contextlib.suppress(FileNotFoundError):
+            remove()
     raise UserError(f"--workdir={workdir}: another run took {path} at the same moment; run one command per workdir")
+
+
+def _create_file(path: str, me: dict) -> bool:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        json.dump(me, f)
+    return True
 
 
 def _read(path: str) -> dict | None:
@@ -117,19 +131,8 @@ def _bucket_lock(workdir: str) -> Iterator[None]:
     path = f"{workdir}/{LOCK_FILE}"
     filesystem, name = fsspec.core.url_to_fs(path)
     me = json.dumps(_me()).encode()
-    for _ in range(2):  # a stale lock is removed once, then created again
-        try:
-            filesystem.pipe_file(name, me, mode="create")
-            break
-        except FileExistsError:
-            holder = _read_object(filesystem, name)
-            if not _bucket_lock_stale(filesystem, name, holder):
-                raise UserError(_held_message(workdir, path, holder)) from None
-            with contextlib.suppress(FileNotFoundError):
-                filesystem.rm_file(name)
-    else:
-        raise UserError(f"--workdir={workdir}: another run took {path} at the same moment; run one command per "
-                        "workdir")
+    _claim(workdir, path, lambda: _create_object(filesystem, name, me), lambda: _read_object(filesystem, name),
+           lambda: filesystem.rm_file(name), lambda holder: _bucket_lock_stale(filesystem, name, holder))
     stop = threading.Event()
     beat = threading.Thread(target=_heartbeat, args=(filesystem, name, me, stop), daemon=True)
     beat.start()
@@ -141,6 +144,14 @@ def _bucket_lock(workdir: str) -> Iterator[None]:
         if _read_object(filesystem, name) == json.loads(me):
             with contextlib.suppress(FileNotFoundError):
                 filesystem.rm_file(name)
+
+
+def _create_object(filesystem, name: str, data: bytes) -> bool:
+    try:
+        filesystem.pipe_file(name, data, mode="create")  # GCS's ifGenerationMatch=0: only where absent
+    except FileExistsError:
+        return False
+    return True
 
 
 def _heartbeat(filesystem, name: str, me: bytes, stop: threading.Event) -> None:

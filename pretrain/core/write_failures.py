@@ -14,6 +14,8 @@ import os
 import re
 from collections.abc import Callable
 
+from pretrain.core.errors import exception_chain
+
 
 @dataclasses.dataclass(frozen=True)
 class WriteFailure:
@@ -42,19 +44,13 @@ WRITE_FAILURE_KINDS: list[Callable[[BaseException], WriteFailure | None]] = [_fu
 
 
 def write_failure(error: BaseException) -> WriteFailure | None:
-    """The first answer of WRITE_FAILURE_KINDS for `error` or an exception in its chain (its causes, contexts and,
-    for an exception group, its members); None: not a failure a person can fix by rerunning."""
-    todo, seen = [error], set()
-    while todo:
-        e = todo.pop(0)
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    """The first answer of WRITE_FAILURE_KINDS for `error` or an exception in its chain (errors.exception_chain);
+    None: not a failure a person can fix by rerunning."""
+    for e in exception_chain(error):
         for kind in WRITE_FAILURE_KINDS:
             failure = kind(e)
             if failure is not None:
                 return failure
-        todo.extend([e.__cause__, e.__context__, *getattr(e, "exceptions", ())])
     return None
 
 

@@ -48,8 +48,7 @@ def stage(url: str, index_name: str) -> str:
     started = time.perf_counter()
     for name, size in sizes.items():
         if not _have(local, name, size):
-            filesystem.get_file(f"{folder}/{name}", os.path.join(local, name + ".part"))
-            os.replace(os.path.join(local, name + ".part"), os.path.join(local, name))
+            storage.download(f"{url}/{name}", os.path.join(local, name))
     storage.write_atomic(os.path.join(local, index_name), index_text)
     storage.write_atomic(os.path.join(local, COMPLETE), url)
     megabytes = sum(sizes.values()) / 1e6
