@@ -84,7 +84,9 @@ class Checkpointer:
         if not self._writing:
             self._prepare_to_write()
         self.wait()
-        with self._reporting(step):
+        # _quiet_absl: Orbax's "Waiting for previous save to complete took N seconds" reports the wait above,
+        # ours, at every save once a save outlasts the steps between saves (a bucket under load).
+        with self._reporting(step), _quiet_absl():
             self._in_flight = step
             self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)), force=force)
