@@ -113,10 +113,10 @@ def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_le
     if implementation != "auto":
         return implementation
     half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-    platform = _platform()
-    if platform == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
+    on = platform()
+    if on == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
         return "cudnn"
-    if platform == "tpu" and fits:
+    if on == "tpu" and fits:
         return "pallas"
     return "xla"
 
@@ -207,7 +207,7 @@ def _pallas(q, k, v, mask, bias, scale):
     return jax.shard_map(kernel, mesh=mesh, in_specs=(specs,), out_specs=rows, check_vma=False)(operands)
 
 
-def _platform() -> str:
+def platform() -> str:
     """What the computation is compiled for: the devices of the mesh it runs under (an ahead-of-time compile
     for a TPU slice traces on a CPU host), else JAX's default backend."""
     mesh = _current_mesh()
