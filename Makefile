@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram bench-cram clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-finetune-step bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram bench-cram clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -186,6 +186,11 @@ cram: $(STAMP)
 # trained for the same minutes on the same batches (3 seeds; resumable).
 bench-cram: $(STAMP)
 	$(PY) -m scripts.bench.bench_cram --ours=$(CRAM_DIR) --output=runs/bench_cram
+
+# all-MiniLM-L6-v2's fine-tuning step here and with transformers on the same MRPC and CoLA batches, padded
+# to our length buckets and to the longest row (~6 min): ms/step, ours / transformers.
+bench-finetune-step: $(STAMP)
+	$(PY) -m scripts.bench.bench_finetune_step
 
 # nanoGPT's CPU recipe for shakespeare_char here and with transformers' GPT2LMHeadModel (~5 min):
 # validation loss (must be <= 1.90) and time per iteration, ours / HF.

@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, heads, layers, peft, stack
+from models import attention, heads, layers, ops, peft, stack
 from models.errors import ModelInputError
 
 
@@ -60,7 +60,7 @@ class BertEmbeddings(nn.Module):
         self.token_type_embeddings = layers.Embed(c.type_vocab_size, c.hidden_size,
                                                   "token_types", init, **c.kwargs)
         self.norm = layers.LayerNorm(c.layer_norm_eps, **c.kwargs)
-        self.dropout = nn.Dropout(c.dropout_rate)
+        self.dropout = ops.Dropout(c.dropout_rate)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,  # [B, L] each
                  deterministic: bool, prompt: jax.Array | None = None,  # [B, P, D]: prompt tuning's inputs
@@ -90,7 +90,7 @@ class BertLayer(nn.Module):
                  prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K] (prefix-tuning)
         c = self.config
         init = layers.truncated_normal(c.initializer_range)
-        dropout = nn.Dropout(c.dropout_rate)
+        dropout = ops.Dropout(c.dropout_rate)
         h = layers.MultiHeadAttention(c.num_heads, c.hidden_size // c.num_heads,
                                       dropout_rate=c.attention_dropout_rate, kernel_init=init, attention=c.attention,
                                       peft=c.peft, name="attention", **c.kwargs)(

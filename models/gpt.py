@@ -28,7 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, layers, peft, stack
+from models import attention, layers, ops, peft, stack
 from models.errors import ModelInputError
 
 
@@ -81,7 +81,7 @@ class GPTBlock(nn.Module):
                  deterministic: bool = True, decode: bool = False,
                  prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K] (prefix-tuning)
         c = self.config
-        dropout = nn.Dropout(c.dropout_rate)
+        dropout = ops.Dropout(c.dropout_rate)
         h = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", use_bias=c.use_bias, **c.kwargs)(x)
         h = layers.MultiHeadAttention(c.num_heads, c.head_dim, dropout_rate=c.attention_dropout_rate,
                                       kernel_init=c.init(), out_kernel_init=c.init(residual_output=True),
@@ -113,7 +113,7 @@ class GPT(nn.Module):
         self.blocks = stack.build(GPTBlock, c.num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(2, 3),
                                   per_layer_argnums=(4,), config=c)
         self.final_norm = layers.LayerNorm(c.layer_norm_eps, use_bias=c.use_bias, **c.kwargs)
-        self.dropout = nn.Dropout(c.dropout_rate)
+        self.dropout = ops.Dropout(c.dropout_rate)
         self.decode_position = DecodePosition()
         self.prefix_encoder, self.prompt = peft.virtual_modules(c.peft, num_layers=c.num_layers,
                                                                 num_heads=c.num_heads, head_dim=c.head_dim,

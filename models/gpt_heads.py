@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import heads, layers
+from models import heads, layers, ops
 from models.gpt import GPT, GPTConfig
 
 
@@ -41,7 +41,7 @@ class GPTForSequenceClassification(nn.Module):
         self.gpt = GPT(c)
         self.score = layers.Dense(self.num_labels, ("embed", "classes"), use_bias=False, kernel_init=c.init(),
                                   **c.kwargs)
-        self.dropout = nn.Dropout(self.classifier_dropout)
+        self.dropout = ops.Dropout(self.classifier_dropout)
 
     def __call__(self, input_ids: jax.Array,      # [B, L] int, right-padded
                  input_mask: jax.Array,            # [B, L]: 1 = real token, 0 = padding

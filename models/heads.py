@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import layers
+from models import layers, ops
 
 
 def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
@@ -107,7 +107,7 @@ class SequenceClassificationHead(nn.Module):
 
     @nn.compact
     def __call__(self, pooled: jax.Array, deterministic: bool) -> jax.Array:  # [B, D] -> [B, num_labels]
-        x = nn.Dropout(self.dropout_rate)(pooled, deterministic=deterministic)
+        x = ops.Dropout(self.dropout_rate)(pooled, deterministic=deterministic)
         return layers.Dense(self.num_labels, ("embed", "classes"), name="classifier",
                             kernel_init=layers.truncated_normal(self.initializer_range),
                             dtype=self.dtype, param_dtype=self.param_dtype)(x).astype(jnp.float32)
@@ -175,7 +175,7 @@ class SpanClassificationHead(nn.Module):
                  deterministic: bool) -> jax.Array:  # -> [B, S, num_labels] float32
         kw = {"kernel_init": layers.truncated_normal(self.initializer_range),
               "dtype": self.dtype, "param_dtype": self.param_dtype}
-        dropout = nn.Dropout(self.dropout_rate)
+        dropout = ops.Dropout(self.dropout_rate)
         x = self.representation(sequence, spans, kw)                          # [B, S, 3D]
         self.sow("intermediates", "span_representation", x)  # for tests and probes (apply(mutable=...))
         x = dropout(x, deterministic=deterministic)

@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention
+from models import attention, ops
 
 Dtype = Any
 Initializer = Callable[..., jax.Array]
@@ -59,7 +59,7 @@ def low_rank_update(module: nn.Module, x: jax.Array, spec: LoraSpec, axis: tuple
                      tuple(x.shape[i] for i in axis) + (spec.rank,), param_dtype)
     b = module.param("lora_b", nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,) + out_axes),
                      (spec.rank,) + features, param_dtype)
-    x = nn.Dropout(spec.dropout)(x, deterministic=deterministic or spec.dropout == 0)
+    x = ops.Dropout(spec.dropout)(x, deterministic=deterministic or spec.dropout == 0)
     h = jax.lax.dot_general(x.astype(dtype), jnp.asarray(a, dtype), ((axis, tuple(range(len(axis)))), ((), ())))
     y = jax.lax.dot_general(h, jnp.asarray(b, dtype), (((h.ndim - 1,), (0,)), ((), ())))
     return y * jnp.asarray(spec.scale, dtype)
@@ -68,41 +68,6 @@ def low_rank_update(module: nn.Module, x: jax.Array, spec: LoraSpec, axis: tuple
 def lora_for(peft: PeftConfig | None, name: str) -> LoraSpec | None:
     """The LoRA update of projection `name` under a PEFT config (None: no config, or not a LoRA target)."""
     return None if peft is None else peft.lora_for(name)
-
-
-def contract(x: jax.Array, kernel: jax.Array, axis: tuple[int, ...]) -> jax.Array:
-    """x [..., *in] . kernel [*in, *out] over x's `axis` dims -> [..., *out] (the other dims of x kept in order).
-
-    On a CPU, contracting the trailing dims runs as one 2-D matmul [N, in] . [in, out] whose kernel gradient is
-    computed as (dy^T . x)^T (`_matmul`): with the batch dims contracted in place, XLA's CPU backend transposes
-    the cotangent for the kernel gradient and fuses the cotangent's whole elementwise producer chain (layer
-    norms' and GELU's backward, across the residual stream) into that transposed copy, which its loop emitter
-    runs element by element: a third of a small GPT step, growing with depth. Elsewhere: one dot_general.
-    """
-    trailing = axis == tuple(range(x.ndim - len(axis), x.ndim))
-    if not trailing or attention.platform() != "cpu":
-        return jax.lax.dot_general(x, kernel, ((axis, tuple(range(len(axis)))), ((), ())))
-    rows = x.shape[:x.ndim - len(axis)]
-    out = kernel.shape[len(axis):]
-    y = _matmul(x.reshape(math.prod(rows), -1), kernel.reshape(math.prod(kernel.shape[:len(axis)]), -1))
-    return y.reshape(rows + out)
-
-
-@jax.custom_vjp
-def _matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:  # [N, I] . [I, O] -> [N, O]
-    return x @ kernel
-
-
-def _matmul_forward(x, kernel):
-    return x @ kernel, (x, kernel)
-
-
-def _matmul_backward(saved, dy):  # dy [N, O]
-    x, kernel = saved
-    return dy @ kernel.T, (dy.T @ x).T
-
-
-_matmul.defvjp(_matmul_forward, _matmul_backward)
 
 
 class Dense(nn.Module):
@@ -126,7 +91,7 @@ class Dense(nn.Module):
         axis = tuple(a % x.ndim for a in axis)
         kernel = self.param("kernel", partitioned(self.kernel_init, self.kernel_axes),
                             tuple(x.shape[a] for a in axis) + features, self.param_dtype)
-        y = contract(x.astype(self.dtype), jnp.asarray(kernel, self.dtype), axis)
+        y = ops.contract(x.astype(self.dtype), jnp.asarray(kernel, self.dtype), axis)
         if self.use_bias:
             bias = self.param("bias", partitioned(nn.initializers.zeros_init(), self.kernel_axes[-len(features):]),
                               features, self.param_dtype)
@@ -324,7 +289,7 @@ class MultiHeadAttention(nn.Module):
 
         dropout = None
         if self.dropout_rate > 0 and not deterministic:
-            dropout = functools.partial(nn.Dropout(self.dropout_rate), deterministic=False)
+            dropout = functools.partial(ops.Dropout(self.dropout_rate), deterministic=False)
         out = attention.dot_product_attention(q, k, v, mask, bias, scale=self.head_dim ** -0.5 if self.scale_query
                                               else 1.0, implementation=self.attention, dropout=dropout)  # [B, L, H, K]
         return dense("out", ("heads", "kv", "embed"), x.shape[-1], self.out_kernel_init, axis=(-2, -1))(out)
@@ -381,7 +346,7 @@ class MLP(nn.Module):
         if self.gated:
             h = h * Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
                           name="intermediate_linear", **kw)(x)
-        h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+        h = ops.Dropout(self.dropout_rate)(h, deterministic=deterministic)
         return Dense(x.shape[-1], ("mlp", "embed"), kernel_init=self.output_kernel_init or self.kernel_init,
                      lora=lora_for(self.peft, "output"), name="output", **kw)(h, deterministic)
 

@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, layers, peft, stack
+from models import attention, layers, ops, peft, stack
 from models.errors import ModelInputError
 
 FEED_FORWARDS = {"relu": (nn.relu, False), "gated-gelu": (layers.tanh_gelu, True)}  # name -> (activation, gated)
@@ -80,7 +80,7 @@ class T5Block(nn.Module):
                  deterministic: bool = True, decode: bool = False,
                  prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K]: prefix-tuning (self-attention)
         c = self.config
-        dropout = nn.Dropout(c.dropout_rate)
+        dropout = ops.Dropout(c.dropout_rate)
         norm = lambda name: layers.RMSNorm(c.layer_norm_eps, name=name, **c.kwargs)  # noqa: E731
 
         def residual(x, h, adapter: str | None):  # Houlsby's adapters sit on the sub-layer's output
@@ -132,7 +132,7 @@ class T5Stack(nn.Module):
             c.num_heads, c.relative_attention_num_buckets, c.relative_attention_max_distance,
             bidirectional=not self.is_decoder, embedding_init=c.normal(c.d_model), name="relative_position_bias",
             **c.kwargs)(query_positions, key_positions)    # [B|1, H, L, S]: once per stack, shared by its layers
-        dropout = nn.Dropout(c.dropout_rate)
+        dropout = ops.Dropout(c.dropout_rate)
         x = dropout(x, deterministic=deterministic)
         num_layers = c.num_decoder_layers if self.is_decoder else c.num_encoder_layers
         blocks = stack.build(T5Block, num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(5, 6),

@@ -144,7 +144,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, watcher: preempti
     """finetune's set-up, epochs and results, inside its preemption watcher."""
     results_path = os.path.join(workdir, "results.json")
     config, init = resolve_config(config)
-    task, family = _task_and_family(config)
+    task, family = task_and_family(config)
     train_data, examples = load_split(config, family, "train", config.batch_size,
                                       subset=config.data.max_train_examples)
     windows = f" in {len(train_data)} windows" if len(train_data) != len(examples) else ""  # QA's long contexts
@@ -176,7 +176,7 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, watcher: preempti
     return results
 
 
-def _task_and_family(config) -> tuple:
+def task_and_family(config) -> tuple:
     """The task of config.task and the model family that fine-tunes on it (config.data gains what the task read
     from its data, a tag set, so config.json keeps it); the whole config is validated here."""
     task = registry.task_for_config(config)
