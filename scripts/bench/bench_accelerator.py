@@ -38,7 +38,7 @@ matmul roofline measured through XLA (scripts/bench/bench_pretrain.py's matmul_r
   python -m scripts.bench.bench_accelerator --models=gpt2 --size=base --steps=20 --find_max_batch --output=gpu.json
 Sizes (batch x sequence): tiny: every model's tiny config, 8 x 128; small: BERT-small 32 x 128, GPT-2 small
 4 x 256, T5-small 16 x 128; base (the GPU default): BERT-Base 256 x 128, GPT-2 small 32 x 1024, T5-small
-128 x 512.
+128 x 512; and at base only, `--models=t5-base`: T5-Base 128 x 512.
 """
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def find_max_batch(work: str, model: str, side: str, args, start: int, fitted: b
 
 def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="bert,gpt2,t5")
+    p.add_argument("--models", default="", help="comma-separated (default: every model of the size)")
     p.add_argument("--size", default="", choices=["", *SIZES], help="default: tiny on a CPU, base on a GPU")
     p.add_argument("--steps", type=int, default=0, help="timed + warm-up steps (default: 10 CPU, 30 GPU)")
     p.add_argument("--warmup", type=int, default=3, help="untimed first steps (compilation happens here)")
@@ -200,7 +200,7 @@ def main(argv=None) -> None:
         peak = (args.peak_tflops * 1e12 or gpu_peak(device["kind"])) if accelerator else device["roofline"]
         asked = [s for s in args.sides.split(",") if s]
         sides = [s for s in SIDES if s in asked and (compile_side or s != "torch_compile")]
-        models = [m for m in args.models.split(",") if m]
+        models = [m for m in args.models.split(",") if m] or list(SIZES[size])
         if set(models) - set(SIZES[size]) or set(asked) - set(SIDES) or args.warmup >= steps:
             p.error(f"--models takes {','.join(SIZES[size])}; --sides takes {','.join(SIDES)}; "
                     "--steps must exceed --warmup")

@@ -22,15 +22,21 @@ from configs import common
 SIZES = {  # size -> model -> (config argument, batch, sequence length)
     "tiny": {"bert": ("size=tiny", 8, 128), "gpt2": ("size=tiny", 8, 128), "t5": ("size=tiny", 8, 128)},
     "small": {"bert": ("size=small", 32, 128), "gpt2": ("size=small", 4, 256), "t5": ("size=small", 16, 128)},
-    "base": {"bert": ("size=base", 256, 128), "gpt2": ("size=small", 32, 1024), "t5": ("size=small", 128, 512)},
+    "base": {"bert": ("size=base", 256, 128), "gpt2": ("size=small", 32, 1024), "t5": ("size=small", 128, 512),
+             "t5-base": ("size=base", 128, 512)},
 }
+
+
+def family(model: str) -> str:
+    """A benchmarked model -> its config file and family ('t5-base' -> 't5')."""
+    return model.split("-")[0]
 
 
 def build_config(model: str, size: str, batch: int, seq: int, accelerator: bool, settings: tuple[str, ...] = ()):
     """This project's config for `model` at `size`, with the benchmark's overrides, then `settings` ([MODEL:]KEY=VALUE,
     --set; a MODEL: prefix keeps it to that model): both sides are built from this config, so a setting such as
     model.attention_dropout_rate=0 reaches transformers' model too."""
-    arg = SIZES[size][model][0]
+    arg, model = SIZES[size][model][0], family(model)
     config = common.load(f"configs/{model}.py:{arg}")
     o = config.optimizer  # BERT's and GPT-2's AdamW as configured; T5 (Adafactor) takes BERT's AdamW values
     adamw = {"learning_rate": 1e-4, "b1": 0.9, "b2": 0.999, "eps": 1e-6, "weight_decay": 0.01} \
@@ -69,7 +75,7 @@ def settings_for(model: str, settings: tuple[str, ...]) -> list[str]:
         elif prefix not in SIZES["tiny"]:
             raise SystemExit(f"--set {setting!r}: {prefix!r} is no model; prefix with one of "
                              f"{', '.join(SIZES['tiny'])}")
-        elif prefix == model:
+        elif prefix == family(model):
             chosen.append(rest)
     return chosen
 

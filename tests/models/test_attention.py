@@ -244,3 +244,17 @@ def test_whole_models_agree_across_implementations(build):
         outputs = jax.jit(model.apply)(params, *args)  # the same parameter tree: the implementation holds no weights
         for key in reference:
             np.testing.assert_allclose(outputs[key], reference[key], atol=2e-5, rtol=2e-5, err_msg=f"{name} {key}")
+
+
+@pytest.mark.parametrize("platform, expected", [("gpu", "cudnn"), ("tpu", "pallas")])
+@pytest.mark.parametrize("config_arg, fused", [
+    ("configs/gpt2.py:size=small", True), ("configs/t5.py:size=base", True), ("configs/t5.py:size=base,version=1.1", True),
+    ("configs/bert.py:size=base,recipe=cram", True), ("configs/bert.py:size=base", False)])  # the paper's 0.1 on attention
+def test_which_kernel_each_familys_default_pretraining_command_takes(monkeypatch, platform, expected, config_arg, fused):
+    from configs import common
+    model = common.load(config_arg).model
+    rate = model.get("attention_dropout_rate", model.get("dropout_rate"))  # T5 drops attention out at dropout_rate
+    head_dim = model.get("head_dim") or model.get("hidden_size", model.get("d_model", 0)) // model.num_heads
+    monkeypatch.setattr(attention, "platform", lambda: platform)
+    path = attention.choose(model.attention, "bfloat16", head_dim, dropout_active=rate > 0, q_len=512, kv_len=512)
+    assert path == (expected if fused else "einsum")

@@ -70,7 +70,7 @@ def test_sizes_follow_the_paper_and_the_released_1_1_configs():
     large = t5_configs.get_config("size=large").model
     assert (large.num_encoder_layers, large.d_model, large.num_heads, large.d_ff, large.head_dim) == (
         24, 1024, 16, 4096, 64)
-    assert large.feed_forward == "relu" and large.tie_word_embeddings and large.dropout_rate == 0.1
+    assert large.feed_forward == "relu" and large.tie_word_embeddings and large.dropout_rate == 0.0
     small = t5_configs.get_config("size=small,version=1.1").model
     assert (small.num_encoder_layers, small.num_decoder_layers, small.num_heads, small.d_ff) == (8, 8, 6, 1024)
     assert small.feed_forward == "gated-gelu" and not small.tie_word_embeddings and small.dropout_rate == 0.0

@@ -15,11 +15,11 @@ from tests.helpers.paths import REPO
 
 
 def test_bench_settings_with_a_model_prefix_reach_that_model_only():
-    settings = ("bert:model.attention_dropout_rate=0.0", "t5:model.dropout_rate=0.0", "seed=7")
+    settings = ("bert:model.attention_dropout_rate=0.0", "t5:model.dropout_rate=0.2", "seed=7")
     bert = build_config("bert", "tiny", 2, 32, False, settings)
     t5 = build_config("t5", "tiny", 2, 32, False, settings)
     assert bert.model.attention_dropout_rate == 0.0 and bert.model.dropout_rate == 0.1
-    assert t5.model.dropout_rate == 0.0
+    assert t5.model.dropout_rate == 0.2
     assert bert.seed == t5.seed == 7  # unprefixed: every model
     assert build_config("t5", "tiny", 2, 32, False, ("model.attention=cudnn",)).model.attention == "cudnn"
 
@@ -55,6 +55,12 @@ def test_bench_gpu_script_runs_on_cpu_at_tiny_sizes(tmp_path):
         assert ratio == pytest.approx(ours["median_step_s"] / theirs["median_step_s"])
         assert f"| {model} | 2 x 32 | torch_eager |" in (tmp_path / "fused.md").read_text()
     default = json.loads((tmp_path / "default.json").read_text())
-    assert set(default["models"]) == {"bert", "t5"} and default["settings"] == []
+    assert set(default["models"]) == {"bert"} and default["settings"] == []
     assert all(set(e["sides"]) == {"jax"} for e in default["models"].values())
     assert "n/a" in (tmp_path / "fused.log").read_text() and "ours / theirs" in proc.stdout
+
+
+def test_t5_base_row_builds_t5_base_and_takes_t5_settings():
+    config = build_config("t5-base", "base", 2, 32, False, ("t5:model.dropout_rate=0.2",))
+    assert (config.model.d_model, config.model.num_encoder_layers) == (768, 12)  # T5-Base, not T5-small
+    assert config.model.dropout_rate == 0.2
