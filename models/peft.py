@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from models.errors import ModelInputError
-from models.layers import Dense, LoraSpec
+from models.layers import Dense
+from models.lora import LoraSpec
 
 METHODS = ("none", "adapters", "lora", "prefix", "prompt")
 PLACEMENTS = ("houlsby", "pfeiffer")
