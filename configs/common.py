@@ -74,10 +74,12 @@ def input_pipeline_fields() -> dict:
 
 def compute_fields() -> dict:
     """config.model fields of every family that change how the model is computed, never what: the attention
-    kernel (models/attention.py), a scanned layer stack and rematerialization (models/stack.py)."""
+    kernel (models/attention.py), a scanned layer stack and rematerialization (models/stack.py), fused query/key/value
+    projections (models/qkv_layout.py)."""
     return dict(
         attention="auto",    # auto | einsum | xla | cudnn | pallas
         scan_layers=False,   # True: one compiled layer scanned over weights stacked [layers, ...]
+        fused_qkv=False,     # True: self-attention's query, key and value as one matmul, kernel [D, 3, H, K]
         remat="none")        # none | minimal | full: activations recomputed in the backward pass
 
 

@@ -36,6 +36,7 @@ class BertConfig:
     param_dtype: str = "float32"         # storage dtype of the weights
     attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
     scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
+    fused_qkv: bool = False              # self-attention's q/k/v: one Dense [D, 3, H, K] (models/qkv_layout.py)
     remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
     peft: peft.PeftConfig = peft.NONE    # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
@@ -93,7 +94,7 @@ class BertLayer(nn.Module):
         dropout = ops.Dropout(c.dropout_rate)
         h = layers.MultiHeadAttention(c.num_heads, c.hidden_size // c.num_heads,
                                       dropout_rate=c.attention_dropout_rate, kernel_init=init, attention=c.attention,
-                                      peft=c.peft, name="attention", **c.kwargs)(
+                                      peft=c.peft, fused_qkv=c.fused_qkv, name="attention", **c.kwargs)(
             x, mask=mask, deterministic=deterministic, prefix=prefix)
         h = dropout(h, deterministic=deterministic)
         if c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual

@@ -48,6 +48,7 @@ class GPTConfig:
     param_dtype: str = "float32"          # storage dtype of the weights
     attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
     scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
+    fused_qkv: bool = False              # self-attention's q/k/v: one Dense [D, 3, H, K] (models/qkv_layout.py)
     remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
     use_bias: bool = True                 # False: no biases in Linear layers and LayerNorms (nanoGPT's bias=False)
     peft: peft.PeftConfig = peft.NONE     # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
@@ -85,9 +86,9 @@ class GPTBlock(nn.Module):
         h = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", use_bias=c.use_bias, **c.kwargs)(x)
         h = layers.MultiHeadAttention(c.num_heads, c.head_dim, dropout_rate=c.attention_dropout_rate,
                                       kernel_init=c.init(), out_kernel_init=c.init(residual_output=True),
-                                      use_bias=c.use_bias, attention=c.attention, peft=c.peft, name="attention",
-                                      **c.kwargs)(h, mask=mask, deterministic=deterministic, decode=decode,
-                                                  prefix=prefix)
+                                      use_bias=c.use_bias, attention=c.attention, peft=c.peft, fused_qkv=c.fused_qkv,
+                                      name="attention", **c.kwargs)(h, mask=mask, deterministic=deterministic,
+                                                                    decode=decode, prefix=prefix)
         h = dropout(h, deterministic=deterministic)
         if c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
             h = peft.Adapter(c.peft.adapter_size, name="attention_adapter", **c.kwargs)(h)

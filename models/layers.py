@@ -6,7 +6,6 @@ Shapes use B = batch, L = query length, S = key length, D = embed, H = heads, K 
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from typing import Any, Callable
@@ -16,10 +15,10 @@ import jax
 import jax.numpy as jnp
 
 from models import attention, ops
+from models.lora import LoraSpec, PeftConfig, low_rank_update, lora_for, parts_update
 
 Dtype = Any
 Initializer = Callable[..., jax.Array]
-PeftConfig = Any  # models.peft.PeftConfig (which imports this module): asked for `lora_for(projection name)`
 
 
 def truncated_normal(stddev: float) -> Initializer:
@@ -31,43 +30,17 @@ def partitioned(init: Initializer, axes: tuple[str | None, ...]) -> Initializer:
     return nn.with_logical_partitioning(init, axes)
 
 
-# LoRA's low-rank update (Hu et al. 2021) lives beside the kernel it adapts; models/peft.py configures it.
-@dataclasses.dataclass(frozen=True)
-class LoraSpec:
-    rank: int
-    alpha: float
-    dropout: float
-
-    @property
-    def scale(self) -> float:
-        return self.alpha / self.rank
-
-
-def kaiming_uniform_a(key, shape, dtype=jnp.float32):
-    """peft's init of A (torch's kaiming_uniform_ with a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)); the
-    input dimensions are every axis but the last (the rank)."""
-    bound = 1 / math.sqrt(math.prod(shape[:-1]))
-    return jax.random.uniform(key, shape, dtype, -bound, bound)
-
-
-def low_rank_update(module: nn.Module, x: jax.Array, spec: LoraSpec, axis: tuple[int, ...],
-                    in_axes: tuple[str | None, ...], features: tuple[int, ...], out_axes: tuple[str | None, ...],
-                    dtype, param_dtype, deterministic: bool) -> jax.Array:
-    """(alpha / r) dropout(x) A B, contracting x's `axis` dims; creates `lora_a` [*in, r] and `lora_b`
-    [r, *features] in `module` (a Dense: the update sits beside its kernel, as peft's query.lora_A)."""
-    a = module.param("lora_a", nn.with_logical_partitioning(kaiming_uniform_a, in_axes + (None,)),
-                     tuple(x.shape[i] for i in axis) + (spec.rank,), param_dtype)
-    b = module.param("lora_b", nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,) + out_axes),
-                     (spec.rank,) + features, param_dtype)
-    x = ops.Dropout(spec.dropout)(x, deterministic=deterministic or spec.dropout == 0)
-    h = jax.lax.dot_general(x.astype(dtype), jnp.asarray(a, dtype), ((axis, tuple(range(len(axis)))), ((), ())))
-    y = jax.lax.dot_general(h, jnp.asarray(b, dtype), (((h.ndim - 1,), (0,)), ((), ())))
-    return y * jnp.asarray(spec.scale, dtype)
-
-
-def lora_for(peft: PeftConfig | None, name: str) -> LoraSpec | None:
-    """The LoRA update of projection `name` under a PEFT config (None: no config, or not a LoRA target)."""
-    return None if peft is None else peft.lora_for(name)
+def stacked_init(inits: tuple[Initializer, ...], axis: int) -> Initializer:
+    """The initializer of a kernel holding len(inits) projections along `axis` (fused qkv [D, 3, H, K]): each
+    slice drawn by its own initializer, with its own key, so it has the distribution of the separate kernel."""
+    def init(key, shape, dtype=jnp.float32):
+        if shape[axis] != len(inits):
+            raise ValueError(f"a kernel of shape {shape} holds {shape[axis]} projections on axis {axis}, not "
+                             f"{len(inits)}")
+        part = shape[:axis] + shape[axis + 1:]
+        keys = jax.random.split(key, len(inits))
+        return jnp.stack([f(k, part, dtype) for f, k in zip(inits, keys)], axis=axis)
+    return init
 
 
 class Dense(nn.Module):
@@ -81,6 +54,9 @@ class Dense(nn.Module):
     use_bias: bool = True
     kernel_init: Initializer = truncated_normal(0.02)
     lora: LoraSpec | None = None   # LoRA's update beside the kernel (models/peft.py)
+    # A fused projection (qkv: features (3, H, K)): each slice of the first feature axis is a projection of its
+    # own, with its own LoRA update or none (models/lora.py parts_update), as the separate ones would have.
+    lora_parts: tuple[tuple[str, LoraSpec | None], ...] = ()
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
@@ -99,6 +75,9 @@ class Dense(nn.Module):
         if self.lora is not None:
             y = y + low_rank_update(self, x, self.lora, axis, self.kernel_axes[:len(axis)], features,
                                     self.kernel_axes[len(axis):], self.dtype, self.param_dtype, deterministic)
+        if self.lora_parts:
+            y = y + parts_update(x, self.lora_parts, axis, self.kernel_axes, features, self.dtype, self.param_dtype,
+                                 deterministic)
         return y
 
 
@@ -240,7 +219,8 @@ class MultiHeadAttention(nn.Module):
     TensorFlow): use_bias=False, scale_query=False (the scaling is folded into the query
     initialiser) and a relative position `bias`. decode=True is incremental self-attention against
     a key/value cache in the 'cache' collection (the Flax examples / t5x pattern): see __call__.
-    `attention` picks the implementation of softmax(q.k) . v (models/attention.py).
+    `attention` picks the implementation of softmax(q.k) . v (models/attention.py). fused_qkv: self-attention's
+    query, key and value are one Dense `qkv` [D, 3, H, K], one matmul (models/qkv_layout.py converts weights).
     """
     num_heads: int
     head_dim: int
@@ -252,6 +232,7 @@ class MultiHeadAttention(nn.Module):
     query_kernel_init: Initializer | None = None
     out_kernel_init: Initializer | None = None
     peft: PeftConfig | None = None   # LoRA on the projections it targets (models/peft.py)
+    fused_qkv: bool = False          # self-attention only: cross-attention's keys and values read another sequence
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
@@ -270,17 +251,7 @@ class MultiHeadAttention(nn.Module):
         (then `mask` and `bias` are [B|1, ., 1, S_max]).
         """
         self_attention = context is None
-        context = x if self_attention else context
-        heads = (self.num_heads, self.head_dim)
-
-        def dense(name, axes, features, init, axis=-1):
-            module = Dense(features, axes, axis=axis, use_bias=self.use_bias, kernel_init=init or self.kernel_init,
-                           lora=lora_for(self.peft, name), dtype=self.dtype, param_dtype=self.param_dtype, name=name)
-            return functools.partial(module, deterministic=deterministic)
-
-        q = dense("query", ("embed", "heads", "kv"), heads, self.query_kernel_init)(x)   # [B, L, H, K]
-        k = dense("key", ("embed", "heads", "kv"), heads, None)(context)                 # [B, S, H, K]
-        v = dense("value", ("embed", "heads", "kv"), heads, None)(context)               # [B, S, H, K]
+        q, k, v = self._projections(x, x if self_attention else context, deterministic)
         if decode and self_attention:
             k, v, mask = self._cached_keys_values(k, v, mask)
         if prefix is not None:  # prefix-tuning: P more keys and values, seen by every query (a dense mask)
@@ -292,7 +263,30 @@ class MultiHeadAttention(nn.Module):
             dropout = functools.partial(ops.Dropout(self.dropout_rate), deterministic=False)
         out = attention.dot_product_attention(q, k, v, mask, bias, scale=self.head_dim ** -0.5 if self.scale_query
                                               else 1.0, implementation=self.attention, dropout=dropout)  # [B, L, H, K]
-        return dense("out", ("heads", "kv", "embed"), x.shape[-1], self.out_kernel_init, axis=(-2, -1))(out)
+        return self._dense("out", ("heads", "kv", "embed"), x.shape[-1], self.out_kernel_init, deterministic,
+                           axis=(-2, -1))(out)
+
+    def _dense(self, name: str, axes: tuple[str | None, ...], features, init: Initializer | None,
+               deterministic: bool, **kwargs):
+        module = Dense(features, axes, use_bias=self.use_bias, kernel_init=init or self.kernel_init,
+                       lora=lora_for(self.peft, name), dtype=self.dtype, param_dtype=self.param_dtype, name=name,
+                       **kwargs)
+        return functools.partial(module, deterministic=deterministic)
+
+    def _projections(self, x: jax.Array, context: jax.Array, deterministic: bool):
+        """-> q [B, L, H, K], k and v [B, S, H, K]: three Dense layers, or with fused_qkv one (x is context)."""
+        heads = (self.num_heads, self.head_dim)
+        if not self.fused_qkv:
+            return (self._dense("query", ("embed", "heads", "kv"), heads, self.query_kernel_init, deterministic)(x),
+                    self._dense("key", ("embed", "heads", "kv"), heads, None, deterministic)(context),
+                    self._dense("value", ("embed", "heads", "kv"), heads, None, deterministic)(context))
+        if context is not x:
+            raise ValueError("fused_qkv is for self-attention: give cross-attention separate projections")
+        inits = (self.query_kernel_init or self.kernel_init, self.kernel_init, self.kernel_init)
+        parts = tuple((name, lora_for(self.peft, name)) for name in ("query", "key", "value"))
+        qkv = self._dense("qkv", ("embed", None, "heads", "kv"), (3, *heads), stacked_init(inits, axis=1),
+                          deterministic, lora_parts=parts if any(spec for _, spec in parts) else ())(x)
+        return tuple(qkv[..., i, :, :] for i in range(3))  # [B, L, 3, H, K] -> three [B, L, H, K]
 
     def _cached_keys_values(self, k: jax.Array, v: jax.Array, mask: jax.Array | None):
         """k, v [B, 1, H, K] of the new token -> all cached keys/values [B, S_max, H, K] and the mask.

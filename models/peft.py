@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from models.errors import ModelInputError
-from models.layers import Dense, LoraSpec
+from models.layers import Dense
+from models.lora import LoraSpec
 
 METHODS = ("none", "adapters", "lora", "prefix", "prompt")
 PLACEMENTS = ("houlsby", "pfeiffer")
@@ -121,7 +122,7 @@ def is_peft_path(names: tuple[str, ...] | list[str]) -> bool:
 # LoRA
 # ---------------------------------------------------------------------------------------------
 def merge_lora(params: Any, scale: float) -> Any:
-    """A LoRA-trained parameter tree in the looped layout (`stack.to_layout(params, scan=False)`: a scanned
+    """A LoRA-trained parameter tree in the looped, unfused layout (`qkv_layout.hf_layout(params)`: a scanned
     stack's leading layer axis would read as an input axis) -> the plain tree of the base architecture: every
     kernel beside a `lora_a`/`lora_b` pair becomes kernel + scale * A B, and the pair is dropped (for export)."""
     if not isinstance(params, dict):

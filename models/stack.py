@@ -81,9 +81,9 @@ def stack_layers(tree: Any) -> Any:
         if [i for i, _ in looped] != list(range(len(looped))):
             raise ValueError(f"layers {[k for _, k in looped]} are not numbered 0..{len(looped) - 1}")
         rest = {k: v for k, v in node.items() if not LOOPED.match(k)}
-        stacked = jax.tree.map(_stack, *[node[k] for _, k in looped], is_leaf=_is_box)
+        stacked = jax.tree.map(_stack, *[node[k] for _, k in looped], is_leaf=is_box)
         return {**rest, SCANNED: stacked}
-    return _map_dicts(tree, convert)
+    return map_dicts(tree, convert)
 
 
 def unstack_layers(tree: Any) -> Any:
@@ -92,34 +92,34 @@ def unstack_layers(tree: Any) -> Any:
         if SCANNED not in node:
             return node
         stacked = node[SCANNED]
-        count = len(nn.unbox(jax.tree.leaves(stacked, is_leaf=_is_box)[0]))
+        count = len(nn.unbox(jax.tree.leaves(stacked, is_leaf=is_box)[0]))
         rest = {k: v for k, v in node.items() if k != SCANNED}
-        return {**rest, **{f"layer_{i}": jax.tree.map(lambda leaf: _take(leaf, i), stacked, is_leaf=_is_box)
+        return {**rest, **{f"layer_{i}": jax.tree.map(lambda leaf: _take(leaf, i), stacked, is_leaf=is_box)
                            for i in range(count)}}
-    return _map_dicts(tree, convert)
+    return map_dicts(tree, convert)
 
 
-def _is_box(x) -> bool:
+def is_box(x) -> bool:
     return isinstance(x, nn.Partitioned)
 
 
 def _stack(*leaves):
     """Per-layer leaves -> one [n, ...] leaf; a logical-axes box gains the "layers" axis."""
-    if _is_box(leaves[0]):
+    if is_box(leaves[0]):
         return leaves[0].replace(value=np.stack([np.asarray(leaf.value) for leaf in leaves]),
                                  names=(SCANNED, *leaves[0].names))
     return np.stack([np.asarray(leaf) for leaf in leaves])
 
 
 def _take(leaf, i: int):
-    if _is_box(leaf):
+    if is_box(leaf):
         return leaf.replace(value=np.asarray(leaf.value)[i], names=leaf.names[1:])
     return np.asarray(leaf)[i]
 
 
 def is_scanned(tree: Any) -> bool:
     found = []
-    _map_dicts(tree, lambda node: found.append(SCANNED in node) or node)
+    map_dicts(tree, lambda node: found.append(SCANNED in node) or node)
     return any(found)
 
 
@@ -130,17 +130,17 @@ def to_layout(tree: Any, scan: bool) -> Any:
     return stack_layers(tree) if scan else unstack_layers(tree)
 
 
-def _map_dicts(tree: Any, convert: Callable[[dict], dict]) -> Any:
+def map_dicts(tree: Any, convert: Callable[[dict], dict]) -> Any:
     """Rebuild `tree`, applying `convert` to every dict bottom-up (through tuples, named tuples such as
     optax's states, lists and flax struct dataclasses such as TrainState)."""
     if isinstance(tree, dict) or hasattr(tree, "items") and hasattr(tree, "keys"):
-        return convert({k: _map_dicts(v, convert) for k, v in tree.items()})
+        return convert({k: map_dicts(v, convert) for k, v in tree.items()})
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):
-        return type(tree)(*(_map_dicts(v, convert) for v in tree))
+        return type(tree)(*(map_dicts(v, convert) for v in tree))
     if isinstance(tree, (tuple, list)):
-        return type(tree)(_map_dicts(v, convert) for v in tree)
+        return type(tree)(map_dicts(v, convert) for v in tree)
     if hasattr(tree, "__dataclass_fields__") and hasattr(tree, "replace"):
-        return tree.replace(**{name: _map_dicts(getattr(tree, name), convert)
+        return tree.replace(**{name: map_dicts(getattr(tree, name), convert)
                                for name, field in tree.__dataclass_fields__.items()
                                if field.metadata.get("pytree_node", True)})
     return tree

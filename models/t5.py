@@ -48,6 +48,7 @@ class T5Config:
     param_dtype: str = "float32"          # storage dtype of the weights
     attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
     scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
+    fused_qkv: bool = False              # self-attention's q/k/v: one Dense [D, 3, H, K] (models/qkv_layout.py)
     remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
     peft: peft.PeftConfig = peft.NONE    # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
@@ -87,15 +88,15 @@ class T5Block(nn.Module):
             h = dropout(h, deterministic=deterministic)
             return x + (peft.Adapter(c.peft.adapter_size, name=adapter, **c.kwargs)(h) if adapter else h)
 
-        def attention(name):
+        def attention(name, fused_qkv=False):  # cross-attention keeps separate projections (models/qkv_layout.py)
             return layers.MultiHeadAttention(
                 c.num_heads, c.head_dim, dropout_rate=c.dropout_rate, use_bias=False, scale_query=False,
                 kernel_init=c.normal(c.d_model), query_kernel_init=c.normal(c.d_model * c.head_dim),
-                out_kernel_init=c.normal(c.num_heads * c.head_dim), attention=c.attention, peft=c.peft, name=name,
-                **c.kwargs)
+                out_kernel_init=c.normal(c.num_heads * c.head_dim), attention=c.attention, peft=c.peft,
+                fused_qkv=fused_qkv, name=name, **c.kwargs)
 
-        h = attention("self_attention")(norm("self_attention_norm")(x), mask=self_mask, bias=self_bias,
-                                        deterministic=deterministic, decode=decode, prefix=prefix)
+        h = attention("self_attention", c.fused_qkv)(norm("self_attention_norm")(x), mask=self_mask, bias=self_bias,
+                                                     deterministic=deterministic, decode=decode, prefix=prefix)
         x = residual(x, h, "attention_adapter" if c.peft.adapters_after_attention else None)
         if self.cross_attention:
             h = attention("cross_attention")(norm("cross_attention_norm")(x), encoded, mask=cross_mask,

@@ -16,7 +16,7 @@ from absl import logging
 
 from models.bert import BertConfig
 from models.convert.layouts import lookup, place_tensor, take_tensor
-from models.stack import to_layout
+from models.qkv_layout import hf_layout, to_qkv_layout
 from models.errors import ModelInputError
 
 # config.json key -> BertConfig field
@@ -106,7 +106,7 @@ def bert_params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *, so
         logging.warning("%s: MLM decoder is not tied to the word embeddings; our BERT ties them, so the MLM head "
                         "is left out", source)
         del params["mlm_head"]
-    return params
+    return to_qkv_layout(params, config.fused_qkv)  # the layout the model asks for
 
 
 def hf_state_dict_from_bert(params: dict, config: BertConfig, prefix: str = "bert.") -> dict[str, np.ndarray]:
@@ -117,7 +117,7 @@ def hf_state_dict_from_bert(params: dict, config: BertConfig, prefix: str = "ber
     loads the export without reporting missing keys.
     """
     params = flax.core.meta.unbox(params)  # accept trees straight from model.init (nn.Partitioned boxes)
-    params = to_layout(params, scan=False)  # a scanned run's stacked layers, one per HF layer
+    params = hf_layout(params)  # a scanned run's stacked layers, one per HF layer; fused qkv split
     state_dict = {}
     for section, entries in _layout(config).items():
         for name, path, layout, _ in entries:

@@ -22,7 +22,7 @@ from absl import logging
 from models.convert.hf_io import check_export_target, read_hf_config, read_weights, write_export
 from models.convert.layouts import place_tensor, take_tensor
 from models.gpt import GPTConfig
-from models.stack import to_layout
+from models.qkv_layout import hf_layout, to_qkv_layout
 from models.errors import ModelInputError
 
 PREFIX = "transformer."   # transformers' GPT2LMHeadModel naming; OpenAI's upload has none
@@ -146,14 +146,14 @@ def gpt_params_from_hf(state_dict: Mapping[str, Any], config: GPTConfig, *, sour
     if unused:
         logging.warning("%s: %d tensors are not part of GPT2LMHeadModel and were ignored: %s",
                         source, len(unused), ", ".join(unused[:5]))
-    return params
+    return to_qkv_layout(params, config.fused_qkv)  # the layout the model asks for
 
 
 def hf_state_dict_from_gpt(params: dict, config: GPTConfig) -> dict[str, np.ndarray]:
     """Our params -> GPT2LMHeadModel's tensors as transformers saves them ('transformer.' names, Conv1D
     [in, out] weights, fused c_attn, no lm_head: it is tied), contiguous float32."""
     params = flax.core.meta.unbox(params)  # accept trees straight from model.init (nn.Partitioned boxes)
-    params = to_layout(params, scan=False)  # a scanned run's stacked layers, one per HF layer
+    params = hf_layout(params)  # a scanned run's stacked layers, one per HF layer; fused qkv split
     linear = {}
     for name, path, layout, _ in _layout(config):
         linear[name] = take_tensor(params, path, layout, config)

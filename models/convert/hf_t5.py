@@ -24,7 +24,7 @@ from absl import logging
 from models.convert.layouts import place_tensor, take_tensor
 from models.convert.hf_io import SPIECE, check_export_target, read_hf_config, read_weights, write_export
 from models.t5 import T5Config
-from models.stack import to_layout
+from models.qkv_layout import hf_layout, to_qkv_layout
 from models.errors import ModelInputError
 
 # config.json key -> T5Config field (feed_forward_proj and the tying are handled apart)
@@ -133,13 +133,13 @@ def t5_params_from_hf(state_dict: Mapping[str, Any], config: T5Config, *, source
     if unused:
         logging.warning("%s: %d tensors are not part of T5ForConditionalGeneration and were ignored: %s",
                         source, len(unused), ", ".join(unused[:5]))
-    return params
+    return to_qkv_layout(params, config.fused_qkv)  # the layout the model asks for
 
 
 def hf_state_dict_from_t5(params: dict, config: T5Config) -> dict[str, np.ndarray]:
     """Our params -> HF names, contiguous float32; the tensors transformers itself saves (tied copies left out)."""
     params = flax.core.meta.unbox(params)  # accept trees straight from model.init (nn.Partitioned boxes)
-    params = to_layout(params, scan=False)  # a scanned run's stacked layers, one per HF layer
+    params = hf_layout(params)  # a scanned run's stacked layers, one per HF layer; fused qkv split
     state_dict = {}
     for name, path, layout, _ in _layout(config):
         state_dict[name] = take_tensor(params, path, layout, config)

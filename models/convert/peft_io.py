@@ -28,7 +28,7 @@ from models.bert import BertConfig
 from models.convert.hf_bert import bert_config_to_hf, hf_state_dict_from_bert
 from models.convert.hf_io import bert_tokenizer_files, check_export_target, replace_directory, write_export
 from models.errors import ModelInputError
-from models.stack import to_layout
+from models.qkv_layout import hf_layout
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 # our LoRA target -> (its path in a BERT layer of ours, the Hugging Face module in encoder.layer.{i})
@@ -110,7 +110,7 @@ def save_peft_bert(directory: str, params: dict, config: BertConfig, *, base: st
     writers = {"lora": _lora, "prefix": _prefix, "prompt": _prompt}
     if method not in writers:
         raise ModelInputError(f"peft.method={method!r} has no peft library format (it has {', '.join(writers)})")
-    params = to_layout(flax.core.meta.unbox(params), scan=False)  # a scanned run's stacked layers: one per HF layer
+    params = hf_layout(flax.core.meta.unbox(params))  # a scanned run's stacked layers: one per HF layer
     tensors, adapter_config = writers[method](params["bert"], config)
     head_prefix = "base_model.model." if method == "lora" else "base_model."  # prompt learning wraps no .model
     tensors.update(classifier_tensors(params["head"], head_prefix))

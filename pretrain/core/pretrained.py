@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 import models
-from models import stack
+from models import qkv_layout, stack
 from pretrain.core import checkpoints, storage
 from pretrain.core.errors import UserError
 
@@ -28,7 +28,8 @@ class Pretrained:
     family: str                    # config.model.name of the checkpoint: 'bert' | 't5' | 'gpt'
     model: dict[str, Any]          # the family's config fields (architecture only)
     params: dict                   # BERT: the `bert` subtree (embeddings, layer_i, pooler); T5, GPT: all;
-                                   # looped or scanned layers as stored (models.stack.to_layout converts)
+                                   # looped or scanned layers, fused qkv or not, as stored (models.stack.to_layout
+                                   # and models.qkv_layout.to_qkv_layout convert)
     tokenizer: dict[str, Any]      # kind, path, lowercase (, extra_ids)
     source: str                    # 'orbax:<dir>/<step>' or 'huggingface:<dir>'
 
@@ -36,7 +37,7 @@ class Pretrained:
 # Training-time fields the fine-tuning config sets itself rather than inheriting (a family that names its
 # architecture_keys in models/registry.py inherits those instead).
 NOT_ARCHITECTURE = ("name", "dropout_rate", "attention_dropout_rate", "dtype", "param_dtype", "attention",
-                    "scan_layers", "remat", "peft")  # peft: the fine-tuning config's own (config.peft)
+                    "scan_layers", "fused_qkv", "remat", "peft")  # peft: the fine-tuning config's own (config.peft)
 
 
 def _hf_model_type(path: str) -> str | None:
@@ -117,7 +118,9 @@ def merge_params(params: dict, pretrained_params: dict, source: str, prefix: str
     (a new task head) keep their random init and are listed as fresh.
     """
     fresh = []
-    pretrained_params = stack.to_layout(pretrained_params, scan=stack.is_scanned(params))  # either layout loads
+    # either layout loads: looped or scanned layers, separate or fused query/key/value
+    pretrained_params = stack.to_layout(pretrained_params, scan=stack.is_scanned(params))
+    pretrained_params = qkv_layout.to_qkv_layout(pretrained_params, fused=qkv_layout.is_fused(params))
 
     def take(path, current):
         node = pretrained_params

@@ -100,7 +100,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     **{f"model.{k}": DROPOUT for k in ("dropout_rate", "attention_dropout_rate", "classifier_dropout")},
     "model.layer_norm_eps": POSITIVE_FLOAT, "model.initializer_range": POSITIVE_FLOAT,
     "model.initializer_factor": POSITIVE_FLOAT, "model.attention": "attention", "model.remat": "remat",
-    "model.scan_layers": _choice(True, False),
+    "model.scan_layers": _choice(True, False), "model.fused_qkv": _choice(True, False),
     # objective
     "objective.name": "objective", "objective.mask_prob": PROBABILITY, "objective.noise_density": PROBABILITY,
     "objective.replace_with_mask": SHARE, "objective.replace_with_random": SHARE, "objective.short_seq_prob": SHARE,

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
-from models import stack
+from models import qkv_layout, stack
 from models.gpt import GPT, GPTConfig
 from pretrain.core import parameter_efficient, pretrained
 from pretrain.core.errors import UserError
@@ -56,7 +56,7 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
         raise tokenizers.TokenizerError(str(e).replace("--config.tokenizer.path", "--tokenizer_path")) from None
     model = GPT(config)
     if part is None:
-        params = stack.to_layout(init.params, scan=config.scan_layers)
+        params = qkv_layout.to_qkv_layout(stack.to_layout(init.params, scan=config.scan_layers), config.fused_qkv)
     else:  # the base + the trained weights of the fine-tuned body (its task head is left out)
         def merge(blank, init):
             return pretrained.merge_params(blank, init.params, init.source)

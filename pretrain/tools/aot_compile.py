@@ -94,6 +94,7 @@ def _compile() -> tuple[dict, object]:
     out = {"model": config.model.name, "topology": topology or "cpu", "batch_size": config.batch_size,
            "grad_accum_steps": config.grad_accum_steps, "seq_length": config.data.max_seq_length,
            "dtype": config.model.get("dtype"), "scan_layers": config.model.get("scan_layers"),
+           "fused_qkv": config.model.get("fused_qkv"),
            "remat": config.model.get("remat"), **dataclasses.asdict(result)}
     out["total_gib"] = None if result.total_bytes is None else round(result.total_bytes / aot.GIB, 3)
     out["hbm_gib"] = round(result.hbm_bytes / aot.GIB, 3)

@@ -41,7 +41,7 @@ import numpy as np
 from models.convert import peft_io, save_hf_bert
 import models
 from models import peft as peft_modules
-from models.stack import to_layout
+from models.qkv_layout import hf_layout
 from pretrain.core import checkpoints, parameter_efficient
 from pretrain.core import errors
 from pretrain.families import registry
@@ -95,7 +95,7 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
                 f"PeftModel.from_pretrained(BertForSequenceClassification.from_pretrained({where}, "
                 f"num_labels={task.num_labels}), {output!r})")
     if method == "lora":
-        params = peft_modules.merge_lora(to_layout(params, scan=False), model.peft.lora_alpha / model.peft.lora_rank)
+        params = peft_modules.merge_lora(hf_layout(params), model.peft.lora_alpha / model.peft.lora_rank)
     vocab, lowercase = _vocab(config.tokenizer.to_dict())
     peft_io.save_hf_bert_classifier(output, params, model, getattr(task, "labels", ()), kind=task.kind,
                                     vocab_file=vocab, lowercase=lowercase)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import torch
 import transformers
 
@@ -12,7 +13,7 @@ from models.convert.hf_bert import bert_params_from_hf
 from pretrain.core.train_state import unbox
 
 
-def reference_and_ours(seed=0):
+def reference_and_ours(seed=0, fused_qkv=False):
     torch.manual_seed(seed)
     hf_config = transformers.BertConfig(vocab_size=120, hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
                                         intermediate_size=96, max_position_embeddings=64, type_vocab_size=2,
@@ -23,7 +24,7 @@ def reference_and_ours(seed=0):
             if "bias" in name or "LayerNorm" in name:
                 p.add_(0.3 * torch.randn_like(p))
     config = BertConfig(vocab_size=120, hidden_size=48, num_layers=3, num_heads=4, intermediate_size=96,
-                        max_position_embeddings=64)
+                        max_position_embeddings=64, fused_qkv=fused_qkv)  # fused: imported into one qkv
     params = bert_params_from_hf({k: v.numpy() for k, v in reference.state_dict().items()}, config)
     return reference, config, params
 
@@ -37,8 +38,9 @@ def batch(rng, batch_size=3, length=20, predictions=4):
     return ids, segments, mask, positions
 
 
-def test_hidden_states_mlm_and_nsp_logits_match_transformers():
-    reference, config, params = reference_and_ours()
+@pytest.mark.parametrize("fused_qkv", [False, True])
+def test_hidden_states_mlm_and_nsp_logits_match_transformers(fused_qkv):
+    reference, config, params = reference_and_ours(fused_qkv=fused_qkv)
     ids, segments, mask, positions = batch(np.random.default_rng(0))
     with torch.no_grad():
         out = reference(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(segments),
@@ -57,9 +59,10 @@ def test_hidden_states_mlm_and_nsp_logits_match_transformers():
     assert np.abs(np.asarray(pooled) - hf_pooled).max() < 1e-4
 
 
-def test_converted_tree_matches_our_initialised_tree():
+@pytest.mark.parametrize("fused_qkv", [False, True])
+def test_converted_tree_matches_our_initialised_tree(fused_qkv):
     """Every parameter we initialise is imported, with the same shape: nothing is silently left out."""
-    _, config, params = reference_and_ours()
+    _, config, params = reference_and_ours(fused_qkv=fused_qkv)
     ids, segments, mask, positions = batch(np.random.default_rng(1))
     init = unbox(BertForPreTraining(config).init(jax.random.key(0), jnp.asarray(ids), jnp.asarray(segments),
                                                  jnp.asarray(mask), jnp.asarray(positions)))["params"]

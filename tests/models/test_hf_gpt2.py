@@ -3,6 +3,7 @@ and greedy generation), a round trip is bitwise, and transformers loads our expo
 unexpected keys."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -14,7 +15,8 @@ import torch
 import transformers
 
 from models import decoding
-from models.convert.hf_gpt2 import hf_config_to_gpt, load_hf_gpt2, save_hf_gpt2
+from models.convert.hf_gpt2 import gpt_params_from_hf, hf_config_to_gpt, load_hf_gpt2, save_hf_gpt2
+from models.convert.hf_io import read_weights
 from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
 from models.errors import ModelInputError
 from tests.helpers.random_weights import gpt_random_params
@@ -59,9 +61,17 @@ def hf_dir(tmp_path_factory):
     return directory
 
 
-def test_logits_match_transformers(hf_dir):
-    config, params = load_hf_gpt2(str(hf_dir))
+def fused_import(hf_dir) -> tuple[GPTConfig, dict]:
+    """The checkpoint imported straight into the fused layout (c_attn -> one qkv [D, 3, H, K])."""
+    config = dataclasses.replace(load_hf_gpt2(str(hf_dir))[0], fused_qkv=True)
+    return config, gpt_params_from_hf(read_weights(str(hf_dir))[0], config)
+
+
+@pytest.mark.parametrize("fused_qkv", [False, True])
+def test_logits_match_transformers(hf_dir, fused_qkv):
+    config, params = fused_import(hf_dir) if fused_qkv else load_hf_gpt2(str(hf_dir))
     assert (config.d_model, config.num_layers, config.num_heads, config.d_ff) == (64, 2, 4, 256)
+    assert ("qkv" in params["layer_0"]["attention"]) == fused_qkv
     ids = random_ids((3, 20))
     expected = hf_logits(transformers.GPT2LMHeadModel.from_pretrained(str(hf_dir)).eval(), ids)
     assert np.abs(expected).max() > 1.0
@@ -95,15 +105,16 @@ def test_greedy_generation_matches_transformers(hf_dir):
         assert len({tuple(row) for row in reference}) > 1  # the prompts matter
 
 
-def test_import_export_round_trip_is_bitwise(hf_dir, tmp_path):
-    config, params = load_hf_gpt2(str(hf_dir))
+@pytest.mark.parametrize("fused_qkv", [False, True])
+def test_import_export_round_trip_is_bitwise(hf_dir, tmp_path, fused_qkv):
+    config, params = fused_import(hf_dir) if fused_qkv else load_hf_gpt2(str(hf_dir))
     save_hf_gpt2(str(tmp_path / "ours"), params, config)
     original = safetensors.numpy.load_file(str(hf_dir / "model.safetensors"))
     exported = safetensors.numpy.load_file(str(tmp_path / "ours" / "model.safetensors"))
     assert sorted(exported) == sorted(original)
     for name, array in original.items():
         assert exported[name].dtype == array.dtype and np.array_equal(exported[name], array), name
-    assert load_hf_gpt2(str(tmp_path / "ours"))[0] == config
+    assert load_hf_gpt2(str(tmp_path / "ours"))[0] == dataclasses.replace(config, fused_qkv=False)
 
 
 def test_transformers_loads_our_export(tmp_path):

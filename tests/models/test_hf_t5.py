@@ -3,6 +3,7 @@
 our exports with no missing or unexpected keys."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -13,7 +14,8 @@ import safetensors.numpy
 import torch
 import transformers
 
-from models.convert.hf_t5 import hf_config_to_t5, load_hf_t5, save_hf_t5
+from models.convert.hf_io import read_weights
+from models.convert.hf_t5 import hf_config_to_t5, load_hf_t5, save_hf_t5, t5_params_from_hf
 from models.t5 import T5, T5Config
 from models.errors import ModelInputError
 from tests.helpers.random_weights import t5_random_params
@@ -64,12 +66,18 @@ def our_logits(config: T5Config, params, encoder_ids, decoder_ids) -> np.ndarray
     return np.asarray(forward(params, jnp.asarray(encoder_ids), jnp.asarray(decoder_ids)))
 
 
-@pytest.mark.parametrize("version", list(VERSIONS))
-@pytest.mark.parametrize("padding", [False, True])
-def test_logits_match_transformers(tmp_path, version, padding):
+# fused: self-attention's query/key/value imported into one qkv (cross-attention keeps its three)
+@pytest.mark.parametrize("version, padding, fused_qkv", [(version, padding, False) for version in VERSIONS
+                                                         for padding in (False, True)] + [("1.1", True, True)])
+def test_logits_match_transformers(tmp_path, version, padding, fused_qkv):
     model = random_hf(version)
     model.save_pretrained(tmp_path)
     config, params = load_hf_t5(str(tmp_path))
+    if fused_qkv:
+        config = dataclasses.replace(config, fused_qkv=True)
+        params = t5_params_from_hf(read_weights(str(tmp_path))[0], config)
+        assert "qkv" in params["decoder"]["layer_0"]["self_attention"]
+        assert "query" in params["decoder"]["layer_0"]["cross_attention"]
     assert config.feed_forward == VERSIONS[version][0]
     assert config.tie_word_embeddings == VERSIONS[version][1]
     encoder_ids, decoder_ids = random_batch(padding)
@@ -78,10 +86,13 @@ def test_logits_match_transformers(tmp_path, version, padding):
     np.testing.assert_allclose(our_logits(config, params, encoder_ids, decoder_ids), expected, atol=TOLERANCE, rtol=0)
 
 
-@pytest.mark.parametrize("version", ["1.0", "1.1"])
-def test_import_export_round_trip_is_bitwise(tmp_path, version):
+@pytest.mark.parametrize("version, fused_qkv", [("1.0", False), ("1.1", False), ("1.1", True)])
+def test_import_export_round_trip_is_bitwise(tmp_path, version, fused_qkv):
     random_hf(version).save_pretrained(tmp_path / "hf")
     config, params = load_hf_t5(str(tmp_path / "hf"))
+    if fused_qkv:  # exported from the fused layout
+        config = dataclasses.replace(config, fused_qkv=True)
+        params = t5_params_from_hf(read_weights(str(tmp_path / "hf"))[0], config)
     save_hf_t5(str(tmp_path / "ours"), params, config)
     original = safetensors.numpy.load_file(str(tmp_path / "hf" / "model.safetensors"))
     exported = safetensors.numpy.load_file(str(tmp_path / "ours" / "model.safetensors"))
@@ -89,7 +100,7 @@ def test_import_export_round_trip_is_bitwise(tmp_path, version):
     for name, array in original.items():
         assert exported[name].dtype == array.dtype and np.array_equal(exported[name], array), name
     config_again, _ = load_hf_t5(str(tmp_path / "ours"))
-    assert config_again == config
+    assert config_again == dataclasses.replace(config, fused_qkv=False)
 
 
 @pytest.mark.parametrize("feed_forward,tie", [("relu", True), ("gated-gelu", False)])

@@ -137,9 +137,10 @@ def test_scanned_and_looped_stacks_agree(method):
     np.testing.assert_allclose(apply_bert(scanned, stack.stack_layers(params)), apply_bert(looped, params), atol=1e-5)
 
 
-def test_gpt_prefix_decodes_like_teacher_forcing():
+@pytest.mark.parametrize("fused_qkv", [False, True])
+def test_gpt_prefix_decodes_like_teacher_forcing(fused_qkv):
     """The prefix joins the key/value cache's keys at every step; positions start at P as in training."""
-    model = GPT(gpt("prefix", prefix_length=4, prefix_hidden_size=8))
+    model = GPT(dataclasses.replace(gpt("prefix", prefix_length=4, prefix_hidden_size=8), fused_qkv=fused_qkv))
     ids = IDS[:, :6]
     params = init(model, ids)
     full = model.apply({"params": params}, ids)["logits"]
@@ -151,9 +152,11 @@ def test_gpt_prefix_decodes_like_teacher_forcing():
     np.testing.assert_allclose(jnp.stack(stepped, 1), full, atol=1e-5)
 
 
-def test_t5_prefix_and_prompt_decode_like_teacher_forcing():
+@pytest.mark.parametrize("fused_qkv", [False, True])
+def test_t5_prefix_and_prompt_decode_like_teacher_forcing(fused_qkv):
     for method in ("prefix", "prompt"):
-        config = t5_config(method, prefix_length=4, prompt_length=3, prefix_hidden_size=8)
+        config = dataclasses.replace(t5_config(method, prefix_length=4, prompt_length=3, prefix_hidden_size=8),
+                                     fused_qkv=fused_qkv)
         model = t5.T5(config)
         decoder_ids = jnp.array([[0, 8, 9, 10], [0, 11, 12, 13]], jnp.int32)
         params = init(model, IDS, decoder_ids)

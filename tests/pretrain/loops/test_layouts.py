@@ -1,5 +1,6 @@
-"""A run with a scanned, rematerialized layer stack trains through the real loop, and its checkpoint loads
-in the looped layout (fine-tuning's init, the LM tools) and the other way round."""
+"""A run with a scanned, rematerialized layer stack (and fused query/key/value projections) trains through the
+real loop, and its checkpoint loads in the looped, separate layout (fine-tuning's init, the LM tools) and the
+other way round."""
 from __future__ import annotations
 
 import flax.linen as nn
@@ -48,10 +49,11 @@ def test_a_scanned_gpt_checkpoint_serves_the_lm_tools(tmp_path, corpus_and_token
         "data.path": corpus, "tokenizer.path": spm, "model.vocab_size": 1000, "model.d_model": 32,
         "model.num_heads": 2, "model.d_ff": 64, "model.num_layers": 2, "model.n_positions": 32,
         "data.max_seq_length": 32, "batch_size": 4, "num_train_steps": 2, "checkpoint_every": 2,
-        "data.eval_documents": 0, "model.scan_layers": True, "model.remat": "minimal"})
+        "data.eval_documents": 0, "model.scan_layers": True, "model.remat": "minimal", "model.fused_qkv": True})
     pretraining.train_and_evaluate(config, str(tmp_path / "gpt"))
     lm = language_model.load_language_model(str(tmp_path / "gpt"))
     assert not lm.config.scan_layers and "layer_1" in lm.params  # the tools run the looped layout
+    assert not lm.config.fused_qkv and "query" in lm.params["layer_1"]["attention"]  # and separate projections
     stored = pretrained.load_pretrained(str(tmp_path / "gpt")).params
     ids = jnp.asarray(np.arange(1, 17)[None], jnp.int32)
     scanned = models.build_model({**config.model.to_dict()})
