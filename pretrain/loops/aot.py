@@ -29,10 +29,12 @@ def abstract_batch(rows: dict[str, np.ndarray], batch_size: int, accum: int) -> 
 
 
 def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | None = None, *,
-                        hbm_bytes: int | None = None, peak_flops: float | None = None) -> aot.AotResult:
+                        hbm_bytes: int | None = None, peak_flops: float | None = None,
+                        hlo_path: str | None = None) -> aot.AotResult:
     """Compiles the initializer and the train step of `config` for a Mesh of `devices` (default: this host's)
     shaped config.mesh_shape. `hbm_bytes` / `peak_flops` replace the chip table's per-device figures (defaults
-    for a CPU: the host's memory over the devices, no peak)."""
+    for a CPU: the host's memory over the devices, no peak). `hlo_path`: the compiled step's optimized HLO text is
+    written there (pretrain/core/hlo_report.py reads it)."""
     validation.check_ranges(config)
     validation.check_relations(config)
     devices = list(jax.devices() if devices is None else devices)
@@ -61,6 +63,9 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
     result.hardware_flops = aot.matmul_flops(traced.jaxpr)
     if step is not None:
         _read_compiled(result, step, traced.jaxpr, chip, len(devices))
+        if hlo_path:
+            with open(hlo_path, "w") as f:
+                f.write(step.as_text())
     else:
         result.total_bytes = step_needed
     return aot.judge(result)

@@ -39,6 +39,9 @@ _MESH = flags.DEFINE_string("mesh", "", "DATA,FSDP,TENSOR sizes (one may be -1),
 _HBM_GIB = flags.DEFINE_float("hbm_gib", 0.0, "Per-device memory in GiB instead of the chip's (0 = the chip's; "
                               "on a CPU the host's memory over the devices).")
 _PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Per-device peak TFLOP/s instead of the chip's bf16 peak (0 = it).")
+_HLO_REPORT = flags.DEFINE_string("hlo_report", "", "A directory: the compiled step's optimized HLO (step.hlo.txt) and "
+                                  "what it moves (report.txt: the largest kernels, bytes per kind, bf16/f32 "
+                                  "converts, copies and transposes; pretrain/core/hlo_report.py).")
 flags.mark_flags_as_required(["config"])
 
 
@@ -88,9 +91,15 @@ def _compile() -> tuple[dict, object]:
             config.mesh_shape = shape
     topology = _TOPOLOGY.value.strip()
     devices = None if topology in ("", "cpu", "local") else aot.tpu_devices(topology)
+    hlo_path = None
+    if _HLO_REPORT.value:
+        os.makedirs(_HLO_REPORT.value, exist_ok=True)
+        hlo_path = os.path.join(_HLO_REPORT.value, "step.hlo.txt")
     result = compile_pretraining(config, devices,
                                  hbm_bytes=int(_HBM_GIB.value * aot.GIB) or None,
-                                 peak_flops=_PEAK.value * 1e12 or None)
+                                 peak_flops=_PEAK.value * 1e12 or None, hlo_path=hlo_path)
+    if hlo_path and os.path.exists(hlo_path):
+        _write_report(hlo_path, os.path.join(_HLO_REPORT.value, "report.txt"))
     out = {"model": config.model.name, "topology": topology or "cpu", "batch_size": config.batch_size,
            "grad_accum_steps": config.grad_accum_steps, "seq_length": config.data.max_seq_length,
            "dtype": config.model.get("dtype"), "scan_layers": config.model.get("scan_layers"),
@@ -99,6 +108,14 @@ def _compile() -> tuple[dict, object]:
     out["total_gib"] = None if result.total_bytes is None else round(result.total_bytes / aot.GIB, 3)
     out["hbm_gib"] = round(result.hbm_bytes / aot.GIB, 3)
     return out, config
+
+
+def _write_report(hlo_path: str, report_path: str) -> None:
+    from pretrain.core import hlo_report
+    with open(hlo_path) as f:
+        report = hlo_report.summarize(hlo_report.parse(f.read()))
+    with open(report_path, "w") as f:
+        f.write(report + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,148 @@
+"""What a compiled program moves through memory: its optimized HLO's operations by the bytes each reads and writes.
+
+XLA's cost analysis gives one number for a whole step ("bytes accessed"); this takes the optimized HLO text
+(`compiled.as_text()`) apart: every operation that runs as a kernel of its own (each fusion, copy, convert,
+all-gather, custom call ...: the instructions of the entry computation and of while-loop bodies, not the
+instructions inside a fusion), its output bytes, the bytes of its operands, and how often it runs (a scanned
+stack's body runs `known_trip_count` times). `summarize` groups them:
+
+  largest     the operations that move the most bytes, with their shapes and the op they came from
+  kinds       bytes per kind (the fusion's name without its number: `loop_convert_fusion`, `copy`, ...)
+  converts    operations that turn bf16 into f32 or back (float32 copies of bf16 tensors)
+  transposes  copies and transposes (layout changes)
+
+Bytes are per device (the HLO is the per-device program after partitioning).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+
+_ARRAY = re.compile(r"\b(pred|s4|s8|u8|s16|u16|s32|u32|s64|u64|f8e4m3fn|f8e5m2|f16|bf16|f32|f64|c64|c128)\[([0-9,]*)\]")
+_BYTES = {"pred": 1, "s4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+          "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1}
+_COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(.*\) -> .* \{$")
+_INSTRUCTION = re.compile(r"^\s+(ROOT )?%([\w.\-]+) = (.+?) ([a-z][\w\-]*)\((.*?)\)(.*)$")
+_CALLED = re.compile(r"(?:calls|to_apply|condition|select|scatter|branch_computations)=\{?%([\w.\-]+)")
+_BODY = re.compile(r"body=%([\w.\-]+)")
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+@dataclasses.dataclass
+class Op:
+    name: str
+    opcode: str
+    shape: str         # the output's type, e.g. bf16[32,128,768]{2,1,0}
+    out_bytes: int
+    in_bytes: int
+    runs: int          # times per step (a while body's trip count)
+    source: str        # the JAX op it came from (metadata op_name), shortened
+    in_types: tuple[str, ...]
+
+    @property
+    def moved(self) -> int:
+        return (self.out_bytes + self.in_bytes) * self.runs
+
+    @property
+    def kind(self) -> str:
+        return re.sub(r"\.\d+$", "", self.name) if self.opcode == "fusion" else self.opcode
+
+
+def array_bytes(text: str) -> int:
+    """Bytes of every array type in `text` (a tuple's elements summed)."""
+    return sum(_BYTES[dtype] * _prod(dims) for dtype, dims in _ARRAY.findall(text))
+
+
+def _prod(dims: str) -> int:
+    out = 1
+    for d in filter(None, dims.split(",")):
+        out *= int(d)
+    return out
+
+
+def parse(hlo: str) -> list[Op]:
+    """The operations that run as kernels of their own, from an optimized HLO module's text."""
+    computations, order = _computations(hlo)
+    nested = {called for lines in computations.values() for line in lines for called in _CALLED.findall(line)}
+    runs = {name: 1 for name in order if name not in nested}
+    for name in order:  # while bodies run their trip count times (nested loops multiply)
+        for line in computations[name]:
+            body, trips = _BODY.search(line), _TRIPS.search(line)
+            if body:
+                runs[body.group(1)] = runs.get(name, 1) * (int(trips.group(1)) if trips else 1)
+    ops = []
+    for name in order:
+        if name in runs:
+            ops += _kernels(computations[name], runs[name])
+    return ops
+
+
+def _computations(hlo: str) -> tuple[dict[str, list[str]], list[str]]:
+    computations, order, current = {}, [], None
+    for line in hlo.splitlines():
+        match = _COMPUTATION.match(line)
+        if match:
+            current = match.group(2)
+            computations[current], order = [], order + [current]
+        elif current and line.strip() == "}":
+            current = None
+        elif current:
+            computations[current].append(line)
+    return computations, order
+
+
+def _kernels(lines: list[str], runs: int) -> list[Op]:
+    sizes, types, ops = {}, {}, []
+    for line in lines:
+        match = _INSTRUCTION.match(line)
+        if not match:
+            continue
+        _, name, shape, opcode, operands, rest = match.groups()
+        sizes[name], types[name] = array_bytes(shape), shape
+        if opcode in ("parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "call",
+                      "conditional", "after-all", "partition-id", "replica-id"):
+            continue
+        inputs = re.findall(r"%([\w.\-]+)", operands)
+        source = _OP_NAME.search(rest)
+        ops.append(Op(name, opcode, shape.split("{")[0], sizes[name], sum(sizes.get(i, 0) for i in inputs), runs,
+                      _shorten(source.group(1)) if source else "", tuple(types.get(i, "") for i in inputs)))
+    return ops
+
+
+def _shorten(op_name: str) -> str:
+    """'jit(train_step)/while/body/.../bert/layer/attention/query/dot_general' -> its last four parts."""
+    return "/".join(op_name.split("/")[-4:])
+
+
+def is_precision_change(op: Op) -> bool:
+    """bf16 in, f32 out or the reverse (a float32 copy of a bf16 tensor, or its way back)."""
+    out_dtype = op.shape.split("[")[0]
+    in_dtypes = {t.split("[")[0] for t in op.in_types if t}
+    return "convert" in op.kind and ({out_dtype} | in_dtypes) >= {"bf16", "f32"}
+
+
+def is_layout_change(op: Op) -> bool:
+    return op.opcode in ("copy", "transpose") or any(w in op.kind for w in ("copy", "transpose"))
+
+
+def summarize(ops: list[Op], top: int = 15) -> str:
+    """A plain-text report: totals, the largest operations, bytes per kind, precision and layout changes."""
+    total = sum(op.moved for op in ops)
+    lines = [f"{len(ops)} kernels, {total / 2**30:.2f} GiB moved per step per device"]
+
+    def table(title: str, chosen: list[Op]) -> None:
+        moved = sum(op.moved for op in chosen)
+        lines.append(f"\n{title}: {len(chosen)} kernels, {moved / 2**30:.3f} GiB ({moved / max(total, 1):.1%})")
+        for op in sorted(chosen, key=lambda o: -o.moved)[:top]:
+            lines.append(f"  {op.moved / 2**20:10.1f} MiB  x{op.runs:<3d} {op.name:32s} {op.shape:28s} {op.source}")
+    table("largest", ops)
+    kinds = collections.Counter()
+    for op in ops:
+        kinds[op.kind] += op.moved
+    lines.append("\nbytes per kind:")
+    lines += [f"  {moved / 2**30:8.3f} GiB  {kind}" for kind, moved in kinds.most_common(top)]
+    table("bf16 <-> f32 converts", [op for op in ops if is_precision_change(op)])
+    table("copies and transposes", [op for op in ops if is_layout_change(op)])
+    return "\n".join(lines)
