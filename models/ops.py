@@ -47,9 +47,9 @@ _matmul.defvjp(_matmul_forward, _matmul_backward)
 
 
 class Dropout(nn.Module):
-    """nn.Dropout (same fields, call and "dropout" rng stream) whose keep mask compares 16 random bits per element
-    with round(keep * 2^16) instead of a 32-bit uniform float with keep: the rate is exact to 2^-16 and the
-    mask costs half the random bits. Threefry, JAX's default generator, is counter-based arithmetic that a CPU
+    """nn.Dropout (same fields, call and "dropout" rng stream) whose keep mask, on a CPU, compares 16 random bits per
+    element with round(keep * 2^16) instead of a 32-bit uniform float with keep: the rate is exact to 2^-16 and
+    the mask costs half the random bits. Threefry, JAX's default generator, is counter-based arithmetic that a CPU
     runs at several ns per 32 bits: BERT's attention-probability masks alone cost a fine-tuning step of
     MiniLM on 2 cores 0.3-0.7 s in 32 bits (rbg's generator is slower still there)."""
     rate: float
@@ -69,7 +69,11 @@ class Dropout(nn.Module):
 
 
 def keep_mask(rng: jax.Array, keep: float, shape: tuple[int, ...]) -> jax.Array:
-    """[shape] bool, True with probability round(keep * 2^16) / 2^16: each 32-bit draw gives two elements."""
+    """[shape] bool, True with probability `keep`. On a CPU from 16 random bits per element (each 32-bit draw gives
+    two; the probability is round(keep * 2^16) / 2^16); elsewhere from jax.random.bernoulli's 32 bits (a TPU
+    relayouts 16-bit halves, and its keys are rbg's: pretrain/loops/setup.dropout_key)."""
+    if attention.platform() != "cpu":
+        return jax.random.bernoulli(rng, keep, shape)
     count = math.prod(shape)
     bits = jax.random.bits(rng, (-(-count // 2),), jnp.uint32)
     halves = jax.lax.bitcast_convert_type(bits, jnp.uint16).reshape(-1)[:count].reshape(shape)

@@ -26,7 +26,9 @@ _COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(.*\) -> .* \{$")
 _INSTRUCTION = re.compile(r"^\s+(ROOT )?%([\w.\-]+) = (.+?) ([a-z][\w\-]*)\((.*?)\)(.*)$")
 _CALLED = re.compile(r"(?:calls|to_apply|condition|select|scatter|branch_computations)=\{?%([\w.\-]+)")
 _BODY = re.compile(r"body=%([\w.\-]+)")
+_CONDITION = re.compile(r"condition=%([\w.\-]+)")
 _TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_BOUND = re.compile(r"s32\[\]\S* constant\((\d+)\)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 
 
@@ -69,14 +71,26 @@ def parse(hlo: str) -> list[Op]:
     runs = {name: 1 for name in order if name not in nested}
     for name in order:  # while bodies run their trip count times (nested loops multiply)
         for line in computations[name]:
-            body, trips = _BODY.search(line), _TRIPS.search(line)
+            body = _BODY.search(line)
             if body:
-                runs[body.group(1)] = runs.get(name, 1) * (int(trips.group(1)) if trips else 1)
+                runs[body.group(1)] = runs.get(name, 1) * _trip_count(line, computations)
     ops = []
     for name in order:
         if name in runs:
-            ops += _kernels(computations[name], runs[name])
+            ops += _kernels(computations[name], runs[name], computations)
     return ops
+
+
+def _trip_count(while_line: str, computations: dict[str, list[str]]) -> int:
+    """XLA's known_trip_count where the backend records it (CPU, GPU), else the loop condition's bound: a scan's
+    condition compares its counter, from 0, with one s32 constant (TPU programs carry no trip count)."""
+    trips = _TRIPS.search(while_line)
+    if trips:
+        return int(trips.group(1))
+    condition = _CONDITION.search(while_line)
+    bounds = [int(b) for line in computations.get(condition.group(1) if condition else "", [])
+              for b in _BOUND.findall(line)]
+    return max(bounds, default=1)
 
 
 def _computations(hlo: str) -> tuple[dict[str, list[str]], list[str]]:
@@ -93,7 +107,7 @@ def _computations(hlo: str) -> tuple[dict[str, list[str]], list[str]]:
     return computations, order
 
 
-def _kernels(lines: list[str], runs: int) -> list[Op]:
+def _kernels(lines: list[str], runs: int, computations: dict[str, list[str]]) -> list[Op]:
     sizes, types, ops = {}, {}, []
     for line in lines:
         match = _INSTRUCTION.match(line)
@@ -102,13 +116,60 @@ def _kernels(lines: list[str], runs: int) -> list[Op]:
         _, name, shape, opcode, operands, rest = match.groups()
         sizes[name], types[name] = array_bytes(shape), shape
         if opcode in ("parameter", "constant", "get-tuple-element", "tuple", "bitcast", "while", "call",
-                      "conditional", "after-all", "partition-id", "replica-id"):
-            continue
+                      "conditional", "after-all", "partition-id", "replica-id") or opcode.endswith("-done"):
+            continue  # no kernel of their own; an async op's bytes count once, at its -start
         inputs = re.findall(r"%([\w.\-]+)", operands)
+        reads = [sizes.get(i, 0) for i in inputs]
+        called = re.search(r"calls=%([\w.\-]+)", rest)
+        sliced = _sliced_parameters(called.group(1), computations) if opcode == "fusion" and called else {}
+        written = sizes[name]
+        for index, (read, write) in sliced.items():  # a slice of a stacked buffer: its bytes, not the buffer's
+            if index < len(reads):
+                written -= reads[index] - write if write is not None else 0
+                reads[index] = read
         source = _OP_NAME.search(rest)
-        ops.append(Op(name, opcode, shape.split("{")[0], sizes[name], sum(sizes.get(i, 0) for i in inputs), runs,
+        ops.append(Op(name, opcode, shape.split("{")[0], max(written, 0), sum(reads), runs,
                       _shorten(source.group(1)) if source else "", tuple(types.get(i, "") for i in inputs)))
     return ops
+
+
+def _sliced_parameters(computation: str, computations: dict[str, list[str]]) -> dict[int, tuple[int, int | None]]:
+    """Parameters of a fused computation that it only slices: {index: (bytes read, bytes written in place or
+    None)}. A dynamic-slice reads its slice (also inside a nested fusion); a dynamic-update-slice of a parameter
+    writes the update into that buffer in place (a scan's stacked activations, one layer per iteration)."""
+    params, users, sizes = {}, collections.defaultdict(list), {}
+    for line in computations.get(computation, []):
+        match = _INSTRUCTION.match(line)
+        if not match:
+            continue
+        _, name, shape, opcode, operands, rest = match.groups()
+        sizes[name] = array_bytes(shape)
+        inputs = re.findall(r"%([\w.\-]+)", operands)
+        if opcode == "parameter":
+            params[name] = int(operands)
+        called = re.search(r"calls=%([\w.\-]+)", rest) if opcode == "fusion" else None
+        for position, used in enumerate(inputs):
+            users[used].append((opcode, position, name, inputs, called.group(1) if called else None))
+    out = {}
+    for name, index in params.items():
+        reads = [_slice_read(use, sizes, computations) for use in users.get(name, [])]
+        uses = users.get(name, [])
+        if uses and all(r is not None for r in reads):
+            out[index] = (sum(reads), None)
+        elif len(uses) == 1 and uses[0][0] == "dynamic-update-slice" and uses[0][1] == 0:
+            out[index] = (0, sizes.get(uses[0][3][1], 0))
+    return out
+
+
+def _slice_read(use: tuple, sizes: dict[str, int], computations: dict[str, list[str]]) -> int | None:
+    """Bytes a use of a parameter reads when it only slices it, else None."""
+    opcode, position, user, _, called = use
+    if opcode == "dynamic-slice" and position == 0:
+        return sizes[user]
+    if called:
+        nested = _sliced_parameters(called, computations).get(position)
+        return nested[0] if nested and nested[1] is None else None
+    return None
 
 
 def _shorten(op_name: str) -> str:

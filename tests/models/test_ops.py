@@ -74,3 +74,9 @@ def test_dropout_is_a_flax_module_named_like_flax_dropout():
             return ops.Dropout(0.5)(x, deterministic=False)
     variables = Block().init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, jnp.ones((2, 2)))
     assert variables == {}  # no parameters; its auto-name (Dropout_0) and rng stream are nn.Dropout's
+
+
+def test_keep_mask_off_a_cpu_is_bernoullis(monkeypatch):
+    monkeypatch.setattr(ops.attention, "platform", lambda: "tpu")
+    key = jax.random.key(5)
+    np.testing.assert_array_equal(ops.keep_mask(key, 0.9, (4, 33)), jax.random.bernoulli(key, 0.9, (4, 33)))

@@ -22,15 +22,27 @@ MODULE = """HloModule step
   ROOT %r = (s32[], bf16[4,8]{1,0}) tuple(%t, %x)
 }
 
+%body2 (t: (s32[], bf16[4,8])) -> (s32[], bf16[4,8]) {
+  %t = (s32[], bf16[4,8]{1,0}) parameter(0)
+  %x = bf16[4,8]{1,0} get-tuple-element(%t), index=1
+  %negate.9 = bf16[4,8]{1,0} negate(%x)
+  ROOT %r = (s32[], bf16[4,8]{1,0}) tuple(%t, %negate.9)
+}
+
 %cond (t: (s32[], bf16[4,8])) -> pred[] {
   %t = (s32[], bf16[4,8]{1,0}) parameter(0)
-  ROOT %lt = pred[] constant(true)
+  %i = s32[] get-tuple-element(%t), index=0
+  %n = s32[]{:T(128)} constant(7)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
 }
 
 ENTRY %main (a: bf16[4,8], b: f32[16]) -> f32[16] {
   %a = bf16[4,8]{1,0} parameter(0)
   %b = f32[16]{0} parameter(1)
   %w = (s32[], bf16[4,8]{1,0}) while(%a), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"12"}}
+  %w2 = (s32[], bf16[4,8]{1,0}) while(%a), condition=%cond, body=%body2
+  %copy-start.1 = (f32[16]{0}, f32[16]{0}) copy-start(%b)
+  %copy-done.1 = f32[16]{0} copy-done(%copy-start.1)
   ROOT %add.2 = f32[16]{0} add(%b, %b)
 }
 """
@@ -38,7 +50,9 @@ ENTRY %main (a: bf16[4,8], b: f32[16]) -> f32[16] {
 
 def test_kernels_bytes_and_trip_counts_of_a_module():
     ops = {op.name: op for op in hlo_report.parse(MODULE)}
-    assert set(ops) == {"convert_fusion.3", "copy.1", "add.2"}  # not the fused computation's own instructions
+    # not the fused computation's own instructions; an async copy once (its start)
+    assert set(ops) == {"convert_fusion.3", "copy.1", "negate.9", "copy-start.1", "add.2"}
+    assert ops["negate.9"].runs == 7  # no known_trip_count (TPU programs): the condition's bound
     convert, copy, add = ops["convert_fusion.3"], ops["copy.1"], ops["add.2"]
     assert (convert.out_bytes, convert.in_bytes, convert.runs) == (128, 64, 12)  # f32[4,8] out, bf16[4,8] in
     assert convert.moved == 12 * 192 and convert.kind == "convert_fusion" and convert.source.endswith("convert_element_type")
@@ -50,8 +64,8 @@ def test_kernels_bytes_and_trip_counts_of_a_module():
 
 def test_report_groups_what_it_found():
     report = hlo_report.summarize(hlo_report.parse(MODULE))
-    assert report.startswith("3 kernels")
-    assert "bf16 <-> f32 converts: 1 kernels" in report and "copies and transposes: 1 kernels" in report
+    assert report.startswith("5 kernels")
+    assert "bf16 <-> f32 converts: 1 kernels" in report and "copies and transposes: 2 kernels" in report
 
 
 def test_a_compiled_programs_bytes_count_its_arrays():
