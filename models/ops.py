@@ -70,8 +70,8 @@ class Dropout(nn.Module):
 
 def keep_mask(rng: jax.Array, keep: float, shape: tuple[int, ...]) -> jax.Array:
     """[shape] bool, True with probability `keep`. On a CPU from 16 random bits per element (each 32-bit draw gives
-    two; the probability is round(keep * 2^16) / 2^16); elsewhere from jax.random.bernoulli's 32 bits (a TPU
-    relayouts 16-bit halves, and its keys are rbg's: pretrain/loops/setup.dropout_key)."""
+    two; the probability is round(keep * 2^16) / 2^16); elsewhere jax.random.bernoulli's 32 bits, as nn.Dropout
+    (an accelerator's threefry is cheap beside its step: BERT-Base's v5e estimate moved by 0.5% with rbg keys)."""
     if attention.platform() != "cpu":
         return jax.random.bernoulli(rng, keep, shape)
     count = math.prod(shape)

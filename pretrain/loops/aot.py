@@ -50,7 +50,7 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
                            hbm_bytes=hbm_bytes or (chip.hbm_bytes if chip else _host_memory_per_device(devices)),
                            peak_flops_per_device=peak_flops or (chip.peak_bf16_flops if chip else None))
     batch = abstract_batch(trainer.example_rows, batch_size, accum)  # [accum, B / accum, ...]
-    rng = jax.eval_shape(lambda: trainer.dropout_rng)  # the platform's kind of key (setup.dropout_key)
+    rng = jax.eval_shape(lambda: jax.random.key(0))
     result.model_flops = 3 * accum * _forward_flops(trainer, batch, rng)
     with mesh:
         init, init_error, init_needed, result.init_compile_seconds = _compile(trainer.initialize.lower)

@@ -63,7 +63,6 @@ def build_trainer(config: ml_collections.ConfigDict, *, model: nn.Module, object
     `objective`; config.mesh_mode picks the jit step (XLA partitions it) or the per-device shard_map step.
     `wrap_apply` replaces the state's apply_fn (PEFT holds the frozen parameters out of the gradient)."""
     example = {k: jnp.asarray(v[:1]) for k, v in objective.model_inputs(example_rows).items()}  # [1, ...]
-    dropout_rng = dropout_key(dropout_rng, mesh)
     initialize, shardings, abstract_state = train_state.init_sharded(model, example, init_rng, tx, mesh)
     if wrap_apply is not None:  # the shardings' tree carries the same static apply_fn
         apply_fn = wrap_apply(abstract_state.apply_fn)
@@ -78,16 +77,6 @@ def build_trainer(config: ml_collections.ConfigDict, *, model: nn.Module, object
                        out_shardings=partitioning.replicated(mesh))
     return Trainer(mesh, model, objective, tx, schedule, example_rows, initialize, shardings, abstract_state,
                    jit_train, jit_eval, dropout_rng)
-
-
-def dropout_key(key: jax.Array, mesh: Mesh) -> jax.Array:
-    """The key of the dropout masks: `key` itself on a CPU, an `rbg` key seeded from it on a TPU or a GPU. There,
-    threefry's counter arithmetic is an elementwise program of its own over every mask element (BERT-Base's
-    attention masks: 1.1 GiB of a v5e step's fusions, hlo_report), while rbg draws the bits with XLA's
-    RngBitGenerator, which the device implements; on a CPU rbg measured slower than threefry."""
-    if mesh.devices.flat[0].platform == "cpu":
-        return key
-    return jax.random.key(int(jax.random.bits(key, (), jnp.uint32)) % 2**31, impl="rbg")
 
 
 def pretraining_trainer(config: ml_collections.ConfigDict, objective: objectives.Objective | None = None,
