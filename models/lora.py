@@ -45,8 +45,8 @@ def low_rank_update(module: nn.Module, x: jax.Array, spec: LoraSpec, axis: tuple
     b = module.param("lora_b", nn.with_logical_partitioning(nn.initializers.zeros_init(), (None,) + out_axes),
                      (spec.rank,) + features, param_dtype)
     x = ops.Dropout(spec.dropout)(x, deterministic=deterministic or spec.dropout == 0)
-    h = jax.lax.dot_general(x.astype(dtype), jnp.asarray(a, dtype), ((axis, tuple(range(len(axis)))), ((), ())))
-    y = jax.lax.dot_general(h, jnp.asarray(b, dtype), (((h.ndim - 1,), (0,)), ((), ())))
+    h = ops.contract(x.astype(dtype), jnp.asarray(a, dtype), axis)  # as a Dense contracts (models/ops.py)
+    y = ops.contract(h, jnp.asarray(b, dtype), (h.ndim - 1,))
     return y * jnp.asarray(spec.scale, dtype)
 
 
