@@ -217,13 +217,14 @@ def platform() -> str:
 
 
 def _current_mesh():
-    """The mesh the loops enter (`with mesh:`), or None outside one."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if not mesh.empty:
-        return mesh
+    """The mesh the loops enter (`with mesh:`, a concrete Mesh: the devices say the platform), else the abstract
+    mesh the train step traces under (pretrain/core/train_state.jit_train_step), else None."""
     import warnings
     with warnings.catch_warnings():  # the loops still enter meshes the pre-`jax.set_mesh` way
         warnings.simplefilter("ignore", DeprecationWarning)
         from jax.interpreters import pxla
         physical = pxla.thread_resources.env.physical_mesh
-    return None if physical.empty else physical
+    if not physical.empty:
+        return physical
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty else mesh

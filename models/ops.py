@@ -46,6 +46,20 @@ def _matmul_backward(saved, dy):  # dy [N, O]
 _matmul.defvjp(_matmul_forward, _matmul_backward)
 
 
+def split_rows(x: jax.Array, last: str | None = None) -> jax.Array:
+    """An activation [B, ..., F] split over the batch axes, its last axis by the rules' `last` (None: whole).
+
+    Without it XLA's partitioner can follow the weights' sharding (embed over fsdp) instead: T5-Base's decoder
+    on a v5e:2x2 ran all 128 rows on every chip, split along d_model, every matmul all-reduced. A no-op outside
+    the train step's logical-axis rules and abstract mesh (pretrain/core/train_state.jit_train_step), and
+    inside a shard_map, where each device already holds its own rows.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty and jax.sharding.AxisType.Manual in mesh.axis_types:
+        return x
+    return nn.with_logical_constraint(x, ("batch",) + (None,) * (x.ndim - 2) + (last,))
+
+
 class Dropout(nn.Module):
     """nn.Dropout (same fields, call and "dropout" rng stream) whose keep mask, on a CPU, compares 16 random bits per
     element with round(keep * 2^16) instead of a 32-bit uniform float with keep: the rate is exact to 2^-16 and

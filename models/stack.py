@@ -20,6 +20,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from models import ops
+
 REMAT_POLICIES: dict[str, Callable | None] = {
     "none": None,
     "minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
@@ -49,22 +51,24 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
 
         def looped(x, *args):
             for i, module in enumerate(modules):
-                x = module(x, *(_index(a, i) if j in per_layer else a for j, a in enumerate(args)))
+                x = ops.split_rows(module(ops.split_rows(x), *(_index(a, i) if j in per_layer else a
+                                                       for j, a in enumerate(args))))
             return x
         return looped
 
     module = layer(**layer_kwargs, name=SCANNED)
 
     def body(module, carry, *args):  # (carry, broadcast arguments) -> (carry, no per-layer output)
-        return module(carry, *args), None
+        return ops.split_rows(module(carry, *args)), None
 
     def scanned(x, *args):
         scan = nn.scan(body, variable_axes={"params": 0, "cache": 1},  # the cache keeps its leading batch axis
                        split_rngs={"params": True, "dropout": True},
                        in_axes=tuple(0 if j in per_layer else nn.broadcast for j in range(len(args))),
                        length=count, metadata_params={nn.PARTITION_NAME: SCANNED})
-        return scan(module, x, *args)[0]
+        return scan(module, ops.split_rows(x), *args)[0]
     return scanned
+
 
 
 def _index(arg: Any, i: int) -> Any:

@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
+
+from objectives.losses import token_cross_entropy
 
 
 def _greedy_fill(lengths: np.ndarray, budget: np.ndarray) -> np.ndarray:
@@ -142,16 +142,12 @@ def replace_selected(ids: np.ndarray, pos: np.ndarray, valid: np.ndarray, u: np.
 
 def mlm_loss(logits: jax.Array, target_ids: jax.Array, weights: jax.Array,
              ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Weighted mean cross-entropy over predicted tokens.
+    """Weighted mean cross-entropy over predicted tokens (objectives.losses.token_cross_entropy).
 
     logits: [B, P, V] (any float dtype; the loss is computed in float32), target_ids: [B, P] int,
     weights: [B, P] float (0 on padding). Returns (loss, {'mlm_loss', 'mlm_accuracy'}); both are
     sum(w * x) / max(sum(w), 1), so an all-padding batch gives 0 rather than NaN.
     """
-    logits = logits.astype(jnp.float32)
-    w = weights.astype(jnp.float32)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, target_ids)  # [B, P]
-    denom = jnp.maximum(w.sum(), 1.0)
-    loss = (ce * w).sum() / denom
-    acc = ((jnp.argmax(logits, axis=-1) == target_ids) * w).sum() / denom
-    return loss, {"mlm_loss": loss, "mlm_accuracy": acc}
+    metrics = token_cross_entropy(logits, target_ids, weights)
+    loss = metrics["cross_entropy"]
+    return loss, {"mlm_loss": loss, "mlm_accuracy": metrics["accuracy"]}

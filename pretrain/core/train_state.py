@@ -68,8 +68,11 @@ def jit_train_step(step: Callable, shardings: TrainState, mesh: Mesh) -> Callabl
     rng and the metrics replicated."""
     replicated = partitioning.replicated(mesh)
 
-    def train_step(state, batch, rng):  # under the rules the models' activation constraints (logits) map by
-        with nn.logical_axis_rules(partitioning.DEFAULT_RULES):
+    def train_step(state, batch, rng):
+        # The models' activation constraints (the residual stream, the logits) map by the rules onto the mesh
+        # flax finds as JAX's abstract mesh; the loops' `with mesh:` no longer sets that one, and without it
+        # every constraint was silently dropped.
+        with nn.logical_axis_rules(partitioning.DEFAULT_RULES), jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
             return step(state, batch, rng)
 
     batch_sharding = partitioning.batch_sharding(mesh, batch_dim=1)

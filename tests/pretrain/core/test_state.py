@@ -65,3 +65,20 @@ def test_gradients_are_clipped_to_global_norm_one_before_adam():
     _, opt_state = tx.update({"w": gradient}, tx.init(params), params)
     adam_state = opt_state[1][0]  # chain(clip, adamw); adamw = chain(scale_by_adam, decay, lr)
     np.testing.assert_allclose(adam_state.mu["w"], (1 - config.b1) * gradient / 30.0, rtol=1e-6)
+
+
+def test_train_step_traces_the_models_activation_constraints():
+    """The activations' constraint (models/ops.split_rows: the residual stream, the logits) reaches the jitted step's program: flax drops
+    every constraint when it finds no abstract mesh, and the loops' `with mesh:` does not set one."""
+    from models import ops
+    from pretrain.core import partitioning
+    mesh = partitioning.create_mesh((1, 1, 1), jax.devices()[:1])
+    replicated = partitioning.replicated(mesh)
+
+    def step(state, batch, rng):
+        return state, {"x": ops.split_rows(batch["x"][0] * 2.0).sum()}
+
+    jitted = train_state.jit_train_step(step, {"w": replicated}, mesh)
+    with mesh:
+        traced = jitted.trace({"w": jnp.zeros(3)}, {"x": jnp.ones((1, 2, 4, 8))}, jax.random.key(0))
+    assert "sharding_constraint" in str(traced.jaxpr)
