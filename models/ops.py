@@ -61,11 +61,10 @@ def split_rows(x: jax.Array, last: str | None = None) -> jax.Array:
 
 
 class Dropout(nn.Module):
-    """nn.Dropout (same fields, call and "dropout" rng stream) whose keep mask, on a CPU, compares 16 random bits per
-    element with round(keep * 2^16) instead of a 32-bit uniform float with keep: the rate is exact to 2^-16 and
-    the mask costs half the random bits. Threefry, JAX's default generator, is counter-based arithmetic that a CPU
-    runs at several ns per 32 bits: BERT's attention-probability masks alone cost a fine-tuning step of
-    MiniLM on 2 cores 0.3-0.7 s in 32 bits (rbg's generator is slower still there)."""
+    """nn.Dropout (same fields, call and "dropout" rng stream) whose keep mask, on a CPU, comes from a counter hash
+    (`keep_mask`) instead of threefry's bits for every element: threefry is counter-based arithmetic a CPU runs at
+    about 13 ns per 32 bits, so BERT's attention-probability masks alone cost a fine-tuning step of MiniLM on 2
+    cores about 0.5 s (XLA's rbg and Philox generators are no faster there)."""
     rate: float
     deterministic: bool | None = None
     rng_collection: str = "dropout"
@@ -83,12 +82,24 @@ class Dropout(nn.Module):
 
 
 def keep_mask(rng: jax.Array, keep: float, shape: tuple[int, ...]) -> jax.Array:
-    """[shape] bool, True with probability `keep`. On a CPU from 16 random bits per element (each 32-bit draw gives
-    two; the probability is round(keep * 2^16) / 2^16); elsewhere jax.random.bernoulli's 32 bits, as nn.Dropout
-    (an accelerator's threefry is cheap beside its step: BERT-Base's v5e estimate moved by 0.5% with rbg keys)."""
+    """[shape] bool, True with probability `keep` (to 2^-32). Off a CPU: jax.random.bernoulli, as nn.Dropout (an
+    accelerator's threefry is cheap beside its step: BERT-Base's v5e estimate moved by 0.5% with rbg keys).
+
+    On a CPU threefry gives the mask 64 bits of key, and each element's 32 bits are a hash of its index under
+    that key: murmur3's 32-bit finalizer, twice, over a Weyl sequence (SplitMix's construction), about 10
+    integer operations per element against threefry's 120. Dropout needs independent, unbiased bits per
+    element, not a cryptographic stream; masks of different keys differ in both hashes' keys.
+    """
     if attention.platform() != "cpu":
         return jax.random.bernoulli(rng, keep, shape)
-    count = math.prod(shape)
-    bits = jax.random.bits(rng, (-(-count // 2),), jnp.uint32)
-    halves = jax.lax.bitcast_convert_type(bits, jnp.uint16).reshape(-1)[:count].reshape(shape)
-    return halves.astype(jnp.uint32) < jnp.uint32(round(keep * 65536))
+    seed = jax.random.bits(rng, (2,), jnp.uint32)
+    index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
+    bits = _fmix32(_fmix32(index * jnp.uint32(0x9E3779B9) + seed[0]) ^ seed[1])
+    return bits < jnp.uint32(min(round(keep * 2.0 ** 32), 2 ** 32 - 1))
+
+
+def _fmix32(h: jax.Array) -> jax.Array:
+    """murmur3's finalizer: a bijection of uint32 whose every output bit depends on every input bit."""
+    h = (h ^ (h >> 16)) * jnp.uint32(0x85EBCA6B)
+    h = (h ^ (h >> 13)) * jnp.uint32(0xC2B2AE35)
+    return h ^ (h >> 16)

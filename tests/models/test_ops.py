@@ -1,6 +1,6 @@
 """models/ops.py's CPU-shaped pieces: `contract` (Dense's 2-D matmul with its own kernel gradient) equals
-jax.lax.dot_general in values and gradients, and `Dropout`'s 16-bit keep mask keeps the fraction it says, scales
-what it keeps and draws the same mask for the same key."""
+jax.lax.dot_general in values and gradients, and `Dropout`'s hashed keep mask keeps the fraction it says, scales
+what it keeps, draws the same mask for the same key and masks that look independent across elements and keys."""
 from __future__ import annotations
 
 import flax.linen as nn
@@ -44,7 +44,7 @@ def test_contract_under_jit_takes_the_matmul_path_on_this_cpu():
 
 @pytest.mark.parametrize("rate", [0.1, 0.5, 0.9])
 def test_dropout_keeps_the_fraction_of_its_rate_and_scales_what_it_keeps(rate):
-    x = jnp.ones((64, 128, 129))  # an odd element count: the last 32-bit draw is half used
+    x = jnp.ones((64, 128, 129))
     out = ops.Dropout(rate).apply({}, x, deterministic=False, rngs={"dropout": jax.random.key(3)})
     kept = np.asarray(out) != 0
     assert abs(kept.mean() - (1 - rate)) < 4 * np.sqrt(rate * (1 - rate) / kept.size)
@@ -59,6 +59,22 @@ def test_dropout_mask_is_a_function_of_the_key_and_off_when_deterministic():
     assert not np.array_equal(first != 0, other != 0)
     np.testing.assert_array_equal(drop.apply({}, x, deterministic=True), x)
     assert not np.any(np.asarray(ops.Dropout(1.0).apply({}, x, deterministic=False)))
+
+
+def test_keep_masks_are_uncorrelated_between_neighbours_and_between_keys():
+    n = 1 << 20
+    first, second = (np.asarray(ops.keep_mask(jax.random.key(k), 0.5, (n,)), np.float64) for k in (1, 2))
+    bound = 5 / np.sqrt(n)  # five standard errors of a correlation of n independent pairs
+    assert abs(np.corrcoef(first[:-1], first[1:])[0, 1]) < bound
+    assert abs(np.corrcoef(first[:-128], first[128:])[0, 1]) < bound  # a row apart in a [.., 128] tensor
+    assert abs(np.corrcoef(first, second)[0, 1]) < bound
+
+
+def test_each_position_is_kept_at_the_rate_across_keys():
+    masks = np.stack([np.asarray(ops.keep_mask(jax.random.key(k), 0.8, (64, 64))) for k in range(400)])
+    per_position = masks.mean(axis=0)  # [64, 64]: each position's keep frequency over 400 keys
+    assert abs(per_position.mean() - 0.8) < 0.005
+    assert np.abs(per_position - 0.8).max() < 5.5 * np.sqrt(0.8 * 0.2 / 400)  # no position is favoured
 
 
 def test_keep_mask_has_the_shape_asked_for_whatever_its_element_count():
