@@ -50,9 +50,9 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
         modules = [layer(**layer_kwargs, name=f"layer_{i}") for i in range(count)]
 
         def looped(x, *args):
+            x = ops.split_rows(x)  # each layer's output is the next one's input: constrained once
             for i, module in enumerate(modules):
-                x = ops.split_rows(module(ops.split_rows(x), *(_index(a, i) if j in per_layer else a
-                                                       for j, a in enumerate(args))))
+                x = ops.split_rows(module(x, *(_index(a, i) if j in per_layer else a for j, a in enumerate(args))))
             return x
         return looped
 
@@ -68,7 +68,6 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
                        length=count, metadata_params={nn.PARTITION_NAME: SCANNED})
         return scan(module, ops.split_rows(x), *args)[0]
     return scanned
-
 
 
 def _index(arg: Any, i: int) -> Any:

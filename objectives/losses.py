@@ -29,4 +29,3 @@ def token_cross_entropy(logits: jax.Array, targets: jax.Array, weights: jax.Arra
         "z_loss": z_loss * (jnp.square(log_z) * weights).sum() / denom,
         "accuracy": ((jnp.argmax(logits, axis=-1) == targets) * weights).sum() / denom,
     }
-

@@ -70,8 +70,8 @@ def jit_train_step(step: Callable, shardings: TrainState, mesh: Mesh) -> Callabl
 
     def train_step(state, batch, rng):
         # The models' activation constraints (the residual stream, the logits) map by the rules onto the mesh
-        # flax finds as JAX's abstract mesh; the loops' `with mesh:` no longer sets that one, and without it
-        # every constraint was silently dropped.
+        # flax finds as JAX's abstract mesh; the loops' `with mesh:` does not set that one, and without it
+        # flax drops every constraint silently.
         with nn.logical_axis_rules(partitioning.DEFAULT_RULES), jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
             return step(state, batch, rng)
 

@@ -68,8 +68,8 @@ def test_gradients_are_clipped_to_global_norm_one_before_adam():
 
 
 def test_train_step_traces_the_models_activation_constraints():
-    """The activations' constraint (models/ops.split_rows: the residual stream, the logits) reaches the jitted step's program: flax drops
-    every constraint when it finds no abstract mesh, and the loops' `with mesh:` does not set one."""
+    """The activations' constraint (models/ops.split_rows: the residual stream, the logits) reaches the jitted
+    step's program: flax drops every constraint when it finds no abstract mesh, and `with mesh:` sets none."""
     from models import ops
     from pretrain.core import partitioning
     mesh = partitioning.create_mesh((1, 1, 1), jax.devices()[:1])
