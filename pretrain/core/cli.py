@@ -128,13 +128,13 @@ def run(main) -> int:
     """absl's app.run with one-line errors for flags and config; returns the exit status. Ctrl-C where the
     loop does not catch it (start-up, compilation, a second Ctrl-C) is one line and status 130; a SIGTERM
     during a loop's set-up (errors.StoppedBeforeFirstStep) one line and status 75, as a preemption."""
+    sys.unraisablehook = _stop_on_an_ignored_stop(sys.unraisablehook)
     try:
         app.run(main, flags_parser=parse_flags)
     except KeyboardInterrupt:
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
-        exit_now("interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint",
-                  EXIT_INTERRUPTED)
+        exit_now(INTERRUPTED_LINE, EXIT_INTERRUPTED)
     except errors.StoppedBeforeFirstStep as e:
         exit_now(str(e), errors.EXIT_PREEMPTED)
     except SystemExit as e:
@@ -143,6 +143,22 @@ def run(main) -> int:
         print(e.code, file=sys.stderr)
         return 1
     return 0
+
+
+INTERRUPTED_LINE = "interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint"
+
+
+def _stop_on_an_ignored_stop(previous_hook):
+    """sys.unraisablehook that stops the process on a Ctrl-C or a set-up SIGTERM which Python could not raise.
+    A signal's exception raised while a GC callback or a __del__ runs (JAX's `_xla_gc_callback` is one) is
+    printed as "Exception ignored" and dropped, and the run would go on as if no signal had come."""
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and not os.environ.get("LMPRETRAIN_TRACEBACK"):
+            exit_now(INTERRUPTED_LINE, EXIT_INTERRUPTED)
+        if isinstance(unraisable.exc_value, errors.StoppedBeforeFirstStep):
+            exit_now(str(unraisable.exc_value), errors.EXIT_PREEMPTED)
+        previous_hook(unraisable)
+    return hook
 
 
 def exit_now(message: str, status: int) -> None:

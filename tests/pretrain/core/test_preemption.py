@@ -59,6 +59,37 @@ def test_a_second_ctrl_c_interrupts_at_once(terminal_sigint):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+SWALLOWED_STOP = """
+import sys
+from pretrain.core import cli, errors
+
+class RaisesWhenCollected:
+    def __init__(self, error):
+        self.error = error
+    def __del__(self):  # as a signal handler's exception raised inside JAX's GC callback: Python drops it
+        raise self.error
+
+def main(argv):
+    RaisesWhenCollected({error})
+    print("went on")
+
+sys.exit(cli.run(main))
+"""
+
+
+@pytest.mark.parametrize("error, status, line", [
+    ("KeyboardInterrupt()", 130, "interrupted (Ctrl-C): stopped at once"),
+    ("errors.StoppedBeforeFirstStep('SIGTERM', '/w', None)", errors.EXIT_PREEMPTED, "SIGTERM")])
+def test_a_stop_python_could_not_raise_still_stops_the_command(error, status, line):
+    """A Ctrl-C landing in a GC callback was printed as "Exception ignored" and the run trained on."""
+    env = {k: v for k, v in subprocess_env().items() if k != "LMPRETRAIN_TRACEBACK"}
+    proc = subprocess.run([sys.executable, "-c", SWALLOWED_STOP.format(error=error)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert (proc.returncode, proc.stdout) == (status, ""), proc.stderr[-2000:]
+    assert len(lines) == 1 and line in lines[0], proc.stderr[-2000:]
+
+
 def test_handlers_are_restored_when_nothing_happened_and_an_ignored_signal_stays_ignored():
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
