@@ -1,6 +1,12 @@
 """BERT (Devlin et al., 2019): a post-LayerNorm Transformer encoder with MLM and NSP heads, and
 optionally SpanBERT's span boundary head (Joshi et al., 2020; `span_boundary=True`).
 
+The same encoder is ALBERT's and ELECTRA's. ALBERT (Lan et al., 2020): factorised embeddings
+(`embedding_size` E < hidden H: a V x E table, then one E x H projection), one layer's weights applied at
+every depth (`shared_layers`), GELU's tanh form (`hidden_act="gelu_new"`), and sentence-order prediction
+through the NSP head (objectives/nsp.py makes the pairs). ELECTRA's discriminator and generator
+(models/electra.py) are this encoder with E != H and no pooler.
+
 Parameter names follow Hugging Face's `BertForPreTraining` closely (embeddings / encoder layers /
 pooler / heads) so that `models/convert/` can map checkpoints one to one.
 """
@@ -31,6 +37,10 @@ class BertConfig:
     initializer_range: float = 0.02
     next_sentence: bool = True           # build the NSP head (False: RoBERTa-style MLM only)
     span_boundary: bool = False          # build SpanBERT's SBO head (objective "spanbert")
+    embedding_size: int = 0              # E, the embedding tables' width (0: hidden_size); ALBERT, ELECTRA
+    shared_layers: bool = False          # ALBERT: one layer's weights at every depth
+    hidden_act: str = "gelu"             # gelu (exact) | gelu_new (tanh form; ALBERT)
+    pooler: bool = True                  # the [CLS] Dense + tanh (ELECTRA has none)
     max_span_tokens: int = 32            # SBO relative positions embedded; longer spans share the last
     dtype: str = "float32"               # compute dtype (activations): float32 | bfloat16
     param_dtype: str = "float32"         # storage dtype of the weights
@@ -41,8 +51,18 @@ class BertConfig:
     peft: peft.PeftConfig = peft.NONE    # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
+        if self.embedding_size > self.hidden_size:
+            raise ModelInputError(f"model.embedding_size={self.embedding_size} is above model.hidden_size="
+                                  f"{self.hidden_size}: factorised embeddings project a narrower table up "
+                                  f"(ALBERT uses 128); set embedding_size <= hidden_size, or 0 for hidden_size")
+        if self.hidden_act not in layers.ACTIVATIONS:
+            raise ModelInputError(f"model.hidden_act={self.hidden_act!r} is not one of {list(layers.ACTIVATIONS)}")
         peft.check_fits(self.peft, width=self.hidden_size, context=self.max_position_embeddings,
                         mlp_width=self.intermediate_size)
+
+    @property
+    def embedding_width(self) -> int:
+        return self.embedding_size or self.hidden_size
 
     @property
     def kwargs(self) -> dict:
@@ -55,17 +75,17 @@ class BertEmbeddings(nn.Module):
     def setup(self):
         c = self.config
         init = layers.truncated_normal(c.initializer_range)
-        self.word_embeddings = layers.Embed(c.vocab_size, c.hidden_size, "vocab", init, **c.kwargs)
-        self.position_embeddings = layers.Embed(c.max_position_embeddings, c.hidden_size,
+        self.word_embeddings = layers.Embed(c.vocab_size, c.embedding_width, "vocab", init, **c.kwargs)
+        self.position_embeddings = layers.Embed(c.max_position_embeddings, c.embedding_width,
                                                 "positions", init, **c.kwargs)
-        self.token_type_embeddings = layers.Embed(c.type_vocab_size, c.hidden_size,
+        self.token_type_embeddings = layers.Embed(c.type_vocab_size, c.embedding_width,
                                                   "token_types", init, **c.kwargs)
         self.norm = layers.LayerNorm(c.layer_norm_eps, **c.kwargs)
         self.dropout = ops.Dropout(c.dropout_rate)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,  # [B, L] each
                  deterministic: bool, prompt: jax.Array | None = None,  # [B, P, D]: prompt tuning's inputs
-                 first_position: int = 0) -> jax.Array:                 # -> [B, P + L, D]
+                 first_position: int = 0) -> jax.Array:                 # -> [B, P + L, E]
         """Prompt tuning (models/peft.py) puts its P embeddings first, with token type 0, and they take the
         positions 0..P-1 (as peft feeds them to Hugging Face's BERT). Prefix-tuning starts the positions at
         P (`first_position`), as a Hugging Face BERT given the prefix as past keys and values does."""
@@ -100,7 +120,7 @@ class BertLayer(nn.Module):
         if c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
             h = peft.Adapter(c.peft.adapter_size, name="attention_adapter", **c.kwargs)(h)
         x = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)(x + h)
-        h = layers.MLP(c.intermediate_size, layers.exact_gelu, kernel_init=init, peft=c.peft, name="mlp",
+        h = layers.MLP(c.intermediate_size, layers.ACTIVATIONS[c.hidden_act], kernel_init=init, peft=c.peft, name="mlp",
                        **c.kwargs)(x, deterministic)
         h = dropout(h, deterministic=deterministic)
         if c.peft.adapters_after_mlp:
@@ -114,19 +134,25 @@ class BertModel(nn.Module):
 
     def setup(self):
         c = self.config
+        init = layers.truncated_normal(c.initializer_range)
         self.embeddings = BertEmbeddings(c)
+        if c.embedding_width != c.hidden_size:  # factorised embeddings: E -> H once, below the first layer
+            self.embeddings_project = layers.Dense(c.hidden_size, ("embed_out", "embed"), kernel_init=init, **c.kwargs)
         self.encoder = stack.build(BertLayer, c.num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(2,),
-                                   per_layer_argnums=(3,), config=c)
-        self.pooler = layers.Dense(c.hidden_size, ("embed", "embed_out"),
-                                   kernel_init=layers.truncated_normal(c.initializer_range), **c.kwargs)
+                                   per_layer_argnums=(3,), shared=c.shared_layers, config=c)
+        if c.pooler:
+            self.pooler = layers.Dense(c.hidden_size, ("embed", "embed_out"), kernel_init=init, **c.kwargs)
         self.prefix_encoder, self.prompt = peft.virtual_modules(
             c.peft, num_layers=c.num_layers, num_heads=c.num_heads, head_dim=c.hidden_size // c.num_heads,
             width=c.hidden_size, **c.kwargs)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array,
-                 deterministic: bool = True) -> tuple[jax.Array, jax.Array]:
+                 deterministic: bool = True, embedded: jax.Array | None = None
+                 ) -> tuple[jax.Array, jax.Array | None]:
         """-> sequence [B, L, D] (the input's positions), pooled [B, D] (position 0: [CLS], or with prompt
-        tuning its first virtual token, as peft's BERT classifiers read it)."""
+        tuning its first virtual token, as peft's BERT classifiers read it; None without a pooler).
+        embedded [B, L, E]: another model's embedding output in place of this one's (ELECTRA's generator
+        shares the discriminator's tables)."""
         c = self.config
         valid = input_mask.astype(jnp.int32)  # padding as segment ids: 1 = the row's tokens, 0 = padding
         prompt, prefix, first_position = None, None, 0
@@ -136,9 +162,11 @@ class BertModel(nn.Module):
         if self.prefix_encoder is not None:
             prefix, first_position = self.prefix_encoder(), c.peft.prefix_length
         mask = attention.SegmentMask(valid, valid)
-        x = self.embeddings(input_ids, segment_ids, deterministic, prompt, first_position)
+        if embedded is None:
+            embedded = self.embeddings(input_ids, segment_ids, deterministic, prompt, first_position)
+        x = self.embeddings_project(embedded) if c.embedding_width != c.hidden_size else embedded
         x = self.encoder(x, mask, deterministic, prefix)
-        pooled = jnp.tanh(self.pooler(x[:, 0]))  # the [CLS] position
+        pooled = jnp.tanh(self.pooler(x[:, 0])) if c.pooler else None  # the [CLS] position
         return x[:, x.shape[1] - input_ids.shape[1]:], pooled
 
 
@@ -149,7 +177,8 @@ class BertForPreTraining(nn.Module):
     def setup(self):
         c = self.config
         self.bert = BertModel(c)
-        self.mlm_head = heads.MaskedLMHead(c.vocab_size, c.initializer_range, c.layer_norm_eps, **c.kwargs)
+        self.mlm_head = heads.MaskedLMHead(c.vocab_size, c.initializer_range, c.layer_norm_eps, c.embedding_width,
+                                           layers.ACTIVATIONS[c.hidden_act], **c.kwargs)
         if c.next_sentence:
             self.nsp_head = heads.ClassifierHead(2, c.initializer_range, **c.kwargs)
         if c.span_boundary:

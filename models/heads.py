@@ -4,6 +4,8 @@ span classification, extractive QA).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -17,7 +19,8 @@ def gather_positions(sequence: jax.Array, positions: jax.Array) -> jax.Array:
 
 
 class MaskedLMHead(nn.Module):
-    """Dense + GELU + LayerNorm, then a decoder tied to the word embeddings plus an output bias.
+    """Dense + GELU + LayerNorm, then a decoder tied to the word embeddings plus an output bias. The Dense
+    maps the encoder's width to the embeddings' (`width`: ALBERT's and ELECTRA's E; None: the same width).
 
     Only the P masked positions are projected onto the vocabulary, which is where most of the
     head's FLOPs would otherwise go (BERT's `max_predictions_per_seq` trick).
@@ -25,6 +28,8 @@ class MaskedLMHead(nn.Module):
     vocab_size: int
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
+    width: int | None = None
+    activation: Callable[[jax.Array], jax.Array] = layers.exact_gelu
     dtype: layers.Dtype = jnp.float32
     param_dtype: layers.Dtype = jnp.float32
 
@@ -32,9 +37,9 @@ class MaskedLMHead(nn.Module):
     def __call__(self, hidden: jax.Array,            # [B, P, D] states at masked positions
                  word_embeddings: layers.Embed) -> jax.Array:  # -> [B, P, V] float32 logits
         kw = {"dtype": self.dtype, "param_dtype": self.param_dtype}
-        h = layers.Dense(hidden.shape[-1], ("embed", "embed_out"), name="transform",
+        h = layers.Dense(self.width or hidden.shape[-1], ("embed", "embed_out"), name="transform",
                          kernel_init=layers.truncated_normal(self.initializer_range), **kw)(hidden)
-        h = layers.exact_gelu(h)
+        h = self.activation(h)
         h = layers.LayerNorm(self.layer_norm_eps, name="transform_norm", **kw)(h)
         logits = word_embeddings.attend(h)
         bias = self.param("bias", layers.partitioned(nn.initializers.zeros_init(), ("vocab",)),

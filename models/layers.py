@@ -352,3 +352,6 @@ def exact_gelu(x: jax.Array) -> jax.Array:
 def tanh_gelu(x: jax.Array) -> jax.Array:
     """GELU's tanh approximation: T5 1.1's gated-GELU (Hugging Face calls it "gelu_new")."""
     return nn.gelu(x, approximate=True)
+
+
+ACTIVATIONS = {"gelu": exact_gelu, "gelu_new": tanh_gelu}  # Hugging Face's hidden_act names -> the function

@@ -136,7 +136,8 @@ register(ModelFamily(
     hf=(HfCheckpoint("bert", "BERT", "models.convert.hf_io:load_hf_bert", _wordpiece),),
     params_subtree="bert",  # the encoder (embeddings, layer_i, pooler) without the pretraining heads
     architecture_keys=("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                       "max_position_embeddings", "type_vocab_size", "layer_norm_eps"),
+                       "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
+                       "embedding_size", "shared_layers", "hidden_act"),
     width_key="hidden_size", positions_key="max_position_embeddings",
     body=Body("bert", embeddings=("embeddings",), top=("pooler",)),
     finetuning={**_sequence("pretrain.families.bert:BertFamily"),

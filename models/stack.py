@@ -28,16 +28,19 @@ REMAT_POLICIES: dict[str, Callable | None] = {
     "full": jax.checkpoint_policies.nothing_saveable,
 }
 SCANNED = "layers"           # the scanned stack's name in the parameter tree
+SHARED = "shared_layer"      # the one layer of a stack whose depths share their weights
 LOOPED = re.compile(r"layer_(\d+)$")
 
 
 def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_argnums: tuple[int, ...],
-          per_layer_argnums: tuple[int, ...] = (), **layer_kwargs) -> Callable[..., Any]:
+          per_layer_argnums: tuple[int, ...] = (), shared: bool = False, **layer_kwargs) -> Callable[..., Any]:
     """-> apply(x, *args) -> x through `count` layers `layer(**layer_kwargs)`; call `build` in the
     parent's setup (or compact method), and `apply` in its call. `static_argnums` are the positions (x = 0)
     of the layer's Python-valued arguments (deterministic, decode), on which remat specialises. Arguments at
     `per_layer_argnums` carry a leading [count] axis (or are None), and layer i gets their [i] (prefix-tuning's
     keys and values); every other argument (masks, biases, encoder states) is the same for every layer.
+    shared: one set of weights, `shared_layer`, applied `count` times (ALBERT); scanned, the weights are
+    broadcast to every step rather than stacked.
     """
     if remat not in REMAT_POLICIES:
         raise ValueError(f"remat={remat!r} is not one of {', '.join(REMAT_POLICIES)}")
@@ -46,6 +49,8 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
         layer = nn.remat(layer, policy=REMAT_POLICIES[remat], prevent_cse=not scan,
                          static_argnums=tuple(i + 1 for i in static_argnums))
     per_layer = {i - 1 for i in per_layer_argnums}  # positions in *args
+    if shared:
+        return _shared(layer, count, scan, per_layer, layer_kwargs)
     if not scan:
         modules = [layer(**layer_kwargs, name=f"layer_{i}") for i in range(count)]
 
@@ -66,6 +71,28 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
                        split_rngs={"params": True, "dropout": True},
                        in_axes=tuple(0 if j in per_layer else nn.broadcast for j in range(len(args))),
                        length=count, metadata_params={nn.PARTITION_NAME: SCANNED})
+        return scan(module, ops.split_rows(x), *args)[0]
+    return scanned
+
+
+def _shared(layer: type[nn.Module], count: int, scan: bool, per_layer: set[int], layer_kwargs: dict
+            ) -> Callable[..., Any]:
+    """One module applied `count` times: a Python loop, or nn.scan with its params broadcast (one compiled
+    layer; dropout still draws a new mask at every depth)."""
+    module = layer(**layer_kwargs, name=SHARED)
+    if not scan:
+        def looped(x, *args):
+            for i in range(count):
+                x = ops.split_rows(module(x, *(_index(a, i) if j in per_layer else a for j, a in enumerate(args))))
+            return x
+        return looped
+
+    def body(module, carry, *args):
+        return ops.split_rows(module(carry, *args)), None
+
+    def scanned(x, *args):
+        scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
+                       in_axes=tuple(0 if j in per_layer else nn.broadcast for j in range(len(args))), length=count)
         return scan(module, ops.split_rows(x), *args)[0]
     return scanned
 
