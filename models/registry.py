@@ -56,6 +56,7 @@ class ModelFamily:
     choices: Mapping[str, str] = dataclasses.field(default_factory=dict)  # key -> 'module:NAMES' it must be in
     body: Body | None = None             # for freezing (None: no pretrained body the strategies act on)
     finetuning: Mapping[str, str] = dataclasses.field(default_factory=dict)  # task kind -> 'module:Family'
+    finetunes_as: str | None = None      # the family its checkpoints fine-tune as (ELECTRA: its discriminator, a BERT)
 
     def config_cls(self) -> type:
         return resolve(f"{self.module}:{self.config_class}")

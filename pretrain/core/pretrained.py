@@ -72,7 +72,7 @@ def _load_hf(path: str, model_type: str) -> Pretrained:
     family, checkpoint = found
     config, params = models.registry.resolve(checkpoint.loader)(path)
     model, params = _inherited(family, dataclasses.asdict(config), params)
-    return Pretrained(family.name, model, params, checkpoint.tokenizer(path), f"huggingface:{path}")
+    return Pretrained(family.finetunes_as or family.name, model, params, checkpoint.tokenizer(path), f"huggingface:{path}")
 
 
 def _find_workdir(path: str, flag: str) -> tuple[str, str]:
@@ -107,8 +107,9 @@ def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
     params, step = checkpoints.restore_params(ckpt)
     # A relative tokenizer path is relative to where pretraining ran; --config.tokenizer.path overrides it.
     tokenizer = dict(config["tokenizer"])
-    model, params = _inherited(models.FAMILIES[name], config["model"], params)
-    return Pretrained(name, model, params, tokenizer, f"orbax:{ckpt}/{step}")
+    family = models.FAMILIES[name]
+    model, params = _inherited(family, config["model"], params)
+    return Pretrained(family.finetunes_as or name, model, params, tokenizer, f"orbax:{ckpt}/{step}")
 
 
 def merge_params(params: dict, pretrained_params: dict, source: str, prefix: str = "") -> tuple[dict, list[str]]:
