@@ -51,10 +51,12 @@ class BertConfig:
     peft: peft.PeftConfig = peft.NONE    # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
-        if self.embedding_size > self.hidden_size:
+        # ALBERT factorises to save parameters: a table wider than the layers defeats it. (ELECTRA's generator,
+        # not shared, reads the discriminator's wider table through a projection down, by design.)
+        if self.shared_layers and self.embedding_size > self.hidden_size:
             raise ModelInputError(f"model.embedding_size={self.embedding_size} is above model.hidden_size="
-                                  f"{self.hidden_size}: factorised embeddings project a narrower table up "
-                                  f"(ALBERT uses 128); set embedding_size <= hidden_size, or 0 for hidden_size")
+                                  f"{self.hidden_size}: ALBERT's factorised embeddings project a narrower table up "
+                                  f"(the paper uses 128); set embedding_size <= hidden_size, or 0 for hidden_size")
         if self.hidden_act not in layers.ACTIVATIONS:
             raise ModelInputError(f"model.hidden_act={self.hidden_act!r} is not one of {list(layers.ACTIVATIONS)}")
         peft.check_fits(self.peft, width=self.hidden_size, context=self.max_position_embeddings,

@@ -132,13 +132,16 @@ def _sequence(family: str) -> dict[str, str]:
 
 
 # ----- The families -----
+BERT_ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
+                     "embedding_size", "shared_layers", "hidden_act")
+
 register(ModelFamily(
     "bert", "models.bert", "BertConfig", "BertForPreTraining",
-    hf=(HfCheckpoint("bert", "BERT", "models.convert.hf_io:load_hf_bert", _wordpiece),),
+    hf=(HfCheckpoint("bert", "BERT", "models.convert.hf_io:load_hf_bert", _wordpiece),
+        HfCheckpoint("electra", "ELECTRA", "models.convert.hf_electra:load_hf_electra", _wordpiece)),
     params_subtree="bert",  # the encoder (embeddings, layer_i, pooler) without the pretraining heads
-    architecture_keys=("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                       "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
-                       "embedding_size", "shared_layers", "hidden_act"),
+    architecture_keys=BERT_ARCHITECTURE,
     width_key="hidden_size", positions_key="max_position_embeddings",
     body=Body("bert", embeddings=("embeddings",), top=("pooler",)),
     finetuning={**_sequence("pretrain.families.bert:BertFamily"),
@@ -158,3 +161,10 @@ register(ModelFamily(
     width_key="d_model", positions_key="n_positions",
     body=Body("gpt", embeddings=("token_embedding", "position_embedding"), top=("final_norm",)),
     finetuning=_sequence("pretrain.families.gpt:GPTFamily")))
+
+register(ModelFamily(
+    "electra", "models.electra", "ElectraConfig", "Electra",
+    # A run's discriminator fine-tunes as a BERT (a fresh pooler); Hugging Face ELECTRA directories load as
+    # BERTs directly (the bert family's checkpoints above).
+    params_subtree="discriminator", architecture_keys=BERT_ARCHITECTURE, finetunes_as="bert",
+    width_key="hidden_size", positions_key="max_position_embeddings"))

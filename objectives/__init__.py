@@ -6,7 +6,7 @@ import ml_collections
 
 from objectives.interface import Objective, ObjectiveError
 
-NAMES = ("bert_pretraining", "spanbert", "span_corruption", "encoder_decoder_denoising", "causal_lm", "prefix_lm")
+NAMES = ("bert_pretraining", "spanbert", "electra", "span_corruption", "encoder_decoder_denoising", "causal_lm", "prefix_lm")
 
 
 def build_objective(config: ml_collections.ConfigDict, tokenizer) -> Objective:
@@ -16,6 +16,9 @@ def build_objective(config: ml_collections.ConfigDict, tokenizer) -> Objective:
     if config.name == "spanbert":
         from objectives.span_masking import SpanBertPretraining
         return SpanBertPretraining(config, tokenizer)
+    if config.name == "electra":
+        from objectives.electra import ElectraPretraining
+        return ElectraPretraining(config, tokenizer)
     if config.name in ("span_corruption", "encoder_decoder_denoising"):  # mode: span_corruption | prefix_lm | iid
         from objectives.denoising import EncoderDecoderDenoising
         return EncoderDecoderDenoising(config, tokenizer)

@@ -32,44 +32,58 @@ _OPTIONAL = {"pooler": "pooler.dense.weight", "mlm_head": "cls.predictions.trans
              "nsp_head": "cls.seq_relationship.weight"}
 
 
-def _layout(config: BertConfig) -> dict[str, list[tuple[str, tuple[str, ...], str, tuple[int, ...]]]]:
-    """section -> [(HF name without the 'bert.' prefix, our param path, layout, HF shape)]."""
-    d, f = config.hidden_size, config.intermediate_size
+Entry = tuple[str, tuple[str, ...], str, tuple[int, ...]]  # (HF name, our param path, layout, HF shape)
 
-    def linear(hf, ours, n_in, n_out):
-        return [(f"{hf}.weight", (*ours, "kernel"), "linear", (n_out, n_in)),
-                (f"{hf}.bias", (*ours, "bias"), "copy", (n_out,))]
 
-    def norm(hf, ours):
-        return [(f"{hf}.weight", (*ours, "scale"), "copy", (d,)), (f"{hf}.bias", (*ours, "bias"), "copy", (d,))]
+def _linear(hf: str, ours: tuple[str, ...], n_in: int, n_out: int) -> list[Entry]:
+    return [(f"{hf}.weight", (*ours, "kernel"), "linear", (n_out, n_in)), (f"{hf}.bias", (*ours, "bias"), "copy", (n_out,))]
+
+
+def _norm(hf: str, ours: tuple[str, ...], width: int) -> list[Entry]:
+    return [(f"{hf}.weight", (*ours, "scale"), "copy", (width,)), (f"{hf}.bias", (*ours, "bias"), "copy", (width,))]
+
+
+def encoder_layout(config: BertConfig, root: tuple[str, ...] = ("bert",),
+                   embeddings_root: tuple[str, ...] | None = None) -> list[Entry]:
+    """BERT's encoder, as ELECTRA's models name it too: the embeddings (E wide) at `embeddings_root` (default
+    root; ELECTRA's generator reads the discriminator's), the E -> H projection where E != H, the layers."""
+    d, f, e = config.hidden_size, config.intermediate_size, config.embedding_width
+    emb = (*(embeddings_root or root), "embeddings")
 
     def table(hf, ours, rows):
-        return [(f"{hf}.weight", (*ours, "embedding"), "copy", (rows, d))]
+        return [(f"{hf}.weight", (*emb, ours, "embedding"), "copy", (rows, e))]
 
-    e = ("bert", "embeddings")
-    body = (table("embeddings.word_embeddings", (*e, "word_embeddings"), config.vocab_size)
-            + table("embeddings.position_embeddings", (*e, "position_embeddings"), config.max_position_embeddings)
-            + table("embeddings.token_type_embeddings", (*e, "token_type_embeddings"), config.type_vocab_size)
-            + norm("embeddings.LayerNorm", (*e, "norm")))
+    body = (table("embeddings.word_embeddings", "word_embeddings", config.vocab_size)
+            + table("embeddings.position_embeddings", "position_embeddings", config.max_position_embeddings)
+            + table("embeddings.token_type_embeddings", "token_type_embeddings", config.type_vocab_size)
+            + _norm("embeddings.LayerNorm", (*emb, "norm"), e))
+    if e != d:
+        body += _linear("embeddings_project", (*root, "embeddings_project"), e, d)
     for i in range(config.num_layers):
-        hf, ours = f"encoder.layer.{i}", ("bert", f"layer_{i}")
+        hf, ours = f"encoder.layer.{i}", (*root, f"layer_{i}")
         for name in ("query", "key", "value"):
             body += [(f"{hf}.attention.self.{name}.weight", (*ours, "attention", name, "kernel"), "heads_in", (d, d)),
                      (f"{hf}.attention.self.{name}.bias", (*ours, "attention", name, "bias"), "heads_bias", (d,))]
         body += [(f"{hf}.attention.output.dense.weight", (*ours, "attention", "out", "kernel"), "heads_out", (d, d)),
                  (f"{hf}.attention.output.dense.bias", (*ours, "attention", "out", "bias"), "copy", (d,))]
-        body += norm(f"{hf}.attention.output.LayerNorm", (*ours, "attention_norm"))
-        body += linear(f"{hf}.intermediate.dense", (*ours, "mlp", "intermediate"), d, f)
-        body += linear(f"{hf}.output.dense", (*ours, "mlp", "output"), f, d)
-        body += norm(f"{hf}.output.LayerNorm", (*ours, "output_norm"))
+        body += _norm(f"{hf}.attention.output.LayerNorm", (*ours, "attention_norm"), d)
+        body += _linear(f"{hf}.intermediate.dense", (*ours, "mlp", "intermediate"), d, f)
+        body += _linear(f"{hf}.output.dense", (*ours, "mlp", "output"), f, d)
+        body += _norm(f"{hf}.output.LayerNorm", (*ours, "output_norm"), d)
+    return body
+
+
+def _layout(config: BertConfig) -> dict[str, list[Entry]]:
+    """section -> [(HF name without the 'bert.' prefix, our param path, layout, HF shape)]."""
+    d = config.hidden_size
     mlm = ("mlm_head",)
     return {
-        "bert": body,
-        "pooler": linear("pooler.dense", ("bert", "pooler"), d, d),
-        "mlm_head": (linear("cls.predictions.transform.dense", (*mlm, "transform"), d, d)
-                     + norm("cls.predictions.transform.LayerNorm", (*mlm, "transform_norm"))
+        "bert": encoder_layout(config),
+        "pooler": _linear("pooler.dense", ("bert", "pooler"), d, d),
+        "mlm_head": (_linear("cls.predictions.transform.dense", (*mlm, "transform"), d, d)
+                     + _norm("cls.predictions.transform.LayerNorm", (*mlm, "transform_norm"), d)
                      + [("cls.predictions.bias", (*mlm, "bias"), "copy", (config.vocab_size,))]),
-        "nsp_head": linear("cls.seq_relationship", ("nsp_head", "classifier"), d, 2),
+        "nsp_head": _linear("cls.seq_relationship", ("nsp_head", "classifier"), d, 2),
     }
 
 
