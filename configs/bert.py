@@ -73,6 +73,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         intermediate_size=ffn, max_position_embeddings=512, type_vocab_size=2,
         dropout_rate=0.1, attention_dropout_rate=0.1, layer_norm_eps=1e-12,
         initializer_range=0.02, next_sentence=arg.nsp, dtype="float32", param_dtype="float32",
+        embedding_size=0, shared_layers=False, hidden_act="gelu",  # BERT's; ALBERT's in configs/albert.py
         **common.compute_fields()))
 
     c.objective = ml_collections.ConfigDict(dict(

@@ -3,6 +3,9 @@
   python -m pretrain.tools.export_hf_bert --workdir runs/bert_base --output hf/bert_base
   python -c "from transformers import BertForPreTraining; BertForPreTraining.from_pretrained('hf/bert_base')"
 
+An ELECTRA pretraining run (configs/electra.py) exports as two directories, OUTPUT/discriminator
+(ElectraForPreTraining) and OUTPUT/generator (ElectraForMaskedLM), sharing their embeddings.
+
 --workdir is a pretrain.train workdir (the latest checkpoint, or --step) or a pretrain.finetune workdir (its
 best checkpoint). A fine-tuning workdir exports as a BertForSequenceClassification: the encoder, its pooler
 and the task head (`classifier`, with the task's label names); a tagging run (configs/tagging.py) as a
@@ -56,6 +59,8 @@ def export(workdir: str, output: str, step: int | None = None, peft: bool = Fals
                                "pretrain.finetune workdir")
     with open(config_path) as f:
         config = json.load(f)
+    if (config.get("model") or {}).get("name") == "electra" and not peft:
+        return export_electra(workdir, config, output, step)
     _check_bert(workdir, (config.get("model") or {}).get("name", "bert"))  # a GPT or T5 config lacks BERT's fields
     if "task" in config:
         return export_finetuned(workdir, ml_collections.ConfigDict(config), output, step, peft)
@@ -68,6 +73,18 @@ def export(workdir: str, output: str, step: int | None = None, peft: bool = Fals
     vocab, lowercase = _vocab(config.get("tokenizer", {}))
     save_hf_bert(output, params, model, vocab_file=vocab, lowercase=lowercase)
     return f"exported {workdir} step {step} ({', '.join(params)}) to {output}"
+
+
+def export_electra(workdir: str, config: dict, output: str, step: int | None) -> str:
+    """An ELECTRA pretraining run -> OUTPUT/discriminator (ElectraForPreTraining) and OUTPUT/generator
+    (ElectraForMaskedLM). Its fine-tuning runs are BERTs and export as those."""
+    from models.convert import hf_electra
+    params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
+    vocab, lowercase = _vocab(config.get("tokenizer", {}))
+    hf_electra.save_hf_electra(output, params, models.model_config(config["model"]), vocab_file=vocab,
+                               lowercase=lowercase)
+    return (f"exported {workdir} step {step} to {output}/discriminator (ElectraForPreTraining) and "
+            f"{output}/generator (ElectraForMaskedLM)")
 
 
 def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: str, step: int | None,

@@ -70,6 +70,10 @@ CASES = {
                                       2, r"size='huge' is not one of"),
     "train/unknown key": (train("--config.foo=1"), 2, r"unknown config key --config\.foo"),
     "train/value of the wrong type": (train("--config.batch_size=x"), 2, r"--config\.batch_size"),
+    "train/ELECTRA generator wider than its discriminator": (
+        ["pretrain.train", "--config=configs/electra.py:size=tiny", "--workdir={fresh}", "{tiny}",
+         "--config.model.generator_hidden_size=256", "--config.model.generator_num_heads=2"], 2,
+        r"generator_hidden_size=256 is wider than the discriminator's hidden_size=32"),
     "train/no workdir": (["pretrain.train", f"--config={BERT}"], 2, r"--workdir is required"),
     "train/positional argument": (train("extra"), 2, r"unexpected arguments \['extra'\]"),
     # ----- pretrain.train: values out of range, each naming the key -----

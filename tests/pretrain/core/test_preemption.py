@@ -77,6 +77,7 @@ sys.exit(cli.run(main))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("error, status, line", [
     ("KeyboardInterrupt()", 130, "interrupted (Ctrl-C): stopped at once"),
     ("errors.StoppedBeforeFirstStep('SIGTERM', '/w', None)", errors.EXIT_PREEMPTED, "SIGTERM")])
