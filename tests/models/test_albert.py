@@ -163,3 +163,14 @@ def test_parameter_count_equals_transformers_and_the_docstring_for_every_size(si
     ours = count_ours(config)
     assert ours == count_transformers(config)
     assert f"{size} {ours:,}" in albert_configs.__doc__  # the docstring's exact count is this one
+
+
+def test_a_hugging_face_albert_directory_initialises_a_bert_family_fine_tuning(tmp_path):
+    from pretrain.core import pretrained
+    random_hf().save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    init = pretrained.load_pretrained(str(tmp_path / "hf"))
+    assert init.family == "bert" and init.source == f"huggingface:{tmp_path / 'hf'}"
+    assert init.model["shared_layers"] and init.model["embedding_size"] == 16 and init.model["hidden_act"] == "gelu_new"
+    assert "shared_layer" in init.params and "embeddings_project" in init.params
+    assert init.tokenizer == dict(kind="sentencepiece", path=str(tmp_path / "hf" / "spiece.model"), lowercase=False)
