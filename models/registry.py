@@ -116,6 +116,11 @@ def _wordpiece(directory: str) -> dict:
     return dict(kind="wordpiece", path=directory, lowercase=lowercase)
 
 
+def _albert_sentencepiece(directory: str) -> dict:
+    """ALBERT's SentencePiece model (spiece.model, with [CLS] [SEP] [MASK] pieces), lowercased as _wordpiece."""
+    return dict(_wordpiece(directory), kind="sentencepiece", path=os.path.join(directory, "spiece.model"))
+
+
 def _t5_sentencepiece(directory: str) -> dict:
     """T5's SentencePiece model (spiece.model) plus the 100 sentinels <extra_id_*>, cased."""
     return dict(kind="sentencepiece", path=os.path.join(directory, "spiece.model"), lowercase=False, extra_ids=100)
@@ -139,6 +144,7 @@ BERT_ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "in
 register(ModelFamily(
     "bert", "models.bert", "BertConfig", "BertForPreTraining",
     hf=(HfCheckpoint("bert", "BERT", "models.convert.hf_io:load_hf_bert", _wordpiece),
+        HfCheckpoint("albert", "ALBERT", "models.convert.hf_io:load_hf_albert", _albert_sentencepiece),
         HfCheckpoint("electra", "ELECTRA", "models.convert.hf_electra:load_hf_electra", _wordpiece)),
     params_subtree="bert",  # the encoder (embeddings, layer_i, pooler) without the pretraining heads
     architecture_keys=BERT_ARCHITECTURE,

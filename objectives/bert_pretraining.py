@@ -1,4 +1,6 @@
-"""BERT pretraining: masked LM (+ next sentence prediction), total loss = MLM + NSP.
+"""BERT pretraining: masked LM (+ next sentence prediction), total loss = MLM + NSP. With
+`sentence_order` (ALBERT) the pairs are sentence-order ones and the NSP head's metrics are named sop_loss
+and sop_accuracy.
 
 Instances (sentence pairs, or single segments without NSP) are made once per data epoch by
 `nsp.create_instances`; masking is dynamic: `mlm.mask_tokens` draws a new mask every time a
@@ -27,6 +29,10 @@ class BertPretraining:
         self.config = config
         self.tokenizer = tokenizer
         self.next_sentence = config.next_sentence
+        self.sentence_order = bool(config.get("sentence_order", False))
+        if self.sentence_order and not self.next_sentence:
+            raise ObjectiveError("config.objective.sentence_order=True needs config.objective.next_sentence=True "
+                                 "(sentence-order prediction trains the NSP head)")
         self.max_predictions = (config.long_max_predictions_per_seq if long_phase
                                 else config.max_predictions_per_seq)
 
@@ -40,7 +46,8 @@ class BertPretraining:
         try:
             return nsp.create_instances(
                 documents, rng, max_seq_length=max_seq_length, short_seq_prob=self.config.short_seq_prob,
-                cls_id=t.cls_id, sep_id=t.sep_id, pad_id=t.pad_id, next_sentence=self.next_sentence)
+                cls_id=t.cls_id, sep_id=t.sep_id, pad_id=t.pad_id, next_sentence=self.next_sentence,
+                sentence_order=self.sentence_order)
         except ValueError as e:  # too few documents, sequences too short: the user's corpus/config
             raise ObjectiveError(str(e)) from None
 
@@ -66,7 +73,8 @@ class BertPretraining:
         loss, metrics = mlm.mlm_loss(outputs["mlm_logits"], batch["masked_lm_ids"],
                                      batch["masked_lm_weights"])
         if self.next_sentence:
-            nsp_loss, nsp_metrics = nsp.nsp_loss(outputs["nsp_logits"], batch["next_sentence_labels"])
+            nsp_loss, nsp_metrics = nsp.nsp_loss(outputs["nsp_logits"], batch["next_sentence_labels"],
+                                                 "sop" if self.sentence_order else "nsp")
             loss = loss + nsp_loss
             metrics.update(nsp_metrics)
         metrics["loss"] = loss

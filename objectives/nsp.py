@@ -11,6 +11,12 @@ to keep the distribution while making it cheaper or sturdier:
     their lengths, and the front/back coin per removed token becomes one binomial draw;
   * empty sentences and documents are dropped first (the original drops empty documents).
 Labels follow BERT: 0 = B is the true continuation, 1 = B is random.
+
+Sentence-order prediction (ALBERT, Lan et al. 2020; `sentence_order=True`): A and B are two consecutive
+segments of one document, swapped with probability 1/2; the label (in `next_sentence_labels`, read by the same
+head) is 1 = swapped, as transformers' `sentence_order_label`. A chunk of a single sentence is cut inside the
+sentence (ALBERT's code takes B from a random document there, which would leak topic cues into SOP); a chunk
+of one token makes no pair.
 """
 from __future__ import annotations
 
@@ -84,6 +90,33 @@ def _pairs_from_document(docs: list[list[np.ndarray]], d: int, max_num_tokens: i
     return out
 
 
+def _ordered_pairs_from_document(doc: list[np.ndarray], max_num_tokens: int, short_seq_prob: float,
+                                 rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """SOP: (tokens_a, tokens_b, swapped) from consecutive segments of `doc`, chunked as _pairs_from_document."""
+    target = _target_length(max_num_tokens, short_seq_prob, rng)
+    out, chunk, length = [], [], 0
+    for i, sentence in enumerate(doc):
+        chunk.append(sentence)
+        length += len(sentence)
+        if i < len(doc) - 1 and length < target:
+            continue
+        if len(chunk) >= 2:  # A = the first a_end sentences, B = the rest of the chunk
+            a_end = int(rng.integers(1, len(chunk)))
+            a, b = np.concatenate(chunk[:a_end]), np.concatenate(chunk[a_end:])
+        else:                # one sentence: cut it in two
+            a, b = chunk[0][:0], chunk[0][:0]
+            if len(chunk[0]) >= 2:
+                cut = int(rng.integers(1, len(chunk[0])))
+                a, b = chunk[0][:cut], chunk[0][cut:]
+        if len(a):
+            swapped = int(rng.random() < 0.5)
+            a, b = (b, a) if swapped else (a, b)
+            a, b = _truncate_pair(a, b, max_num_tokens, rng)  # after the swap, as ALBERT's code
+            out.append((a, b, swapped))
+        chunk, length = [], 0
+    return out
+
+
 def _packed_from_document(doc: list[np.ndarray], max_num_tokens: int, short_seq_prob: float,
                           rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray, int]]:
     """No-NSP (RoBERTa DOC-SENTENCES): whole consecutive sentences packed up to the target."""
@@ -104,7 +137,7 @@ def _packed_from_document(doc: list[np.ndarray], max_num_tokens: int, short_seq_
 def create_instances(documents: list[list[np.ndarray]],
                      rng: np.random.Generator, *, max_seq_length: int, short_seq_prob: float = 0.1,
                      cls_id: int, sep_id: int, pad_id: int, next_sentence: bool = True,
-                     ) -> dict[str, np.ndarray]:
+                     sentence_order: bool = False) -> dict[str, np.ndarray]:
     """One pass of create_pretraining_data over all documents (documents visited in random order).
 
     Args:
@@ -115,6 +148,8 @@ def create_instances(documents: list[list[np.ndarray]],
             [2, max_num_tokens] instead of max_num_tokens (= L - 3 with NSP, L - 2 without).
         next_sentence: False packs whole sentences of one document into `[CLS] ... [SEP]`
             (segment ids all 0, labels all 0), for RoBERTa-style pretraining without NSP.
+        sentence_order: ALBERT's SOP pairs (needs next_sentence): B follows A in the same document,
+            and the two are swapped with probability 1/2 (label 1 = swapped).
 
     Returns:
         {'input_ids': [N, L] int32 padded with pad_id, 'segment_ids': [N, L] int32 (0 on
@@ -128,7 +163,9 @@ def create_instances(documents: list[list[np.ndarray]],
     if max_num_tokens < 2:
         raise ValueError(f"max_seq_length={max_seq_length} is too short: need at least "
                          f"{n_special + 2} for the special tokens plus 2 text tokens")
-    if next_sentence and len(docs) < 2:
+    if sentence_order and not next_sentence:
+        raise ValueError("sentence_order=True makes sentence pairs for the NSP head: it needs next_sentence=True")
+    if next_sentence and not sentence_order and len(docs) < 2:
         raise ValueError(f"corpus has {len(docs)} non-empty document(s), too small: need at least "
                          "2 non-empty documents for next sentence prediction "
                          "(or set next_sentence=False)")
@@ -137,10 +174,14 @@ def create_instances(documents: list[list[np.ndarray]],
 
     pairs = []
     for d in rng.permutation(len(docs)):
-        if next_sentence:
+        if sentence_order:
+            pairs += _ordered_pairs_from_document(docs[d], max_num_tokens, short_seq_prob, rng)
+        elif next_sentence:
             pairs += _pairs_from_document(docs, int(d), max_num_tokens, short_seq_prob, rng)
         else:
             pairs += _packed_from_document(docs[d], max_num_tokens, short_seq_prob, rng)
+    if not pairs:
+        raise ValueError("no sentence-order pair: every document is a single token (add text)")
     pairs = [pairs[k] for k in rng.permutation(len(pairs))]
 
     # Pad with numpy: lay [CLS] A [SEP] (B [SEP]) out by lengths, scatter all tokens at once.
@@ -165,9 +206,10 @@ def create_instances(documents: list[list[np.ndarray]],
             "next_sentence_labels": np.array([r for _, _, r in pairs], np.int32)}
 
 
-def nsp_loss(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Mean cross-entropy of the [CLS] classifier. logits: [B, 2], labels: [B] int."""
+def nsp_loss(logits: jax.Array, labels: jax.Array, name: str = "nsp") -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Mean cross-entropy of the [CLS] classifier. logits: [B, 2], labels: [B] int. The metrics are
+    `{name}_loss` and `{name}_accuracy` (name "sop" for sentence-order prediction)."""
     logits = logits.astype(jnp.float32)
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
     acc = (jnp.argmax(logits, axis=-1) == labels).mean()
-    return loss, {"nsp_loss": loss, "nsp_accuracy": acc}
+    return loss, {f"{name}_loss": loss, f"{name}_accuracy": acc}

@@ -1,4 +1,5 @@
-"""Read and write Hugging Face BERT directories (config.json + model.safetensors [+ vocab.txt]).
+"""Read and write Hugging Face BERT and ALBERT directories (config.json + model.safetensors [+ vocab.txt or
+ALBERT's spiece.model]).
 
 Reading needs no torch for safetensors; a legacy pytorch_model.bin is read with torch only if it is
 installed. Exports are written to a temporary directory and renamed into place, so an interrupted
@@ -16,12 +17,14 @@ from collections.abc import Callable
 import numpy as np
 
 from models.bert import BertConfig
+from models.convert.hf_albert import (albert_config_to_hf, albert_params_from_hf, hf_config_to_albert,
+                                      hf_state_dict_from_albert)
 from models.convert.hf_bert import bert_config_to_hf, bert_params_from_hf, hf_config_to_bert, hf_state_dict_from_bert
 from models.errors import ModelInputError
 
 SAFETENSORS, PYTORCH_BIN, CONFIG, VOCAB, TOKENIZER_CONFIG = (
     "model.safetensors", "pytorch_model.bin", "config.json", "vocab.txt", "tokenizer_config.json")
-SPIECE = "spiece.model"  # T5's SentencePiece model
+SPIECE = "spiece.model"  # T5's and ALBERT's SentencePiece model
 _EXPORT_FILES = {SAFETENSORS, CONFIG, VOCAB, TOKENIZER_CONFIG, SPIECE}
 
 
@@ -121,6 +124,44 @@ def save_hf_bert(directory: str, params: dict, config: BertConfig, *, vocab_file
                     else "BertForPreTraining" if "nsp_head" in params else "BertForMaskedLM")
     state_dict = hf_state_dict_from_bert(params, config, prefix="" if architecture == "BertModel" else "bert.")
     write_export(directory, bert_config_to_hf(config, architecture), state_dict, tokenizer_files)
+
+
+def load_hf_albert(directory: str) -> tuple[BertConfig, dict]:
+    """A Hugging Face ALBERT directory (AlbertModel, or 'albert.'-prefixed naming with predictions.* and
+    sop_classifier.*) -> (BertConfig with shared_layers, our params as numpy arrays). The result has 'bert' and,
+    only when the checkpoint has them, 'mlm_head' and 'nsp_head' (the SOP head); config.next_sentence says which."""
+    directory = os.path.expanduser(directory)
+    if not os.path.isdir(directory):
+        raise ModelInputError(f"Hugging Face checkpoint directory not found: {directory} (give a directory with "
+                              f"{CONFIG} and {SAFETENSORS})")
+    hf_config, config_path = read_hf_config(directory, "albert", "ALBERT")
+    state_dict, weights_path = read_weights(directory)
+    has_sop = any(k.removeprefix("albert.") == "sop_classifier.classifier.weight" for k in state_dict)
+    config = hf_config_to_albert(hf_config, next_sentence=has_sop, source=config_path)
+    return config, albert_params_from_hf(state_dict, config, source=weights_path)
+
+
+def save_hf_albert(directory: str, params: dict, config: BertConfig, *, spiece_file: str | None = None,
+                   lowercase: bool = True) -> None:
+    """Export a shared_layers model as ALBERT: MLM + SOP heads -> AlbertForPreTraining, MLM only ->
+    AlbertForMaskedLM, none -> AlbertModel (unprefixed names). spiece_file: the SentencePiece model, copied
+    as spiece.model with a tokenizer_config.json (do_lower_case = lowercase). The target is checked as
+    save_hf_bert checks it."""
+    directory = check_export_target(directory)
+    if spiece_file is not None and not os.path.isfile(os.path.expanduser(spiece_file)):
+        raise ModelInputError(f"SentencePiece model not found: {spiece_file} (give the .model file the model was "
+                              "trained with)")
+    architecture = ("AlbertModel" if "mlm_head" not in params
+                    else "AlbertForPreTraining" if "nsp_head" in params else "AlbertForMaskedLM")
+    state_dict = hf_state_dict_from_albert(params, config, prefix="" if architecture == "AlbertModel" else "albert.")
+
+    def tokenizer_files(tmp: str) -> None:
+        if spiece_file is not None:
+            shutil.copyfile(os.path.expanduser(spiece_file), os.path.join(tmp, SPIECE))
+            with open(os.path.join(tmp, TOKENIZER_CONFIG), "w") as f:
+                json.dump({"do_lower_case": lowercase, "keep_accents": False, "tokenizer_class": "AlbertTokenizer",
+                           "model_max_length": config.max_position_embeddings}, f, indent=2)
+    write_export(directory, albert_config_to_hf(config, architecture), state_dict, tokenizer_files)
 
 
 def bert_tokenizer_files(vocab_file: str | None, lowercase: bool, config: BertConfig) -> Callable[[str], None]:

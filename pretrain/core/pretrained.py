@@ -57,7 +57,8 @@ def _hf_directories() -> str:
 def _inherited(family: models.ModelFamily, model: dict[str, Any], params: dict) -> tuple[dict, dict]:
     """A checkpoint's config.model fields and params -> what fine-tuning starts from (see ModelFamily)."""
     if family.architecture_keys is not None:
-        model = {k: model[k] for k in family.architecture_keys if k in model}  # an older run: the defaults
+        # a key newer than the checkpoint's config (a BERT run's embedding_size) keeps the dataclass default
+        model = {k: model[k] for k in family.architecture_keys if k in model}
     else:
         model = {k: v for k, v in model.items() if k not in NOT_ARCHITECTURE}
     return model, params if family.params_subtree is None else params[family.params_subtree]

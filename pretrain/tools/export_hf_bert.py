@@ -3,6 +3,12 @@
   python -m pretrain.tools.export_hf_bert --workdir runs/bert_base --output hf/bert_base
   python -c "from transformers import BertForPreTraining; BertForPreTraining.from_pretrained('hf/bert_base')"
 
+A pretraining run with model.shared_layers (configs/albert.py) exports as ALBERT: AlbertForPreTraining (the NSP
+head is the SOP head), with its SentencePiece model as spiece.model:
+
+  python -m pretrain.tools.export_hf_bert --workdir runs/albert_tiny --output hf/albert_tiny
+  python -c "from transformers import AlbertForPreTraining; AlbertForPreTraining.from_pretrained('hf/albert_tiny')"
+
 An ELECTRA pretraining run (configs/electra.py) exports as two directories, OUTPUT/discriminator
 (ElectraForPreTraining) and OUTPUT/generator (ElectraForMaskedLM), sharing their embeddings.
 
@@ -41,7 +47,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from models.convert import peft_io, save_hf_bert
+from models.convert import peft_io, save_hf_albert, save_hf_bert
 import models
 from models import peft as peft_modules
 from models.qkv_layout import hf_layout
@@ -70,7 +76,12 @@ def export(workdir: str, output: str, step: int | None = None, peft: bool = Fals
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
     params = {k: v for k, v in params.items() if k in ("bert", "mlm_head", "nsp_head")}  # the pretraining heads
     model = models.model_config({**config["model"], "next_sentence": "nsp_head" in params})
-    vocab, lowercase = _vocab(config.get("tokenizer", {}))
+    tokenizer = config.get("tokenizer", {})
+    if model.shared_layers:  # ALBERT: one layer's weights at every depth
+        spiece = tokenizer.get("path") if tokenizer.get("kind") == "sentencepiece" else None
+        save_hf_albert(output, params, model, spiece_file=spiece, lowercase=tokenizer.get("lowercase", True))
+        return f"exported {workdir} step {step} ({', '.join(params)}) to {output} as ALBERT"
+    vocab, lowercase = _vocab(tokenizer)
     save_hf_bert(output, params, model, vocab_file=vocab, lowercase=lowercase)
     return f"exported {workdir} step {step} ({', '.join(params)}) to {output}"
 
@@ -93,6 +104,9 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
     directory; the PEFT methods' base is rebuilt from the reference in the checkpoint."""
     method = parameter_efficient.peft_config(config).method
     _check_exportable(workdir, config.model.name, method, peft)
+    if config.model.get("shared_layers"):
+        raise errors.UserError(f"{workdir} fine-tuned an ALBERT (model.shared_layers): only its pretraining run "
+                               "exports (as AlbertForPreTraining), not a fine-tuned ALBERT")
     task = registry.task_for_config(config)
     if task.kind not in peft_io.ARCHITECTURES or (peft and task.kind not in ("classification", "regression")):
         raise errors.UserError(f"{workdir} fine-tuned a {task.kind!r} head, which has no "

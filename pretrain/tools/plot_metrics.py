@@ -13,8 +13,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display on TPU VMs / CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-CURVES = ("loss", "mlm_loss", "nsp_loss")
-ACCURACIES = ("mlm_accuracy", "nsp_accuracy")
+CURVES = ("loss", "mlm_loss", "nsp_loss", "sop_loss")  # sop: ALBERT's objective.sentence_order
+ACCURACIES = ("mlm_accuracy", "nsp_accuracy", "sop_accuracy")
 
 
 def read_metrics(path: str) -> tuple[list[dict], list[dict]]:

@@ -98,6 +98,9 @@ CASES = {
                                      r"config\.optimizer\.learning_rate=-1\.0 is invalid"),
     "train/unknown optimizer": (train("--config.optimizer.name=sgd"), 2, r"config\.optimizer\.name='sgd'.*adamw"),
     "train/dropout 1": (train("--config.model.dropout_rate=1.0"), 2, r"config\.model\.dropout_rate=1\.0 is invalid"),
+    "train/embedding_size above hidden_size": (["pretrain.train", "--config=configs/albert.py:size=tiny",
+                                                "--workdir={fresh}", "{tiny}", "--config.model.embedding_size=64"], 2,
+                                               r"model\.embedding_size=64 is above model\.hidden_size=32"),
     "train/vocabulary smaller than tokenizer": (train("--config.model.vocab_size=100"), 2,
                                                 r"tokenizer has 1000 ids but config\.model\.vocab_size=100"),
     # ----- pretrain.train: files -----
