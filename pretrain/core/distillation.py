@@ -66,9 +66,9 @@ def check_teacher(model: ml_collections.ConfigDict, teacher: dict, source: str) 
                           f"{model.teacher_layers}; set --config.model.teacher_layers={layers} (and num_layers <= "
                           f"{(layers + 1) // 2})")
     for key in SHARED:
-        value = teacher.get(key, getattr(BertConfig, key))
-        if model.get(key) != value:
-            raise ConfigError(f"the teacher {source} has {key}={value!r} but config.model.{key}={model.get(key)!r}: "
+        value, student = (fields.get(key, getattr(BertConfig, key)) for fields in (teacher, model))  # absent: default
+        if student != value:
+            raise ConfigError(f"the teacher {source} has {key}={value!r} but config.model.{key}={student!r}: "
                               f"the student is built from the teacher's layers; set --config.model.{key}={value}")
 
 

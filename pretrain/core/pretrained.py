@@ -60,7 +60,8 @@ def _inherited(family: models.ModelFamily, model: dict[str, Any], params: dict, 
     params at the "a/b" path params_subtree, or with `heads` at its parent (BERT's encoder with its pretraining
     heads: what a distillation teacher is, pretrain/core/distillation.py)."""
     if family.architecture_keys is not None:
-        model = {k: model[k] for k in family.architecture_keys}
+        # a key a checkpoint's config.json lacks (a run from before the field existed) keeps the field's default
+        model = {k: model[k] for k in family.architecture_keys if k in model}
     else:
         model = {k: v for k, v in model.items() if k not in NOT_ARCHITECTURE}
     path = family.params_subtree.split("/") if family.params_subtree else []
