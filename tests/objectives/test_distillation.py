@@ -85,3 +85,25 @@ def test_bad_settings_are_one_line_errors(overrides, words):
     with pytest.raises(ObjectiveError) as error:
         _objective(**overrides)
     assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_task_distillation_mixes_soft_targets_and_labels_by_hand():
+    """objectives/finetuning.py's distilled classification loss: alpha * T^2 KL + (1 - alpha) * CE over real rows."""
+    from objectives.finetuning import FineTuningObjective
+    rng = np.random.default_rng(3)
+    logits, teacher = rng.normal(size=(4, 3)), rng.normal(size=(4, 3)) * 2
+    batch = {"label": np.array([0, 2, 1, 0]), "weight": np.array([1, 1, 1, 0], np.float32), "teacher_logits": teacher}
+    objective = FineTuningObjective("classification", 3).distilled(0.3, 2.0)
+    loss, metrics = objective.loss({"logits": jnp.asarray(logits)}, batch)
+    real = slice(0, 3)
+    ce = -_log_softmax(logits[real])[np.arange(3), batch["label"][real]].mean()
+    log_ps, log_pt = _log_softmax(logits[real] / 2.0), _log_softmax(teacher[real] / 2.0)
+    kl = 4.0 * (np.exp(log_pt) * (log_pt - log_ps)).sum(-1).mean()
+    assert float(metrics["label_loss"]) == pytest.approx(ce, rel=1e-5)
+    assert float(metrics["soft_target_loss"]) == pytest.approx(kl, rel=1e-5)
+    assert float(loss) == pytest.approx(0.3 * kl + 0.7 * ce, rel=1e-5)
+    # Without the field (dev batches) it is the plain cross-entropy.
+    plain, _ = objective.loss({"logits": jnp.asarray(logits)}, {k: batch[k] for k in ("label", "weight")})
+    assert float(plain) == pytest.approx(ce, rel=1e-5)
+    with pytest.raises(ObjectiveError, match="classification"):
+        FineTuningObjective("regression", 1).distilled(0.5, 2.0)

@@ -42,19 +42,28 @@ def test_distil_a_tiny_bert_then_finetune_the_student(tmp_path, tiny_bert_workdi
         assert np.array_equal(a, b)  # frozen for 4 steps
     assert sorted(params["student"]["bert"]) == ["embeddings", "layer_0", "pooler"]
 
-    tuned = tmp_path / "wnli"
-    run_module("pretrain.finetune", [
-        "--config=configs/glue.py:task=wnli", f"--workdir={tuned}", f"--config.init={workdir}",
-        f"--config.data.glue_dir={os.path.join(SHARED_DATA, 'glue')}", "--config.data.max_train_examples=32",
-        "--config.num_epochs=1", "--config.batch_size=16", "--config.data.max_seq_length=32",
-        "--config.write_test_predictions=false", "--config.freezing.strategy=head_only"])
+    # Task distillation: a WNLI run of the teacher teaches the student's fine-tuning with its logits.
+    teacher_run, tuned = tmp_path / "wnli_teacher", tmp_path / "wnli"
+    _finetune(teacher_run, tiny_bert_workdir)
+    _finetune(tuned, workdir, "--config.freezing.strategy=head_only", f"--config.distillation.teacher={teacher_run}",
+              "--config.distillation.alpha=0.7")
     results = json.loads((tuned / "results.json").read_text())
     assert results["init"].startswith("orbax:") and 0 <= results["metrics"]["dev"]["accuracy"] <= 1
+    logged = [json.loads(line) for line in (tuned / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("soft_target_loss", 0) > 0 for r in logged), logged
     config = json.loads((tuned / "config.json").read_text())
     assert config["model"]["name"] == "bert" and config["model"]["num_layers"] == 1
     finetuned, _ = checkpoints.restore_params(tuned / "checkpoints")
     for a, b in zip(_leaves(finetuned["bert"]), _leaves(params["student"]["bert"])):
         assert np.array_equal(a, b)  # head_only: the student's encoder as distilled
+
+
+def _finetune(workdir, init, *extra: str):
+    run_module("pretrain.finetune", [
+        "--config=configs/glue.py:task=wnli", f"--workdir={workdir}", f"--config.init={init}",
+        f"--config.data.glue_dir={os.path.join(SHARED_DATA, 'glue')}", "--config.data.max_train_examples=32",
+        "--config.num_epochs=1", "--config.batch_size=16", "--config.data.max_seq_length=32",
+        "--config.write_test_predictions=false", "--config.log_every=1", *extra])
 
 
 @pytest.mark.slow
