@@ -89,6 +89,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         unfreeze_every_epochs=1))  # `gradual`: one more layer every this many epochs
 
     c.peft = peft_config(arg.peft)
+    # Task distillation (Hinton et al. 2015; pretrain/loops/task_distillation.py): a finished fine-tuning workdir of
+    # the same task teaches: loss = alpha * T^2 KL(teacher/T || student/T) + (1 - alpha) * CE(labels).
+    c.distillation = ml_collections.ConfigDict(dict(teacher="", alpha=0.5, temperature=2.0))  # teacher '' = off
 
     # Architecture defaults = BERT-Base; with an init they are replaced by the checkpoint's.
     c.model = ml_collections.ConfigDict(dict(

@@ -48,7 +48,7 @@ class ModelFamily:
     model_class: str                     # its pretraining module
     hf: tuple[HfCheckpoint, ...] = ()    # the Hugging Face checkpoints it loads
     # What fine-tuning inherits from a pretrained checkpoint (pretrain/core/pretrained.py):
-    params_subtree: str | None = None    # the params' subtree it starts from (None: the whole tree)
+    params_subtree: str | None = None    # the params' subtree it starts from, "a/b" nested (None: the whole tree)
     architecture_keys: tuple[str, ...] | None = None  # config.model keys (None: all but the training-time ones)
     # Relations within config.model that pretrain/core/validation.py checks:
     width_key: str | None = None         # a width that num_heads must divide
@@ -57,6 +57,7 @@ class ModelFamily:
     body: Body | None = None             # for freezing (None: no pretrained body the strategies act on)
     finetuning: Mapping[str, str] = dataclasses.field(default_factory=dict)  # task kind -> 'module:Family'
     finetunes_as: str | None = None      # the family its checkpoints fine-tune as (ELECTRA: its discriminator, a BERT)
+    frozen: tuple[str, ...] = ()         # params subtrees ("a/b" paths) pretraining never updates (a distillation teacher)
 
     def config_cls(self) -> type:
         return resolve(f"{self.module}:{self.config_class}")
@@ -174,3 +175,9 @@ register(ModelFamily(
     # BERTs directly (the bert family's checkpoints above).
     params_subtree="discriminator", architecture_keys=BERT_ARCHITECTURE, finetunes_as="bert",
     width_key="hidden_size", positions_key="max_position_embeddings"))
+
+register(ModelFamily(  # DistilBERT (models/distillation.py): a student BERT beside its frozen teacher
+    "distil", "models.distillation", "DistilConfig", "DistillationModel",
+    params_subtree="student/bert", architecture_keys=BERT_ARCHITECTURE,
+    width_key="hidden_size", positions_key="max_position_embeddings",
+    finetunes_as="bert", frozen=("teacher", "student/bert/pooler")))  # the pooler: no loss reaches it

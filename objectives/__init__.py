@@ -6,7 +6,8 @@ import ml_collections
 
 from objectives.interface import Objective, ObjectiveError
 
-NAMES = ("bert_pretraining", "spanbert", "electra", "span_corruption", "encoder_decoder_denoising", "causal_lm", "prefix_lm")
+NAMES = ("bert_pretraining", "spanbert", "electra", "span_corruption", "encoder_decoder_denoising", "causal_lm",
+         "prefix_lm", "distillation")
 
 
 def build_objective(config: ml_collections.ConfigDict, tokenizer) -> Objective:
@@ -28,4 +29,7 @@ def build_objective(config: ml_collections.ConfigDict, tokenizer) -> Objective:
     if config.name == "prefix_lm":  # decoder-only; T5's is encoder_decoder_denoising with mode=prefix_lm
         from objectives.prefix_lm import PrefixLM
         return PrefixLM(config, tokenizer)
+    if config.name == "distillation":  # DistilBERT, with model 'distil'
+        from objectives.distillation import Distillation
+        return Distillation(config, tokenizer)
     raise ObjectiveError(f"config.objective.name={config.name!r} is unknown; available: {', '.join(NAMES)}")

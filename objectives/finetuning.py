@@ -15,11 +15,14 @@ batches, not to average.
 """
 from __future__ import annotations
 
+import copy
+
 import jax
 import jax.numpy as jnp
 import optax
 
 from objectives.interface import ObjectiveError
+from objectives.losses import soft_target_kl
 
 TASK_KINDS = ("classification", "regression", "tagging", "span", "qa")
 IGNORE = -100  # label of positions / spans that carry no target
@@ -89,6 +92,20 @@ class FineTuningObjective:
             raise ObjectiveError(f"a regression task has one output, got num_labels={num_labels}")
         self.kind, self.num_labels = kind, num_labels
         self.max_answer_length, self.allow_null_answer = max_answer_length, allow_null_answer
+        self.distill_alpha, self.distill_temperature = 0.0, 1.0  # see `distilled`
+
+    def distilled(self, alpha: float, temperature: float) -> "FineTuningObjective":
+        """This classification objective where a batch carries 'teacher_logits' [B, C] (task distillation, Hinton
+        et al. 2015): loss = alpha * T^2 KL(teacher/T || student/T) + (1 - alpha) * CE(labels); metrics add
+        'soft_target_loss' and 'label_loss'. Batches without them (dev) keep the plain cross-entropy."""
+        if self.kind != "classification":
+            raise ObjectiveError(f"task distillation mixes a teacher's class probabilities into the loss of a "
+                                 f"classification task; this task is {self.kind}")
+        if not 0 <= alpha <= 1 or not temperature > 0:
+            raise ObjectiveError(f"distillation alpha={alpha} must be in [0, 1] and temperature={temperature} > 0")
+        out = copy.copy(self)
+        out.distill_alpha, out.distill_temperature = alpha, temperature
+        return out
 
     def model_inputs(self, batch: dict) -> dict:
         keys = ("input_ids", "segment_ids", "input_mask") + (("spans",) if self.kind == "span" else ())
@@ -101,6 +118,12 @@ class FineTuningObjective:
             logits, label = outputs["logits"], batch["label"]                     # [B, C], [B]
             loss = _weighted_mean(_cross_entropy(logits, label), w)
             metrics["accuracy"] = _weighted_mean(jnp.argmax(logits, -1) == label, w)
+            if "teacher_logits" in batch:  # task distillation (`distilled`): training batches only
+                a = self.distill_alpha
+                metrics["label_loss"] = loss
+                metrics["soft_target_loss"] = soft_target_kl(logits, batch["teacher_logits"], w,
+                                                             self.distill_temperature)
+                loss = a * metrics["soft_target_loss"] + (1 - a) * loss
         elif self.kind == "regression":
             score = outputs["logits"][..., 0].astype(jnp.float32)                 # [B]
             loss = _weighted_mean(jnp.square(score - batch["label"].astype(jnp.float32)), w)

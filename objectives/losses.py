@@ -29,3 +29,16 @@ def token_cross_entropy(logits: jax.Array, targets: jax.Array, weights: jax.Arra
         "z_loss": z_loss * (jnp.square(log_z) * weights).sum() / denom,
         "accuracy": ((jnp.argmax(logits, axis=-1) == targets) * weights).sum() / denom,
     }
+
+
+def soft_target_kl(student_logits: jax.Array, teacher_logits: jax.Array, weights: jax.Array, temperature: float
+                   ) -> jax.Array:
+    """Hinton et al. (2015)'s soft-target loss: T^2 * KL(softmax(teacher / T) || softmax(student / T)), the weighted
+    mean over positions. The T^2 keeps its gradients' scale independent of T (Section 2). logits [..., C] (computed
+    in float32), weights [...] (0: padding) -> scalar; all-zero weights give 0. Shared by DistilBERT's objective
+    (objectives/distillation.py) and task distillation in fine-tuning (objectives/finetuning.py)."""
+    log_p_student = jax.nn.log_softmax(student_logits.astype(jnp.float32) / temperature, axis=-1)
+    log_p_teacher = jax.nn.log_softmax(teacher_logits.astype(jnp.float32) / temperature, axis=-1)
+    kl = (jnp.exp(log_p_teacher) * (log_p_teacher - log_p_student)).sum(axis=-1)
+    weights = weights.astype(jnp.float32)
+    return temperature ** 2 * (kl * weights).sum() / jnp.maximum(weights.sum(), 1.0)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -110,3 +111,19 @@ def trainable_count(params: Any, unfreeze_at: Any, step: int) -> int:
 def trainable_fraction(params: Any, unfreeze_at: Any, step: int) -> float:
     """Share of parameters that train at `step` (printed at start so a user sees the strategy act)."""
     return trainable_count(params, unfreeze_at, step) / max(sum(p.size for p in jax.tree.leaves(params)), 1)
+
+
+def without_subtrees(tx: optax.GradientTransformation, frozen: tuple[str, ...]) -> optax.GradientTransformation:
+    """`tx` on every parameter but those under the "a/b" paths `frozen` (a family's, models/registry.py: a
+    distillation teacher): those get a zero update and no optimizer state (no moments, no weight decay)."""
+    if not frozen:
+        return tx
+    prefixes = [tuple(path.split("/")) for path in frozen]
+
+    def labels(params):  # boxed (nn.Partitioned) at init, plain arrays in the step: one label per weight either way
+        def label(path, _) -> str:
+            names = tuple(path_names(path))
+            return "frozen" if any(names[:len(p)] == p for p in prefixes) else "train"
+        return jax.tree_util.tree_map_with_path(label, params, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+
+    return optax.multi_transform({"train": tx, "frozen": optax.set_to_zero()}, labels)

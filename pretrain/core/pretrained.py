@@ -54,17 +54,23 @@ def _hf_directories() -> str:
     return f"a Hugging Face {listed} directory"
 
 
-def _inherited(family: models.ModelFamily, model: dict[str, Any], params: dict) -> tuple[dict, dict]:
-    """A checkpoint's config.model fields and params -> what fine-tuning starts from (see ModelFamily)."""
+def _inherited(family: models.ModelFamily, model: dict[str, Any], params: dict, heads: bool = False
+               ) -> tuple[dict, dict]:
+    """A checkpoint's config.model fields and params -> what fine-tuning starts from (see ModelFamily): the
+    params at the "a/b" path params_subtree, or with `heads` at its parent (BERT's encoder with its pretraining
+    heads: what a distillation teacher is, pretrain/core/distillation.py)."""
     if family.architecture_keys is not None:
-        # a key newer than the checkpoint's config (a BERT run's embedding_size) keeps the dataclass default
+        # a key a checkpoint's config.json lacks (a run from before the field existed) keeps the field's default
         model = {k: model[k] for k in family.architecture_keys if k in model}
     else:
         model = {k: v for k, v in model.items() if k not in NOT_ARCHITECTURE}
-    return model, params if family.params_subtree is None else params[family.params_subtree]
+    path = family.params_subtree.split("/") if family.params_subtree else []
+    for key in path[:-1] if heads else path:
+        params = params[key]
+    return model, params
 
 
-def _load_hf(path: str, model_type: str) -> Pretrained:
+def _load_hf(path: str, model_type: str, heads: bool = False) -> Pretrained:
     found = models.registry.hf_checkpoint(model_type)
     if found is None:
         known = ", ".join(repr(c.model_type) for family in models.FAMILIES.values() for c in family.hf)
@@ -72,7 +78,7 @@ def _load_hf(path: str, model_type: str) -> Pretrained:
                         f"loads ({known}); give {_hf_directories()}")
     family, checkpoint = found
     config, params = models.registry.resolve(checkpoint.loader)(path)
-    model, params = _inherited(family, dataclasses.asdict(config), params)
+    model, params = _inherited(family, dataclasses.asdict(config), params, heads)
     return Pretrained(family.finetunes_as or family.name, model, params, checkpoint.tokenizer(path), f"huggingface:{path}")
 
 
@@ -87,8 +93,9 @@ def _find_workdir(path: str, flag: str) -> tuple[str, str]:
                     f"nor {_hf_directories()} (config.json + model.safetensors or pytorch_model.bin)")
 
 
-def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
-    """`flag`: how the user gave `path`, for error messages."""
+def load_pretrained(path: str, flag: str = "--config.init", heads: bool = False) -> Pretrained:
+    """`flag`: how the user gave `path`, for error messages. `heads`: params with the pretraining heads beside
+    the encoder (BERT: {bert, mlm_head(, nsp_head)}, the heads only where the checkpoint has them)."""
     if storage.is_url(path):  # a pretrain.train workdir in a bucket (gs://...)
         storage.check_url(path, flag)
     path = storage.absolute(os.path.expanduser(path))
@@ -97,7 +104,7 @@ def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
     model_type = _hf_model_type(path)
     if model_type is not None:
         local = storage.local_copy(path, "hf_init_") if storage.is_url(path) else path
-        return dataclasses.replace(_load_hf(local, model_type), source=f"huggingface:{path}")
+        return dataclasses.replace(_load_hf(local, model_type, heads), source=f"huggingface:{path}")
 
     workdir, ckpt = _find_workdir(path, flag)
     config = json.loads(storage.read_text(os.path.join(workdir, "config.json")))
@@ -109,7 +116,7 @@ def load_pretrained(path: str, flag: str = "--config.init") -> Pretrained:
     # A relative tokenizer path is relative to where pretraining ran; --config.tokenizer.path overrides it.
     tokenizer = dict(config["tokenizer"])
     family = models.FAMILIES[name]
-    model, params = _inherited(family, config["model"], params)
+    model, params = _inherited(family, config["model"], params, heads)
     return Pretrained(family.finetunes_as or name, model, params, tokenizer, f"orbax:{ckpt}/{step}")
 
 

@@ -39,7 +39,7 @@ from pretrain.data import tokenizers
 from pretrain.data.prefetch import prefetch
 from pretrain.families import registry
 from pretrain.loops.scoring import dev_score, load_split, predict, score_splits
-from pretrain.loops import setup
+from pretrain.loops import setup, task_distillation
 from pretrain.loops.steps import micro_batches
 
 
@@ -147,6 +147,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, watcher: preempti
     task, family = task_and_family(config)
     train_data, examples = load_split(config, family, "train", config.batch_size,
                                       subset=config.data.max_train_examples)
+    if task_distillation.enabled(config):  # the teacher's logits as a field of the training batches
+        task_distillation.attach(config, family, train_data, examples)
     windows = f" in {len(train_data)} windows" if len(train_data) != len(examples) else ""  # QA's long contexts
     print(f"Task {task.name}: {len(examples)} training examples{windows}, {train_data.steps_per_epoch} steps/epoch x "
           f"{config.num_epochs} epochs")

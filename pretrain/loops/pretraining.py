@@ -18,8 +18,8 @@ import numpy as np
 from tqdm import tqdm
 
 import objectives
-from pretrain.core import (checkpoints, distributed, guards, partitioning, preemption, profiling, storage,
-                           train_state, validation, workdir_lock)
+from pretrain.core import (checkpoints, distillation, distributed, guards, partitioning, preemption, pretrained,
+                           profiling, storage, train_state, validation, workdir_lock)
 from pretrain.core import workdir as workdirs
 from pretrain.core.errors import ConfigError
 from pretrain.core.metric_writers import MetricWriter
@@ -71,9 +71,14 @@ class Start:
 
 
 def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpoints.Checkpointer,
-                     train_data: streaming.StreamingData, eval_data: streaming.StreamingData | None) -> Start:
-    """The fresh state, or the latest checkpoint's. A checkpoint of another run is refused before it is read."""
+                     train_data: streaming.StreamingData, eval_data: streaming.StreamingData | None,
+                     teacher: pretrained.Pretrained | None = None) -> Start:
+    """The fresh state (a distillation run's from its teacher), or the latest checkpoint's. A checkpoint of another
+    run is refused before it is read."""
     if ckpt.latest_step() is None:
+        if teacher is not None:
+            return Start(distillation.initialise(trainer.init_state(), teacher, config.model.num_layers,
+                                                 trainer.shardings))
         return Start(trainer.init_state())
     workdirs.check_resume(workdir, config)  # before reading the checkpoint: name what differs
     abstract_state = checkpoints.abstract_with_shardings(trainer.abstract_state, trainer.shardings)
@@ -187,6 +192,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
 
 def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.Watcher) -> dict[str, float]:
     """train_and_evaluate's set-up and steps, inside its preemption watcher."""
+    teacher = distillation.load_teacher(config)  # model 'distil' only; before the tokenizer: it may be the teacher's
     objective, train_data, eval_data = training_data(config)
     trainer = setup.pretraining_trainer(config, objective)
     with contextlib.ExitStack() as stack:  # unwinds in reverse: the profiler, the writers, Orbax, Grain, the lock
@@ -195,7 +201,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.
         ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
                                         keep=config.keep_checkpoints)
         ckpt.close_when_unwound(stack)
-        start = _restore_or_init(config, workdir, trainer, ckpt, train_data, eval_data)
+        start = _restore_or_init(config, workdir, trainer, ckpt, train_data, eval_data, teacher)
         print(f"Model {config.model.name}: {train_state.count_params(start.state.params):,} parameters; "
               f"mesh {dict(trainer.mesh.shape)}; workdir {storage.absolute(workdir)}")
         if start.step >= config.num_train_steps:

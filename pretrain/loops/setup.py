@@ -26,7 +26,7 @@ from jax.sharding import Mesh
 import models
 import objectives
 from objectives.interface import StepObjective
-from pretrain.core import optimizers, partitioning, train_state
+from pretrain.core import freezing, optimizers, partitioning, train_state
 from pretrain.core.errors import ConfigError
 from pretrain.loops.steps import eval_step, shard_map_train_step, train_step
 
@@ -89,7 +89,9 @@ def pretraining_trainer(config: ml_collections.ConfigDict, objective: objectives
     init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
     return build_trainer(config, model=models.build_model(config.model), objective=objective,
                          example_rows=example_rows(config, objective),
-                         tx=optimizers.make_optimizer(config.optimizer, config.num_train_steps, schedule=schedule),
+                         tx=freezing.without_subtrees(  # a distillation teacher (models/registry.py: frozen)
+                             optimizers.make_optimizer(config.optimizer, config.num_train_steps, schedule=schedule),
+                             models.family(config.model.name).frozen),
                          schedule=schedule, init_rng=init_rng, dropout_rng=dropout_rng,
                          mesh=partitioning.create_mesh(config.mesh_shape, devices))
 

@@ -172,7 +172,7 @@ def test_fine_tuning_families_by_task_kind(toy):
 
 # ----- The real table -----
 def test_every_registered_name_resolves():
-    assert list(registry.FAMILIES) == ["bert", "t5", "gpt", "electra"]
+    assert list(registry.FAMILIES) == ["bert", "t5", "gpt", "electra", "distil"]
     for family in registry.FAMILIES.values():
         assert dataclasses.is_dataclass(family.config_cls()) and issubclass(family.model_cls(), nn.Module)
         for checkpoint in family.hf:
