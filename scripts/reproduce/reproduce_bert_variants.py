@@ -1,12 +1,16 @@
 """BERT's variants at equal budget, in miniature: masked LM (BERT), replaced-token detection (ELECTRA) and shared
 layers with factorised embeddings (ALBERT), each pretrained for the same wall-clock minutes on this machine, then
-fine-tuned on GLUE over seeds with one recipe; random weights are the control.
+fine-tuned on GLUE over seeds with one recipe; random weights are the control. Beside them, distillation: a
+1-layer student distilled from the MLM arm (its teacher: every other layer, soft targets, DistilBERT's loss) and
+the same 1-layer BERT pretrained from scratch, each for the same minutes.
 
 The papers' versions (GLUE dev):
   ELECTRA  Clark et al. 2020, Table 1: at equal pretraining compute (1.4e18 FLOPs, one GPU for four days),
            ELECTRA-Small 79.9 against BERT-Small 75.1; Table 8: ELECTRA-Base 85.1 against BERT-Base 82.2.
   ALBERT   Lan et al. 2020, Table 2: ALBERT-base (12M parameters) averages 80.1 over its five tasks against
            BERT-base (108M) 82.3, at the same steps: sharing trades accuracy for parameters, not compute.
+  DistilBERT  Sanh et al. 2019, Table 1: the 6-layer student 77.0 against its teacher BERT-Base 79.5 (GLUE
+           macro-score); no from-scratch student row (their ablation, Table 4: random init costs 3.7 points).
 Here: the tiny configs (2 layers, hidden 128) on `make demo`'s corpus. Each arm pretrains for --minutes of wall
 clock (scripts/reproduce/cram.py plans its steps from its own measured step time, so an ELECTRA step, which
 runs a generator too, buys fewer steps); each arm keeps its paper's masking (BERT: make cram's 40%, ELECTRA 15%
@@ -22,19 +26,23 @@ import argparse
 import json
 import os
 
+from configs import common
 from scripts.reproduce import glue_study
 from scripts.reproduce import reproduction as rp
 
 BUDGET = ["--config.batch_size=32", "--config.optimizer.learning_rate=0.001", "--config.model.dropout_rate=0.0",
           "--config.model.attention_dropout_rate=0.0", "--config.data.max_seq_length=128",
           "--config.model.vocab_size=8000"]
-ARMS = {  # arm -> (config, its flags besides the budget's)
+ARMS = {  # arm -> (config, its flags besides the budget's; {mlm}: the mlm arm's workdir, the students' teacher)
     "mlm": ("configs/bert.py:size=tiny,recipe=cram,nsp=False", []),
     "electra": ("configs/electra.py:size=tiny", []),
     "albert": ("configs/albert.py:size=tiny", []),
+    "distilled": ("configs/distil.py:size=tiny", ["--config.distillation.teacher={mlm}"]),
+    "student_scratch": ("configs/bert.py:size=tiny,recipe=cram,nsp=False", ["--config.model.num_layers=1"]),
 }
 PAPER = ("ELECTRA-Small 79.9 vs BERT-Small 75.1 at equal compute (Clark et al. 2020, Table 1); ALBERT-base 80.1 vs "
-         "BERT-base 82.3 at equal steps (Lan et al. 2020, Table 2)")
+         "BERT-base 82.3 at equal steps (Lan et al. 2020, Table 2); DistilBERT 77.0 vs its teacher BERT-Base 79.5 "
+         "(Sanh et al. 2019, Table 1)")
 
 
 def parse_args() -> argparse.Namespace:
@@ -56,7 +64,13 @@ def parse_args() -> argparse.Namespace:
 def pretrained_workdir(args, arm: str) -> str:
     """Where an arm's pretrain.train workdir will be (rp.Reproduction.pretrained, known before the run)."""
     workdir = os.path.join(os.path.abspath(args.output), f"pretrain_{arm}")
-    return os.path.join(workdir, "bert" if arm != "electra" else "electra") if args.minutes else workdir
+    return os.path.join(workdir, common.load(ARMS[arm][0]).model.name) if args.minutes else workdir
+
+
+def arm_flags(args, arm: str) -> list[str]:
+    if arm in ("distilled",) and "mlm" not in args.arms:
+        raise SystemExit("error: --arms distilled needs the mlm arm, its teacher")
+    return [flag.format(mlm=pretrained_workdir(args, "mlm")) for flag in ARMS[arm][1]]
 
 
 def steps_reached(workdir: str) -> int:
@@ -75,10 +89,12 @@ def main() -> None:
 
     assets = [f"--config.data.path={corpus}", f"--config.tokenizer.path={spm}", *BUDGET]
     steps = [f"--config.num_train_steps={args.steps}", f"--config.optimizer.warmup_steps={max(1, args.steps // 10)}"]
-    pretraining = {arm: run.pretrain_cell(arm, ARMS[arm][0], assets + ARMS[arm][1] + (steps if args.steps else []))
+    pretraining = {arm: run.pretrain_cell(arm, ARMS[arm][0], assets + arm_flags(args, arm) + (steps if args.steps else []))
                    for arm in args.arms}
     assert all(run.pretrained(cell) == pretrained_workdir(args, arm) for arm, cell in pretraining.items())
-    run.run_pretraining(list(pretraining.values()))
+    students = [cell for arm, cell in pretraining.items() if arm == "distilled"]  # after their teacher
+    run.run_pretraining([cell for cell in pretraining.values() if cell not in students])
+    run.run_pretraining(students)
     scores = study.run()
 
     rows = [[arm, str(steps_reached(run.pretrained(cell))), _loss(run, cell)] for arm, cell in pretraining.items()]
