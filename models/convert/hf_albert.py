@@ -21,6 +21,7 @@ import numpy as np
 from absl import logging
 
 from models.bert import BertConfig
+from models.convert.hf_bert import linear_entries, norm_entries
 from models.convert.layouts import lookup, place_tensor, take_tensor
 from models.errors import ModelInputError
 from models.qkv_layout import hf_layout, to_qkv_layout
@@ -52,14 +53,10 @@ _LAYER = "encoder.albert_layer_groups.0.albert_layers.0"
 def _layout(config: BertConfig) -> dict[str, list[tuple[str, tuple[str, ...], str, tuple[int, ...]]]]:
     """section -> [(HF name without the 'albert.' prefix, our param path, layout, HF shape)]."""
     d, e, f = config.hidden_size, config.embedding_width, config.intermediate_size
-
-    def linear(hf, ours, n_in, n_out):
-        return [(f"{hf}.weight", (*ours, "kernel"), "linear", (n_out, n_in)),
-                (f"{hf}.bias", (*ours, "bias"), "copy", (n_out,))]
+    linear = linear_entries
 
     def norm(hf, ours, width=d):
-        return [(f"{hf}.weight", (*ours, "scale"), "copy", (width,)),
-                (f"{hf}.bias", (*ours, "bias"), "copy", (width,))]
+        return norm_entries(hf, ours, width)
 
     def table(name, rows):
         return [(f"embeddings.{name}.weight", ("bert", "embeddings", name, "embedding"), "copy", (rows, e))]

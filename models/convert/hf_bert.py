@@ -35,11 +35,11 @@ _OPTIONAL = {"pooler": "pooler.dense.weight", "mlm_head": "cls.predictions.trans
 Entry = tuple[str, tuple[str, ...], str, tuple[int, ...]]  # (HF name, our param path, layout, HF shape)
 
 
-def _linear(hf: str, ours: tuple[str, ...], n_in: int, n_out: int) -> list[Entry]:
+def linear_entries(hf: str, ours: tuple[str, ...], n_in: int, n_out: int) -> list[Entry]:
     return [(f"{hf}.weight", (*ours, "kernel"), "linear", (n_out, n_in)), (f"{hf}.bias", (*ours, "bias"), "copy", (n_out,))]
 
 
-def _norm(hf: str, ours: tuple[str, ...], width: int) -> list[Entry]:
+def norm_entries(hf: str, ours: tuple[str, ...], width: int) -> list[Entry]:
     return [(f"{hf}.weight", (*ours, "scale"), "copy", (width,)), (f"{hf}.bias", (*ours, "bias"), "copy", (width,))]
 
 
@@ -56,9 +56,9 @@ def encoder_layout(config: BertConfig, root: tuple[str, ...] = ("bert",),
     body = (table("embeddings.word_embeddings", "word_embeddings", config.vocab_size)
             + table("embeddings.position_embeddings", "position_embeddings", config.max_position_embeddings)
             + table("embeddings.token_type_embeddings", "token_type_embeddings", config.type_vocab_size)
-            + _norm("embeddings.LayerNorm", (*emb, "norm"), e))
+            + norm_entries("embeddings.LayerNorm", (*emb, "norm"), e))
     if e != d:
-        body += _linear("embeddings_project", (*root, "embeddings_project"), e, d)
+        body += linear_entries("embeddings_project", (*root, "embeddings_project"), e, d)
     for i in range(config.num_layers):
         hf, ours = f"encoder.layer.{i}", (*root, f"layer_{i}")
         for name in ("query", "key", "value"):
@@ -66,10 +66,10 @@ def encoder_layout(config: BertConfig, root: tuple[str, ...] = ("bert",),
                      (f"{hf}.attention.self.{name}.bias", (*ours, "attention", name, "bias"), "heads_bias", (d,))]
         body += [(f"{hf}.attention.output.dense.weight", (*ours, "attention", "out", "kernel"), "heads_out", (d, d)),
                  (f"{hf}.attention.output.dense.bias", (*ours, "attention", "out", "bias"), "copy", (d,))]
-        body += _norm(f"{hf}.attention.output.LayerNorm", (*ours, "attention_norm"), d)
-        body += _linear(f"{hf}.intermediate.dense", (*ours, "mlp", "intermediate"), d, f)
-        body += _linear(f"{hf}.output.dense", (*ours, "mlp", "output"), f, d)
-        body += _norm(f"{hf}.output.LayerNorm", (*ours, "output_norm"), d)
+        body += norm_entries(f"{hf}.attention.output.LayerNorm", (*ours, "attention_norm"), d)
+        body += linear_entries(f"{hf}.intermediate.dense", (*ours, "mlp", "intermediate"), d, f)
+        body += linear_entries(f"{hf}.output.dense", (*ours, "mlp", "output"), f, d)
+        body += norm_entries(f"{hf}.output.LayerNorm", (*ours, "output_norm"), d)
     return body
 
 
@@ -79,11 +79,11 @@ def _layout(config: BertConfig) -> dict[str, list[Entry]]:
     mlm = ("mlm_head",)
     return {
         "bert": encoder_layout(config),
-        "pooler": _linear("pooler.dense", ("bert", "pooler"), d, d),
-        "mlm_head": (_linear("cls.predictions.transform.dense", (*mlm, "transform"), d, d)
-                     + _norm("cls.predictions.transform.LayerNorm", (*mlm, "transform_norm"), d)
+        "pooler": linear_entries("pooler.dense", ("bert", "pooler"), d, d),
+        "mlm_head": (linear_entries("cls.predictions.transform.dense", (*mlm, "transform"), d, d)
+                     + norm_entries("cls.predictions.transform.LayerNorm", (*mlm, "transform_norm"), d)
                      + [("cls.predictions.bias", (*mlm, "bias"), "copy", (config.vocab_size,))]),
-        "nsp_head": _linear("cls.seq_relationship", ("nsp_head", "classifier"), d, 2),
+        "nsp_head": linear_entries("cls.seq_relationship", ("nsp_head", "classifier"), d, 2),
     }
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from models.bert import BertConfig
 from models.convert import hf_io
-from models.convert.hf_bert import Entry, _linear, _norm, bert_config_to_hf, encoder_layout, hf_config_to_bert
+from models.convert.hf_bert import Entry, linear_entries, norm_entries, bert_config_to_hf, encoder_layout, hf_config_to_bert
 from models.convert.layouts import place_tensor, take_tensor
 from models.electra import ElectraConfig
 from models.errors import ModelInputError
@@ -34,8 +34,8 @@ def discriminator_layout(config: ElectraConfig) -> list[Entry]:
     """ElectraForPreTraining: the body ('electra.'-prefixed) and discriminator_predictions."""
     d, head = config.hidden_size, ("discriminator_head",)
     body = [(PREFIX + name, *rest) for name, *rest in encoder_layout(config.discriminator(), root=("discriminator",))]
-    return (body + _linear("discriminator_predictions.dense", (*head, "dense"), d, d)
-            + _linear("discriminator_predictions.dense_prediction", (*head, "dense_prediction"), d, 1))
+    return (body + linear_entries("discriminator_predictions.dense", (*head, "dense"), d, d)
+            + linear_entries("discriminator_predictions.dense_prediction", (*head, "dense_prediction"), d, 1))
 
 
 def generator_layout(config: ElectraConfig) -> list[Entry]:
@@ -44,8 +44,8 @@ def generator_layout(config: ElectraConfig) -> list[Entry]:
     e, head = config.embedding_width, ("generator_head",)
     body = [(PREFIX + name, *rest) for name, *rest in
             encoder_layout(config.generator(), root=("generator",), embeddings_root=("discriminator",))]
-    return (body + _linear("generator_predictions.dense", (*head, "transform"), config.generator_hidden_size, e)
-            + _norm("generator_predictions.LayerNorm", (*head, "transform_norm"), e)
+    return (body + linear_entries("generator_predictions.dense", (*head, "transform"), config.generator_hidden_size, e)
+            + norm_entries("generator_predictions.LayerNorm", (*head, "transform_norm"), e)
             + [("generator_lm_head.bias", (*head, "bias"), "copy", (config.vocab_size,))])
 
 
