@@ -12,8 +12,10 @@ then fine-tune the student as any BERT: python -m pretrain.finetune --config=con
 
 Config string: `size=tiny|distilbert`. tiny: a 1-layer student of configs/bert.py:size=tiny's 2 layers, the short
 recipe (demo corpus). distilbert: 6 layers of BERT-Base (teacher bert-base-uncased, 12 layers), student layer i
-<- teacher layer 2i; the student is BertForPreTraining-shaped (it keeps token types and the pooler that DistilBERT
-drops) with 67,577,658 parameters (110,104,890 in its teacher without the NSP head); DistilBERT's own count is 66M.
+<- teacher layer 2i. The student is DistilBERT's shape (no token types, no pooler: transformers'
+DistilBertForMaskedLM, which `pretrain.tools.export_hf_bert` writes). Exact parameter counts of the students, equal
+to DistilBertForMaskedLM's (tests/models/test_distilbert.py checks both): tiny student 1,312,832,
+distilbert student 66,985,530 (paper: "66M"; its teacher without the NSP head has 110,104,890).
 
 The recipe (DistilBERT, Section 3-4, and its released training script, Hugging Face's examples/research_projects/
 distillation): loss 5.0 * T^2 KL(teacher/T || student/T) + 2.0 * MLM + 1.0 * cosine of the last hidden states

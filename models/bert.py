@@ -5,7 +5,8 @@ The same encoder is ALBERT's and ELECTRA's. ALBERT (Lan et al., 2020): factorise
 (`embedding_size` E < hidden H: a V x E table, then one E x H projection), one layer's weights applied at
 every depth (`shared_layers`), GELU's tanh form (`hidden_act="gelu_new"`), and sentence-order prediction
 through the NSP head (objectives/nsp.py makes the pairs). ELECTRA's discriminator and generator
-(models/electra.py) are this encoder with E != H and no pooler.
+(models/electra.py) are this encoder with E != H and no pooler. DistilBERT (Sanh et al. 2019) is this encoder
+without token types (`type_vocab_size=0`) and without a pooler (models/distillation.py trains one).
 
 Parameter names follow Hugging Face's `BertForPreTraining` closely (embeddings / encoder layers /
 pooler / heads) so that `models/convert/` can map checkpoints one to one.
@@ -30,7 +31,7 @@ class BertConfig:
     num_heads: int = 12
     intermediate_size: int = 3072
     max_position_embeddings: int = 512
-    type_vocab_size: int = 2
+    type_vocab_size: int = 2             # 0: no token-type table, segment ids unread (DistilBERT)
     dropout_rate: float = 0.1            # hidden dropout (embeddings, attention output, FFN output)
     attention_dropout_rate: float = 0.1  # on the attention probabilities
     layer_norm_eps: float = 1e-12
@@ -80,8 +81,9 @@ class BertEmbeddings(nn.Module):
         self.word_embeddings = layers.Embed(c.vocab_size, c.embedding_width, "vocab", init, **c.kwargs)
         self.position_embeddings = layers.Embed(c.max_position_embeddings, c.embedding_width,
                                                 "positions", init, **c.kwargs)
-        self.token_type_embeddings = layers.Embed(c.type_vocab_size, c.embedding_width,
-                                                  "token_types", init, **c.kwargs)
+        if c.type_vocab_size:
+            self.token_type_embeddings = layers.Embed(c.type_vocab_size, c.embedding_width,
+                                                      "token_types", init, **c.kwargs)
         self.norm = layers.LayerNorm(c.layer_norm_eps, **c.kwargs)
         self.dropout = ops.Dropout(c.dropout_rate)
 
@@ -100,7 +102,9 @@ class BertEmbeddings(nn.Module):
             raise ModelInputError(f"{input_ids.shape[1]} tokens + {virtual} virtual ones exceed the model's "
                                   f"{self.config.max_position_embeddings} positions: shorten the input or the prefix")
         positions = first_position + jnp.arange(words.shape[1])[None, :]
-        x = words + self.position_embeddings(positions) + self.token_type_embeddings(segment_ids)
+        x = words + self.position_embeddings(positions)
+        if self.config.type_vocab_size:
+            x = x + self.token_type_embeddings(segment_ids)
         return self.dropout(self.norm(x), deterministic=deterministic)
 
 

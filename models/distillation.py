@@ -4,8 +4,9 @@ One module holds both, so the one trainer's step sees them as one model: params 
 'teacher': {bert, mlm_head}}. The teacher runs deterministically (no dropout) and its outputs pass through
 `stop_gradient`, so no gradient flows into it; the family registration (models/registry.py, `frozen`) also
 keeps it out of the optimizer (no update, no weight decay, no Adam moments). Both are BERT-shaped
-`BertForPreTraining`s without the NSP head; the student keeps its token-type embeddings and its pooler
-(DistilBERT drops them) so that its `bert` subtree fine-tunes as any BERT does.
+`BertForPreTraining`s without the NSP head; the student is DistilBERT-shaped: no token-type embeddings and no
+pooler (`student()`), so it exports as transformers' DistilBertForMaskedLM (models/convert/hf_distilbert.py), and its
+`bert` subtree fine-tunes as a BERT does, with a fresh pooler, as DistilBERT's classifiers add theirs.
 
 The student has the teacher's width and vocabulary and `num_layers` <= ceil(teacher_layers / 2): it starts from
 every other teacher layer (student layer i <- teacher layer 2i), as DistilBERT does; pretrain/core/distillation.py
@@ -40,13 +41,17 @@ class DistilConfig(BertConfig):
                 f"layers: a student starts from every other teacher layer (0, 2, 4, ...); set num_layers <= "
                 f"{(self.teacher_layers + 1) // 2}")
 
+    def bert(self) -> BertConfig:
+        """The fields the student and the teacher share (the teacher's architecture)."""
+        return BertConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(BertConfig)})
+
     def student(self) -> BertConfig:
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(BertConfig)}
-        return BertConfig(**fields)
+        """DistilBERT (Sanh et al. 2019, Section 3): "the token-type embeddings and the pooler are removed"."""
+        return dataclasses.replace(self.bert(), type_vocab_size=0, pooler=False)
 
     def teacher(self) -> BertConfig:
-        """The teacher: the student's architecture at the teacher's depth, never dropped out (it runs deterministic)."""
-        return dataclasses.replace(self.student(), num_layers=self.teacher_layers)
+        """The teacher at its own depth (it runs deterministic: its dropout never applies)."""
+        return dataclasses.replace(self.bert(), num_layers=self.teacher_layers)
 
 
 def teacher_layer(i: int) -> int:
@@ -66,7 +71,7 @@ class DistillationModel(nn.Module):
     @staticmethod
     def _forward(model: BertForPreTraining, input_ids, segment_ids, input_mask, masked_lm_positions, deterministic):
         """BertForPreTraining's MLM path, keeping the last hidden states (its __call__ returns only the heads')."""
-        sequence, _ = model.bert(input_ids, segment_ids, input_mask, deterministic)  # also builds the pooler
+        sequence, _ = model.bert(input_ids, segment_ids, input_mask, deterministic)  # (the teacher's pooler too)
         masked = heads.gather_positions(sequence, masked_lm_positions)
         return model.mlm_head(masked, model.bert.embeddings.word_embeddings), sequence
 

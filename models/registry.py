@@ -57,6 +57,7 @@ class ModelFamily:
     body: Body | None = None             # for freezing (None: no pretrained body the strategies act on)
     finetuning: Mapping[str, str] = dataclasses.field(default_factory=dict)  # task kind -> 'module:Family'
     finetunes_as: str | None = None      # the family its checkpoints fine-tune as (ELECTRA: its discriminator, a BERT)
+    finetuned_config: str | None = None  # the config method giving what fine-tunes, where it differs (distil: student)
     frozen: tuple[str, ...] = ()         # params subtrees ("a/b" paths) pretraining never updates (a distillation teacher)
 
     def config_cls(self) -> type:
@@ -146,7 +147,8 @@ register(ModelFamily(
     "bert", "models.bert", "BertConfig", "BertForPreTraining",
     hf=(HfCheckpoint("bert", "BERT", "models.convert.hf_io:load_hf_bert", _wordpiece),
         HfCheckpoint("albert", "ALBERT", "models.convert.hf_io:load_hf_albert", _albert_sentencepiece),
-        HfCheckpoint("electra", "ELECTRA", "models.convert.hf_electra:load_hf_electra", _wordpiece)),
+        HfCheckpoint("electra", "ELECTRA", "models.convert.hf_electra:load_hf_electra", _wordpiece),
+        HfCheckpoint("distilbert", "DistilBERT", "models.convert.hf_distilbert:load_hf_distilbert", _wordpiece)),
     params_subtree="bert",  # the encoder (embeddings, layer_i, pooler) without the pretraining heads
     architecture_keys=BERT_ARCHITECTURE,
     width_key="hidden_size", positions_key="max_position_embeddings",
@@ -180,4 +182,4 @@ register(ModelFamily(  # DistilBERT (models/distillation.py): a student BERT bes
     "distil", "models.distillation", "DistilConfig", "DistillationModel",
     params_subtree="student/bert", architecture_keys=BERT_ARCHITECTURE,
     width_key="hidden_size", positions_key="max_position_embeddings",
-    finetunes_as="bert", frozen=("teacher", "student/bert/pooler")))  # the pooler: no loss reaches it
+    finetunes_as="bert", finetuned_config="student", frozen=("teacher",)))

@@ -32,6 +32,10 @@ _OPTIONAL = {"pooler": "pooler.dense.weight", "mlm_head": "cls.predictions.trans
              "nsp_head": "cls.seq_relationship.weight"}
 
 
+# A model without token types (DistilBERT-shaped) exports as BERT with this many rows of zeros: a sentence pair's
+# segment ids 0 and 1 both index it, and add nothing, as in the model trained.
+EXPORTED_TOKEN_TYPES = 2
+
 Entry = tuple[str, tuple[str, ...], str, tuple[int, ...]]  # (HF name, our param path, layout, HF shape)
 
 
@@ -55,7 +59,8 @@ def encoder_layout(config: BertConfig, root: tuple[str, ...] = ("bert",),
 
     body = (table("embeddings.word_embeddings", "word_embeddings", config.vocab_size)
             + table("embeddings.position_embeddings", "position_embeddings", config.max_position_embeddings)
-            + table("embeddings.token_type_embeddings", "token_type_embeddings", config.type_vocab_size)
+            + (table("embeddings.token_type_embeddings", "token_type_embeddings", config.type_vocab_size)
+               if config.type_vocab_size else [])  # none: DistilBERT-shaped (exported as a zero table, below)
             + norm_entries("embeddings.LayerNorm", (*emb, "norm"), e))
     if e != d:
         body += linear_entries("embeddings_project", (*root, "embeddings_project"), e, d)
@@ -138,6 +143,9 @@ def hf_state_dict_from_bert(params: dict, config: BertConfig, prefix: str = "ber
             if section == "bert" or lookup(params, path) is not None:  # the heads are optional
                 hf = name if name.startswith("cls.") else prefix + name
                 state_dict[hf] = take_tensor(params, path, layout, config)
+    if not config.type_vocab_size:  # a zero table adds nothing, whatever segment ids a BERT tokenizer gives
+        state_dict[f"{prefix}embeddings.token_type_embeddings.weight"] = np.zeros(
+            (EXPORTED_TOKEN_TYPES, config.embedding_width), np.float32)
     if "cls.predictions.bias" in state_dict:
         state_dict["cls.predictions.decoder.weight"] = state_dict[f"{prefix}embeddings.word_embeddings.weight"].copy()
         state_dict["cls.predictions.decoder.bias"] = state_dict["cls.predictions.bias"].copy()
@@ -168,4 +176,4 @@ def bert_config_to_hf(config: BertConfig, architecture: str = "BertForPreTrainin
     """BertConfig -> a config.json dict transformers loads (AutoModel picks `architecture`)."""
     return {"architectures": [architecture], "model_type": "bert",
             **{hf: getattr(config, ours) for hf, ours in _CONFIG_KEYS.items()},
-            "hidden_act": "gelu", "position_embedding_type": "absolute", "pad_token_id": 0, "tie_word_embeddings": True}
+            "type_vocab_size": config.type_vocab_size or EXPORTED_TOKEN_TYPES, "hidden_act": "gelu", "position_embedding_type": "absolute", "pad_token_id": 0, "tie_word_embeddings": True}

@@ -59,6 +59,8 @@ def _inherited(family: models.ModelFamily, model: dict[str, Any], params: dict, 
     """A checkpoint's config.model fields and params -> what fine-tuning starts from (see ModelFamily): the
     params at the "a/b" path params_subtree, or with `heads` at its parent (BERT's encoder with its pretraining
     heads: what a distillation teacher is, pretrain/core/distillation.py)."""
+    if family.finetuned_config is not None:  # the architecture of the part that fine-tunes (a distilled student)
+        model = dataclasses.asdict(getattr(models.model_config(model), family.finetuned_config)())
     if family.architecture_keys is not None:
         # a key a checkpoint's config.json lacks (a run from before the field existed) keeps the field's default
         model = {k: model[k] for k in family.architecture_keys if k in model}

@@ -95,8 +95,9 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "model.name": "model", "model.dtype": _choice(*DTYPES), "model.param_dtype": _choice(*DTYPES),
     **{f"model.{k}": POSITIVE for k in (
         "vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
-        "type_vocab_size", "d_model", "d_ff", "head_dim", "num_encoder_layers", "num_decoder_layers", "n_positions",
+        "d_model", "d_ff", "head_dim", "num_encoder_layers", "num_decoder_layers", "n_positions",
         "relative_attention_num_buckets", "relative_attention_max_distance", "max_span_tokens")},
+    "model.type_vocab_size": NON_NEGATIVE,  # 0: no token-type table (DistilBERT)
     **{f"model.{k}": DROPOUT for k in ("dropout_rate", "attention_dropout_rate", "classifier_dropout")},
     "model.layer_norm_eps": POSITIVE_FLOAT, "model.initializer_range": POSITIVE_FLOAT,
     "model.initializer_factor": POSITIVE_FLOAT, "model.attention": "attention", "model.remat": "remat",

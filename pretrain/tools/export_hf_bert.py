@@ -10,7 +10,9 @@ head is the SOP head), with its SentencePiece model as spiece.model:
   python -c "from transformers import AlbertForPreTraining; AlbertForPreTraining.from_pretrained('hf/albert_tiny')"
 
 An ELECTRA pretraining run (configs/electra.py) exports as two directories, OUTPUT/discriminator
-(ElectraForPreTraining) and OUTPUT/generator (ElectraForMaskedLM), sharing their embeddings.
+(ElectraForPreTraining) and OUTPUT/generator (ElectraForMaskedLM), sharing their embeddings. A distillation
+run (configs/distil.py) exports its student as DistilBertForMaskedLM (no token types, no pooler); a fine-tuned
+student exports as BERT, with a token-type table of zeros.
 
 --workdir is a pretrain.train workdir (the latest checkpoint, or --step) or a pretrain.finetune workdir (its
 best checkpoint). A fine-tuning workdir exports as a BertForSequenceClassification: the encoder, its pooler
@@ -47,7 +49,7 @@ import sys
 import ml_collections
 import numpy as np
 
-from models.convert import peft_io, save_hf_albert, save_hf_bert
+from models.convert import hf_distilbert, hf_electra, peft_io, save_hf_albert, save_hf_bert
 import models
 from models import peft as peft_modules
 from models.qkv_layout import hf_layout
@@ -65,9 +67,10 @@ def export(workdir: str, output: str, step: int | None = None, peft: bool = Fals
                                "pretrain.finetune workdir")
     with open(config_path) as f:
         config = json.load(f)
-    if (config.get("model") or {}).get("name") == "electra" and not peft:
-        return export_electra(workdir, config, output, step)
-    _check_bert(workdir, (config.get("model") or {}).get("name", "bert"))  # a GPT or T5 config lacks BERT's fields
+    name = (config.get("model") or {}).get("name", "bert")
+    if name in ("electra", "distil") and not peft:
+        return (export_electra if name == "electra" else export_student)(workdir, config, output, step)
+    _check_bert(workdir, name)  # a GPT or T5 config lacks BERT's fields
     if "task" in config:
         return export_finetuned(workdir, ml_collections.ConfigDict(config), output, step, peft)
     if peft:
@@ -76,20 +79,34 @@ def export(workdir: str, output: str, step: int | None = None, peft: bool = Fals
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
     params = {k: v for k, v in params.items() if k in ("bert", "mlm_head", "nsp_head")}  # the pretraining heads
     model = models.model_config({**config["model"], "next_sentence": "nsp_head" in params})
-    tokenizer = config.get("tokenizer", {})
+    return f"exported {workdir} step {step} ({', '.join(params)}) to {output}" + _save(
+        output, params, model, config.get("tokenizer", {}))
+
+
+def _save(output: str, params: dict, model, tokenizer: dict) -> str:
+    """A pretraining model's {bert, heads} in the transformers architecture its shape is -> ' as ...'."""
     if model.shared_layers:  # ALBERT: one layer's weights at every depth
         spiece = tokenizer.get("path") if tokenizer.get("kind") == "sentencepiece" else None
         save_hf_albert(output, params, model, spiece_file=spiece, lowercase=tokenizer.get("lowercase", True))
-        return f"exported {workdir} step {step} ({', '.join(params)}) to {output} as ALBERT"
+        return " as ALBERT"
     vocab, lowercase = _vocab(tokenizer)
+    if not model.type_vocab_size:  # no token types: DistilBERT's shape
+        return " as " + hf_distilbert.save_hf_distilbert(output, params, model, vocab_file=vocab, lowercase=lowercase)
     save_hf_bert(output, params, model, vocab_file=vocab, lowercase=lowercase)
-    return f"exported {workdir} step {step} ({', '.join(params)}) to {output}"
+    return ""
+
+
+def export_student(workdir: str, config: dict, output: str, step: int | None) -> str:
+    """A distillation run -> its student as DistilBertForMaskedLM (the teacher is not written)."""
+    params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
+    student = models.model_config(config["model"]).student()
+    return f"exported {workdir} step {step} (its student) to {output}" + _save(
+        output, params["student"], student, config.get("tokenizer", {}))
 
 
 def export_electra(workdir: str, config: dict, output: str, step: int | None) -> str:
     """An ELECTRA pretraining run -> OUTPUT/discriminator (ElectraForPreTraining) and OUTPUT/generator
     (ElectraForMaskedLM). Its fine-tuning runs are BERTs and export as those."""
-    from models.convert import hf_electra
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
     vocab, lowercase = _vocab(config.get("tokenizer", {}))
     hf_electra.save_hf_electra(output, params, models.model_config(config["model"]), vocab_file=vocab,

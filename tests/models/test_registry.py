@@ -101,7 +101,7 @@ def test_hugging_face_loading_dispatches_on_model_type(toy, tmp_path):
                           "act": "relu"}
     assert set(init.params) == {"embed", "layer_0", "layer_1", "top_norm"}
     assert init.tokenizer == dict(kind="wordpiece", path=str(tmp_path))
-    with pytest.raises(UserError, match="a Hugging Face BERT, ALBERT, ELECTRA, T5, GPT-2 or Toy directory"):
+    with pytest.raises(UserError, match="a Hugging Face BERT, ALBERT, ELECTRA, DistilBERT, T5, GPT-2 or Toy directory"):
         pretrained.load_pretrained(str(tmp_path / "missing"))
 
 
@@ -110,8 +110,8 @@ def test_an_unknown_model_type_names_the_registered_ones(tmp_path):
     with pytest.raises(UserError) as error:
         pretrained.load_pretrained(str(tmp_path))
     assert str(error.value) == (f"{tmp_path}/config.json: model_type='roberta' is not one this project loads "
-                                "('bert', 'albert', 'electra', 't5', 'gpt2'); give a Hugging Face BERT, ALBERT, ELECTRA, T5 or "
-                                "GPT-2 directory")
+                                "('bert', 'albert', 'electra', 'distilbert', 't5', 'gpt2'); give a Hugging Face BERT, "
+                                "ALBERT, ELECTRA, DistilBERT, T5 or GPT-2 directory")
 
 
 def test_orbax_loading_takes_the_registered_subtree(toy, tmp_path, monkeypatch):

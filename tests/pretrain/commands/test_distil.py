@@ -40,7 +40,15 @@ def test_distil_a_tiny_bert_then_finetune_the_student(tmp_path, tiny_bert_workdi
     assert step == 4 and set(params) == {"student", "teacher"}
     for a, b in zip(_leaves(params["teacher"]["bert"]), _leaves(teacher["bert"])):
         assert np.array_equal(a, b)  # frozen for 4 steps
-    assert sorted(params["student"]["bert"]) == ["embeddings", "layer_0", "pooler"]
+    assert sorted(params["student"]["bert"]) == ["embeddings", "layer_0"]  # DistilBERT's: no pooler, no token types
+
+    # The student exports as transformers' DistilBertForMaskedLM, its weights as trained.
+    import transformers
+    from pretrain.tools import export_hf_bert
+    export_hf_bert.export(str(workdir), str(tmp_path / "hf"))
+    exported = transformers.DistilBertForMaskedLM.from_pretrained(str(tmp_path / "hf")).state_dict()
+    assert exported["distilbert.transformer.layer.0.ffn.lin1.bias"].numpy().tolist() == \
+        params["student"]["bert"]["layer_0"]["mlp"]["intermediate"]["bias"].tolist()
 
     # Task distillation: a WNLI run of the teacher teaches the student's fine-tuning with its logits.
     teacher_run, tuned = tmp_path / "wnli_teacher", tmp_path / "wnli"
@@ -53,6 +61,7 @@ def test_distil_a_tiny_bert_then_finetune_the_student(tmp_path, tiny_bert_workdi
     assert any(r.get("soft_target_loss", 0) > 0 for r in logged), logged
     config = json.loads((tuned / "config.json").read_text())
     assert config["model"]["name"] == "bert" and config["model"]["num_layers"] == 1
+    assert config["model"]["type_vocab_size"] == 0  # the student's shape, not its teacher's
     finetuned, _ = checkpoints.restore_params(tuned / "checkpoints")
     for a, b in zip(_leaves(finetuned["bert"]), _leaves(params["student"]["bert"])):
         assert np.array_equal(a, b)  # head_only: the student's encoder as distilled
