@@ -16,6 +16,7 @@ them either): a frozen parameter stays bitwise unchanged.
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -74,6 +75,15 @@ def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers
         return num_layers * every                      # embeddings, after the lowest layer
 
     return jax.tree_util.tree_map_with_path(start_step, params)
+
+
+def train_fresh(unfreeze_at: Any, fresh: Collection[str]) -> Any:
+    """A body weight the checkpoint did not have (the pooler of an ELECTRA discriminator or a distilled student,
+    which pretraining never built) is as new as the task head: it trains from step 0 whatever the strategy, rather
+    than staying frozen at its random init. fresh: "bert/pooler/kernel"-style names (pretrained.merge_params')."""
+    def start(path, step: int) -> int:
+        return 0 if "/".join(path_names(path)) in fresh else step
+    return jax.tree_util.tree_map_with_path(start, unfreeze_at)
 
 
 class FreezeState(NamedTuple):

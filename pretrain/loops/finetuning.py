@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Collection
 from typing import Any
 
 import jax
@@ -67,8 +68,9 @@ def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.Co
     return config, init
 
 
-def make_optimizer(config, params, steps_per_epoch: int, family):
-    """-> (tx, schedule, each parameter's first training step, the PEFT trainable mask or None)."""
+def make_optimizer(config, params, steps_per_epoch: int, family, fresh: Collection[str] = ()):
+    """-> (tx, schedule, each parameter's first training step, the PEFT trainable mask or None). fresh: the body's
+    weights the pretrained checkpoint lacks, which train from the start (freezing.train_fresh)."""
     total = config.num_epochs * steps_per_epoch
     opt = copy.deepcopy(config.optimizer)
     if opt.warmup_steps < 0:
@@ -82,6 +84,7 @@ def make_optimizer(config, params, steps_per_epoch: int, family):
         return parameter_efficient.optimizer(tx, mask), schedule, parameter_efficient.unfreeze_steps(mask), mask
     unfreeze_at = freezing.unfreeze_steps(params, config.freezing, num_layers=family.num_layers,
                                           steps_per_epoch=steps_per_epoch)
+    unfreeze_at = freezing.train_fresh(unfreeze_at, fresh)
     return freezing.freeze(tx, unfreeze_at), schedule, unfreeze_at, None
 
 
@@ -105,7 +108,9 @@ def build(config, family, train_data, init: pretrained.Pretrained | None) -> Mod
     example = {k: v[:1] for k, v in objective.model_inputs(rows).items()}
     abstract_params = train_state.unbox(jax.eval_shape(
         lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
-    tx, schedule, unfreeze_at, peft_mask = make_optimizer(config, abstract_params, train_data.steps_per_epoch, family)
+    fresh = family.merge_pretrained(abstract_params, init)[1] if init is not None else []  # names only: shapes
+    tx, schedule, unfreeze_at, peft_mask = make_optimizer(config, abstract_params, train_data.steps_per_epoch, family,
+                                                          fresh)
     trainer = setup.build_trainer(
         config, model=model, objective=objective, example_rows=rows, tx=tx, schedule=schedule,
         init_rng=jax.random.key(config.seed), dropout_rng=jax.random.key(config.seed + 1),

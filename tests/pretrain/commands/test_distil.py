@@ -65,6 +65,9 @@ def test_distil_a_tiny_bert_then_finetune_the_student(tmp_path, tiny_bert_workdi
     finetuned, _ = checkpoints.restore_params(tuned / "checkpoints")
     for a, b in zip(_leaves(finetuned["bert"]), _leaves(params["student"]["bert"])):
         assert np.array_equal(a, b)  # head_only: the student's encoder as distilled
+    # the pooler, which the student never had, trains with the head rather than staying frozen at random
+    trains = sum(x.size for x in _leaves(finetuned["head"])) + sum(x.size for x in _leaves(finetuned["bert"]["pooler"]))
+    assert results["trainable_parameters"] == trains
 
 
 def _finetune(workdir, init, *extra: str):

@@ -118,3 +118,15 @@ def test_gradual_unfreezing_reaches_every_layer():
     bad_frozen, bad_trained = _changed(before, after, starts, 13)
     assert not bad_frozen and not bad_trained
     assert freezing.trainable_fraction(before, starts, 13) == 1.0
+
+
+@pytest.mark.parametrize("strategy,kw", [("head_only", {}), ("lowest", {"n": 3}), ("gradual", {})])
+def test_a_body_weight_the_checkpoint_lacked_trains_from_the_start(strategy, kw):
+    """An ELECTRA discriminator or a distilled student has no pooler: fine-tuning's fresh one trains with the head."""
+    _, params = _model_and_params()
+    starts = freezing.unfreeze_steps(params, _freezing(strategy, **kw), num_layers=NUM_LAYERS,
+                                     steps_per_epoch=STEPS_PER_EPOCH)
+    fresh = freezing.train_fresh(starts, ["bert/pooler/kernel", "bert/pooler/bias"])
+    assert _start_of(fresh, "bert", "pooler") == 0 and _start_of(fresh, "head") == 0
+    assert _start_of(fresh, "bert", "layer_0") == _start_of(starts, "bert", "layer_0") > 0  # the rest as the strategy
+    assert _start_of(fresh, "bert", "embeddings") == _start_of(starts, "bert", "embeddings") > 0
