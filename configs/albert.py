@@ -23,12 +23,15 @@ large 17,847,474 (paper: "18M"), xlarge 59,021,490 (paper: "60M").
 Model: vocab 30000 (SentencePiece, lowercased), 512 positions, GELU's tanh form (gelu_new), no dropout (the
 paper removes it; the v2 checkpoints have dropout 0), LayerNorm eps 1e-12.
 
-The paper recipe (Section 4.1): batch 4096, LAMB with learning rate 0.00176, 125,000 steps, sequences of 512
-(10% shorter: short_seq_prob 0.1), 20 masked positions per sequence; here with two differences: the optimizer is
-AdamW at LAMB's learning rate (pretrain/core/optimizers.py has no LAMB; AdamW at a batch of 4096 may want a
-lower rate), and masking is BERT's single tokens (the paper masks n-grams of up to 3 tokens). The warm-up is
-3,125 steps (ALBERT's released run_pretraining flags). Target: ALBERT-base v1 SQuAD 1.1 F1 89.3, MNLI 81.6,
-SST-2 90.3 (paper Table 2, the average over its tasks 80.1).
+The paper recipe (Section 4.1): batch 4096, LAMB (pretrain/core/optimizers.py's `lamb`, as ALBERT's
+lamb_optimizer.py: b1 0.9, b2 0.999, eps 1e-6, weight decay 0.01 and the trust ratio on every weight but LayerNorm
+parameters and biases) with learning rate 0.00176, 125,000 steps, sequences of 512 (10% shorter: short_seq_prob
+0.1), 20 masked positions per sequence. The warm-up is 3,125 steps (ALBERT's released run_pretraining flags).
+Both recipes mask as the paper does: n-grams of up to 3 whole words, P(n) proportional to 1/n (6/11, 3/11, 2/11),
+each n-gram replaced as a unit, 80% [MASK], 10% random, 10% unchanged (ALBERT's code draws per token, SpanBERT,
+which the paper cites, per span): objective.masking="ngrams" (objectives/bert_pretraining.py).
+The short recipe keeps configs/bert.py's AdamW at lr 1e-3 and batch 32: LAMB's rate is set for a batch of 4096.
+Target: ALBERT-base v1 SQuAD 1.1 F1 89.3, MNLI 81.6, SST-2 90.3 (paper Table 2, the average over its tasks 80.1).
 """
 import ml_collections
 
@@ -41,7 +44,7 @@ SIZES = {  # name: (layers, hidden, embedding, heads, ffn)
     "xlarge": (24, 2048, 128, 16, 8192),
 }
 PAPER = {  # flattened overrides of configs/bert.py's paper recipe
-    "batch_size": 4096, "num_train_steps": 125_000, "optimizer.learning_rate": 0.00176,
+    "batch_size": 4096, "num_train_steps": 125_000, "optimizer.name": "lamb", "optimizer.learning_rate": 0.00176,
     "optimizer.warmup_steps": 3125, "checkpoint_every": 5000, "eval_every": 5000,
     "data.max_seq_length": 512, "data.long_seq_length": 0, "objective.max_predictions_per_seq": 20,
     "model.vocab_size": 30000, "tokenizer.kind": "sentencepiece", "tokenizer.lowercase": True,
@@ -64,6 +67,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.model.shared_layers = True         # one layer's weights at every depth
         c.model.hidden_act = "gelu_new"      # GELU's tanh form, as ALBERT's code and checkpoints
     c.objective.sentence_order = True        # SOP pairs through the NSP head (objectives/nsp.py)
+    c.objective.masking = "ngrams"           # n-grams of up to ngram_max (3) words, P(n) ~ 1/n
+    c.objective.whole_word_masking = True    # ... of whole words (ALBERT's do_whole_word_mask)
     if recipe == "paper":
         c.update_from_flattened_dict(PAPER)
     c.lock()

@@ -81,6 +81,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         mask_prob=0.15, replace_with_mask=0.8, replace_with_random=0.1,
         max_predictions_per_seq=20, long_max_predictions_per_seq=80,
         whole_word_masking=arg.wwm, next_sentence=arg.nsp, short_seq_prob=0.1,
+        masking="tokens", ngram_max=3,  # "ngrams": ALBERT's n-grams of up to ngram_max words (configs/albert.py)
         sentence_order=False))  # True: ALBERT's sentence-order pairs through the NSP head (configs/albert.py)
     # One switch for NSP: the model's head follows the objective's pairs and loss (setting either key sets both).
     c.model.next_sentence = c.objective.get_ref("next_sentence")

@@ -152,7 +152,8 @@ register(ModelFamily(
     params_subtree="bert",  # the encoder (embeddings, layer_i, pooler) without the pretraining heads
     architecture_keys=BERT_ARCHITECTURE,
     width_key="hidden_size", positions_key="max_position_embeddings",
-    body=Body("bert", embeddings=("embeddings",), top=("pooler",)),
+    # embeddings_project: the E -> H projection of factorised embeddings (ALBERT, ELECTRA), part of the embeddings
+    body=Body("bert", embeddings=("embeddings", "embeddings_project"), top=("pooler",)),
     finetuning={**_sequence("pretrain.families.bert:BertFamily"),
                 "tagging": "pretrain.families.bert_tagging:BertTaggingFamily",
                 "span": "pretrain.families.bert_spans:BertSpanFamily",

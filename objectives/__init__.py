@@ -15,7 +15,7 @@ def build_objective(config: ml_collections.ConfigDict, tokenizer) -> Objective:
         from objectives.bert_pretraining import BertPretraining
         return BertPretraining(config, tokenizer)
     if config.name == "spanbert":
-        from objectives.span_masking import SpanBertPretraining
+        from objectives.bert_pretraining import SpanBertPretraining
         return SpanBertPretraining(config, tokenizer)
     if config.name == "electra":
         from objectives.electra import ElectraPretraining

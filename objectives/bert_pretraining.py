@@ -1,10 +1,15 @@
 """BERT pretraining: masked LM (+ next sentence prediction), total loss = MLM + NSP. With
 `sentence_order` (ALBERT) the pairs are sentence-order ones and the NSP head's metrics are named sop_loss
-and sop_accuracy.
+and sop_accuracy. SpanBertPretraining (objective "spanbert", below) adds SpanBERT's spans and SBO loss.
 
 Instances (sentence pairs, or single segments without NSP) are made once per data epoch by
-`nsp.create_instances`; masking is dynamic: `mlm.mask_tokens` draws a new mask every time a
-batch is built, as RoBERTa does, instead of BERT's 10 static copies.
+`nsp.create_instances`; masking is dynamic: a new mask is drawn every time a batch is built, as RoBERTa does,
+instead of BERT's 10 static copies. `masking` chooses how:
+  tokens  BERT's: single tokens, or whole words with `whole_word_masking` (`mlm.mask_tokens`);
+  ngrams  ALBERT's (Lan et al. 2020, Section 4.1): n-grams of up to `ngram_max` words, P(n) proportional to 1/n,
+          each replaced as a unit (`span_masking.mask_spans` with `span_masking.ngram_length_pmf`); words are
+          whole words with `whole_word_masking` (ALBERT's default), single tokens without.
+Both mask the same budget: mask_prob of the non-special tokens, at most max_predictions_per_seq.
 """
 from __future__ import annotations
 
@@ -13,8 +18,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from objectives import mlm, nsp
+from objectives import mlm, nsp, span_masking
 from objectives.interface import ObjectiveError
+
+MASKINGS = ("tokens", "ngrams")
+MLM_KEYS = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
 
 class BertPretraining:
@@ -35,6 +43,13 @@ class BertPretraining:
                                  "(sentence-order prediction trains the NSP head)")
         self.max_predictions = (config.long_max_predictions_per_seq if long_phase
                                 else config.max_predictions_per_seq)
+        self.masking = config.get("masking", "tokens")  # the objectives built on this one may not name it
+        if self.masking not in MASKINGS:
+            raise ObjectiveError(f"config.objective.masking={self.masking!r} is unknown; use one of "
+                                 f"{', '.join(MASKINGS)}")
+        if self.masking == "ngrams" and not config.get("ngram_max", 0) >= 1:
+            raise ObjectiveError(f"config.objective.ngram_max={config.get('ngram_max')!r} must be an integer >= 1 "
+                                 "for masking='ngrams' (ALBERT uses 3)")
 
     def for_long_phase(self) -> BertPretraining:
         return type(self)(self.config, self.tokenizer, long_phase=True)
@@ -53,16 +68,28 @@ class BertPretraining:
 
     def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Host side: mask a batch of instances afresh (dynamic masking)."""
-        t, c = self.tokenizer, self.config
-        word_starts = t.word_start[instances["input_ids"]] if c.whole_word_masking else None
-        masked = mlm.mask_tokens(
-            instances["input_ids"], rng, vocab_size=t.vocab_size, mask_id=t.mask_id,
-            special_ids=t.special_ids, max_predictions=self.max_predictions, mask_prob=c.mask_prob,
-            replace_with_mask=c.replace_with_mask, replace_with_random=c.replace_with_random,
-            word_starts=word_starts)
         batch = {k: v for k, v in instances.items() if k != "input_ids"}
-        batch.update(masked)
+        batch.update(self.mask(instances, rng))
         return batch
+
+    def mask(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """instances' input_ids [B, L] (and input_mask) -> MLM_KEYS, masked as `masking` says."""
+        ids, c = instances["input_ids"], self.config
+        if self.masking == "tokens":
+            return mlm.mask_tokens(ids, rng, **self.masker_arguments(ids, c.whole_word_masking))
+        spans = span_masking.mask_spans(ids, rng, input_mask=instances["input_mask"],
+                                        span_lengths=span_masking.ngram_length_pmf(c.ngram_max),
+                                        **self.masker_arguments(ids, c.whole_word_masking))
+        return {k: spans[k] for k in MLM_KEYS}  # the span boundaries are for SpanBERT's SBO head, which has none
+
+    def masker_arguments(self, ids: np.ndarray, whole_words: bool) -> dict:
+        """What mlm.mask_tokens and span_masking.mask_spans both take: the tokenizer's ids, the budget, the
+        80/10/10 and, for whole words, word_starts [B, L] from the tokenizer (None: every token is a word)."""
+        t, c = self.tokenizer, self.config
+        return dict(vocab_size=t.vocab_size, mask_id=t.mask_id, special_ids=t.special_ids,
+                    max_predictions=self.max_predictions, mask_prob=c.mask_prob,
+                    replace_with_mask=c.replace_with_mask, replace_with_random=c.replace_with_random,
+                    word_starts=t.word_start[ids] if whole_words else None)
 
     @staticmethod
     def model_inputs(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
@@ -81,3 +108,48 @@ class BertPretraining:
         # Real (non-padding) tokens, for tokens/s.
         metrics["tokens"] = jnp.sum(batch["input_mask"]).astype(jnp.float32)
         return loss, metrics
+
+
+class SpanBertPretraining(BertPretraining):
+    """Objective "spanbert" (SpanBERT, Joshi et al., 2020): span masking (`span_masking.mask_spans`, lengths in
+    words ~ Geometric(geometric_p) clipped at max_span_length), loss = MLM + SBO (+ NSP when next_sentence is on).
+
+    Loss (J&M eq. 11.7): L = L_MLM + L_SBO, both cross-entropies over the same masked tokens; the SBO predicts
+    each token from the span's boundary states and its position in the span (`models.heads.SpanBoundaryHead`).
+    Instances and the NSP switch are BertPretraining's (SpanBERT itself trains single segments without NSP:
+    configs/spanbert.py). Reads config keys mask_prob, replace_with_mask, replace_with_random, geometric_p,
+    max_span_length, max_predictions_per_seq, long_max_predictions_per_seq, next_sentence,
+    short_seq_prob. The model must have the SBO head (config.model.span_boundary=True).
+    """
+
+    def __init__(self, config: ml_collections.ConfigDict, tokenizer, *, long_phase: bool = False):
+        super().__init__(config, tokenizer, long_phase=long_phase)
+        if not 0 < config.geometric_p <= 1:
+            raise ObjectiveError(f"config.objective.geometric_p={config.geometric_p} must be in (0, 1]; "
+                                 "SpanBERT uses 0.2")
+        if config.max_span_length < 1:
+            raise ObjectiveError(f"config.objective.max_span_length={config.max_span_length} must be >= 1; "
+                                 "SpanBERT uses 10")
+
+    def mask(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Host side: span-mask a batch of instances afresh (dynamic masking), in whole words; MLM and span keys."""
+        c = self.config
+        return span_masking.mask_spans(instances["input_ids"], rng, input_mask=instances["input_mask"],
+                                       span_lengths=span_masking.span_length_pmf(c.geometric_p, c.max_span_length),
+                                       **self.masker_arguments(instances["input_ids"], whole_words=True))
+
+    @staticmethod
+    def model_inputs(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+        return {**BertPretraining.model_inputs(batch), **{k: batch[k] for k in span_masking.SPAN_KEYS}}
+
+    def loss(self, outputs: dict[str, jax.Array], batch: dict[str, jax.Array]
+             ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        if "sbo_logits" not in outputs:
+            raise ObjectiveError("objective 'spanbert' needs the model's span boundary head: "
+                                 "set --config.model.span_boundary=True")
+        loss, metrics = super().loss(outputs, batch)  # MLM (+ NSP)
+        sbo_loss, sbo_metrics = mlm.mlm_loss(outputs["sbo_logits"], batch["masked_lm_ids"],
+                                             batch["masked_lm_weights"])
+        metrics.update({"sbo_loss": sbo_loss, "sbo_accuracy": sbo_metrics["mlm_accuracy"]})
+        metrics["loss"] = loss + sbo_loss
+        return metrics["loss"], metrics

@@ -134,6 +134,15 @@ def _packed_from_document(doc: list[np.ndarray], max_num_tokens: int, short_seq_
     return out
 
 
+def _no_instance(next_sentence: bool, sentence_order: bool) -> str:
+    """The error when the documents made no instance, naming the mode in use. Only sentence order can get there
+    (a document of one token cannot be cut in two); the other modes make one from any non-empty document."""
+    if sentence_order:
+        return "no sentence-order pair: every document is a single token (add text)"
+    what = "next-sentence pair" if next_sentence else "packed sequence (next_sentence=False)"
+    return f"no {what}: the documents made none (add text)"
+
+
 def create_instances(documents: list[list[np.ndarray]],
                      rng: np.random.Generator, *, max_seq_length: int, short_seq_prob: float = 0.1,
                      cls_id: int, sep_id: int, pad_id: int, next_sentence: bool = True,
@@ -181,7 +190,7 @@ def create_instances(documents: list[list[np.ndarray]],
         else:
             pairs += _packed_from_document(docs[d], max_num_tokens, short_seq_prob, rng)
     if not pairs:
-        raise ValueError("no sentence-order pair: every document is a single token (add text)")
+        raise ValueError(_no_instance(next_sentence, sentence_order))
     pairs = [pairs[k] for k in rng.permutation(len(pairs))]
 
     # Pad with numpy: lay [CLS] A [SEP] (B [SEP]) out by lengths, scatter all tokens at once.

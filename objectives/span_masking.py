@@ -1,4 +1,6 @@
-"""SpanBERT (Joshi et al., 2020): span masking on the host, and the MLM + SBO objective.
+"""Span masking on the host: SpanBERT's spans (Joshi et al., 2020) and ALBERT's n-grams (Lan et al., 2020). The
+objectives that use it are in objectives/bert_pretraining.py (SpanBertPretraining; BertPretraining's
+masking="ngrams").
 
 Masking (paper Section 3.1; J&M 11.2.2). Per row, spans of whole words are drawn until the budget
 of masked tokens is spent:
@@ -20,22 +22,21 @@ of masked tokens is spent:
     vocabulary, one per token, as in `objectives.mlm`), 10% unchanged.
 Rows are processed in rounds, one span per unfinished row per round, vectorised over the batch.
 
-Loss (J&M eq. 11.7): L = L_MLM + L_SBO, both cross-entropies over the same masked tokens; the SBO
-predicts each token from the span's boundary states and its position in the span
-(`models.heads.SpanBoundaryHead`). Instances and the NSP switch are `BertPretraining`'s (SpanBERT
-itself trains single segments without NSP: configs/spanbert.py).
+The same placement with another length distribution is ALBERT's n-gram masking (Lan et al. 2020, Section 4.1;
+`ngram_length_pmf`, chosen by BertPretraining's `masking="ngrams"`): n-grams of up to 3 whole words with
+P(n) proportional to 1/n. Where ALBERT's create_pretraining_data.py differs: it decides 80/10/10 for each token of
+an n-gram (here once per n-gram, as SpanBERT, which the paper cites for n-gram masking); it visits the start
+words in a random order and shortens n to fit the budget (here the start is uniform over the places that fit);
+and its n-grams may touch each other or straddle a [SEP] (here one unmasked word stays between two n-grams and
+an n-gram stays inside its segment, so a masked run is exactly one n-gram).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-import jax
-import ml_collections
 import numpy as np
 
 from objectives import mlm
-from objectives.bert_pretraining import BertPretraining
-from objectives.interface import ObjectiveError
 
 SPAN_KEYS = ("span_left_boundary", "span_right_boundary", "span_position")
 
@@ -44,6 +45,13 @@ def span_length_pmf(geometric_p: float, max_span_length: int) -> np.ndarray:
     """[max_span_length] P(l = 1..max): Geometric(p) truncated at the maximum and renormalised."""
     lengths = np.arange(1, max_span_length + 1)
     pmf = geometric_p * (1 - geometric_p) ** (lengths - 1)
+    return pmf / pmf.sum()
+
+
+def ngram_length_pmf(ngram_max: int) -> np.ndarray:
+    """[ngram_max] P(n = 1..ngram_max) proportional to 1/n: ALBERT's n-gram lengths in whole words (its
+    create_pretraining_data.py's pvals with favor_shorter_ngram), 6/11, 3/11, 2/11 for its maximum of 3."""
+    pmf = 1.0 / np.arange(1, ngram_max + 1)
     return pmf / pmf.sum()
 
 
@@ -89,15 +97,14 @@ def _room(free: np.ndarray, masked: np.ndarray) -> np.ndarray:
 
 
 def _place_spans(ids: np.ndarray, candidate: np.ndarray, real: np.ndarray, word_starts: np.ndarray | None,
-                 remaining: np.ndarray, rng: np.random.Generator, geometric_p: float, max_span_length: int):
+                 remaining: np.ndarray, rng: np.random.Generator, span_lengths: np.ndarray):
     """Spans of whole words placed until each row's budget (`remaining` [B] tokens) is spent or nothing fits.
     -> [B, L] each: the span's left and right boundary tokens, the 1-based position in the span (0: not masked),
     the span's one 80/10/10 draw."""
     B, L = ids.shape
     word, length, first, placeable = _words(ids, candidate, real, word_starts)
     ends = np.cumsum(length, axis=1)           # [B, W] tokens up to and including word w
-    pmf = span_length_pmf(geometric_p, max_span_length)
-    J = np.arange(1, max_span_length + 1)      # span lengths in words
+    J = np.arange(1, len(span_lengths) + 1)    # span lengths in words
 
     masked_word = np.zeros((B, L), bool)       # [B, W]
     # Per token: its span's boundaries, its 1-based position in the span, its span's 80/10/10 draw.
@@ -111,7 +118,7 @@ def _place_spans(ids: np.ndarray, candidate: np.ndarray, real: np.ndarray, word_
         n, at = len(rows), np.arange(len(rows))
         room = _room(placeable[rows] & ~masked_word[rows], masked_word[rows])  # [n, W]
         room[length[rows] > remaining[rows, None]] = 0  # a span's first word must fit the budget
-        drawn = rng.choice(J, size=n, p=pmf)
+        drawn = rng.choice(J, size=n, p=span_lengths)
         span_words = np.minimum(drawn, room.max(axis=1))  # 0 where nothing fits any more
         keys = np.where(room >= np.maximum(span_words, 1)[:, None], rng.random((n, L)), -1.0)
         start = np.argmax(keys, axis=1)        # uniform over the places that fit
@@ -145,10 +152,10 @@ def mask_spans(input_ids: np.ndarray,
                word_starts: np.ndarray | None = None,
                input_mask: np.ndarray | None = None,
                mask_prob: float = 0.15,
-               geometric_p: float = 0.2, max_span_length: int = 10,
+               span_lengths: np.ndarray | None = None,
                replace_with_mask: float = 0.8, replace_with_random: float = 0.1,
                ) -> dict[str, np.ndarray]:
-    """SpanBERT masking of a batch (see the module docstring).
+    """Span masking of a batch (see the module docstring): SpanBERT's, or ALBERT's n-grams.
 
     Args:
         input_ids: [B, L] int, already holding [CLS]/[SEP]/pad.
@@ -157,7 +164,8 @@ def mask_spans(input_ids: np.ndarray,
             `objectives.mlm.mask_tokens`, except that the 80/10/10 draw is made once per span.
         word_starts: [B, L] bool, True where a token begins a word (None: every token is a word).
         input_mask: [B, L], 1 = real token (None: all real). Boundaries are always real tokens.
-        geometric_p, max_span_length: span lengths in words ~ Geometric(p) clipped at the maximum.
+        span_lengths: [n] P(a span is 1..n words); None: SpanBERT's span_length_pmf(0.2, 10)
+            (ALBERT: ngram_length_pmf(3)).
 
     Returns:
         `mlm.mask_tokens`' keys ('input_ids', 'masked_lm_positions', 'masked_lm_ids',
@@ -170,8 +178,10 @@ def mask_spans(input_ids: np.ndarray,
         raise ValueError(f"mask_spans: input_ids must be [batch, length], got shape {ids.shape}")
     if not 0 <= replace_with_mask + replace_with_random <= 1:
         raise ValueError("mask_spans: replace_with_mask + replace_with_random must be in [0, 1]")
-    if not 0 < geometric_p <= 1 or max_span_length < 1:
-        raise ValueError("mask_spans: need 0 < geometric_p <= 1 and max_span_length >= 1")
+    span_lengths = span_length_pmf(0.2, 10) if span_lengths is None else np.asarray(span_lengths, np.float64)
+    if span_lengths.ndim != 1 or not np.isclose(span_lengths.sum(), 1.0) or (span_lengths < 0).any():
+        raise ValueError(f"mask_spans: span_lengths must be probabilities of lengths 1..n summing to 1, "
+                         f"got {span_lengths}")
     B, L = ids.shape
     P = max_predictions
     candidate = ~np.isin(ids, np.asarray(list(special_ids), dtype=ids.dtype))  # [B, L]
@@ -180,8 +190,7 @@ def mask_spans(input_ids: np.ndarray,
     budget = np.minimum(P, np.maximum(1, np.rint(n_candidates * mask_prob).astype(np.int64)))
     remaining = np.minimum(budget, n_candidates)  # [B] tokens still to mask
 
-    left, right, position, treatment = _place_spans(ids, candidate, real, word_starts, remaining, rng,
-                                                    geometric_p, max_span_length)
+    left, right, position, treatment = _place_spans(ids, candidate, real, word_starts, remaining, rng, span_lengths)
     selected = position > 0                    # [B, L]
 
     # Positions ascending; unselected slots sort to the end (key L) and become padding.
@@ -204,49 +213,3 @@ def mask_spans(input_ids: np.ndarray,
             "span_right_boundary": at_slots(right).astype(np.int32),
             "span_position": at_slots(position).astype(np.int32)}
 
-
-class SpanBertPretraining(BertPretraining):
-    """Objective "spanbert": span masking, loss = MLM + SBO (+ NSP when next_sentence is on).
-
-    Reads config keys mask_prob, replace_with_mask, replace_with_random, geometric_p,
-    max_span_length, max_predictions_per_seq, long_max_predictions_per_seq, next_sentence,
-    short_seq_prob. The model must have the SBO head (config.model.span_boundary=True).
-    """
-
-    def __init__(self, config: ml_collections.ConfigDict, tokenizer, *, long_phase: bool = False):
-        super().__init__(config, tokenizer, long_phase=long_phase)
-        if not 0 < config.geometric_p <= 1:
-            raise ObjectiveError(f"config.objective.geometric_p={config.geometric_p} must be in (0, 1]; "
-                                 "SpanBERT uses 0.2")
-        if config.max_span_length < 1:
-            raise ObjectiveError(f"config.objective.max_span_length={config.max_span_length} must be >= 1; "
-                                 "SpanBERT uses 10")
-
-    def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """Host side: span-mask a batch of instances afresh (dynamic masking)."""
-        t, c = self.tokenizer, self.config
-        masked = mask_spans(
-            instances["input_ids"], rng, vocab_size=t.vocab_size, mask_id=t.mask_id,
-            special_ids=t.special_ids, max_predictions=self.max_predictions,
-            word_starts=t.word_start[instances["input_ids"]], input_mask=instances["input_mask"],
-            mask_prob=c.mask_prob, geometric_p=c.geometric_p, max_span_length=c.max_span_length,
-            replace_with_mask=c.replace_with_mask, replace_with_random=c.replace_with_random)
-        batch = {k: v for k, v in instances.items() if k != "input_ids"}
-        batch.update(masked)
-        return batch
-
-    @staticmethod
-    def model_inputs(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        return {**BertPretraining.model_inputs(batch), **{k: batch[k] for k in SPAN_KEYS}}
-
-    def loss(self, outputs: dict[str, jax.Array], batch: dict[str, jax.Array]
-             ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        if "sbo_logits" not in outputs:
-            raise ObjectiveError("objective 'spanbert' needs the model's span boundary head: "
-                                 "set --config.model.span_boundary=True")
-        loss, metrics = super().loss(outputs, batch)  # MLM (+ NSP)
-        sbo_loss, sbo_metrics = mlm.mlm_loss(outputs["sbo_logits"], batch["masked_lm_ids"],
-                                             batch["masked_lm_weights"])
-        metrics.update({"sbo_loss": sbo_loss, "sbo_accuracy": sbo_metrics["mlm_accuracy"]})
-        metrics["loss"] = loss + sbo_loss
-        return metrics["loss"], metrics

@@ -10,6 +10,12 @@ Every parameter gets the optimizer step from which it trains (`NEVER` = frozen f
   gradual   gradual unfreezing: the head and the top layer train in epoch 0, then one more layer
             from the top down joins every `unfreeze_every_epochs` epochs, the embeddings last
 
+A model whose layers share one set of weights (ALBERT: `shared_layer` in place of `layer_i`) has those weights
+at every depth, so they train from the step the first of their layers would: under gradual with the top layer,
+at step 0; under lowest only all or none of them can be frozen (num_frozen_layers 0 or num_layers, anything
+between is a ConfigError). Blocks the family registers as embeddings (ALBERT's and ELECTRA's E -> H
+`embeddings_project` too) freeze and thaw with the embeddings.
+
 `freeze(tx, unfreeze_at)` zeroes the gradients of frozen parameters before `tx` (so clipping
 and Adam's moments ignore them) and zeroes their updates after it (so weight decay cannot move
 them either): a frozen parameter stays bitwise unchanged.
@@ -28,6 +34,8 @@ import optax
 # A fine-tuning model's top-level subtree -> the pretrained body it is (its family registers the key, the
 # embedding blocks and the blocks above the top layer), or None: a new task head, which always trains.
 from models.registry import body
+from models.stack import LOOPED, SHARED
+from pretrain.core.errors import ConfigError
 
 NEVER = 2**31 - 1
 STRATEGIES = ("none", "head_only", "lowest", "gradual")
@@ -40,41 +48,59 @@ def path_names(path) -> list[str]:
 
 def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers: int,
                    steps_per_epoch: int) -> Any:
-    """params {'bert': {embeddings, layer_i, pooler}, 'head': ...} or {'gpt': {token_embedding,
+    """params {'bert': {embeddings, layer_i (or shared_layer), pooler}, 'head': ...} or {'gpt': {token_embedding,
     position_embedding, layer_i, final_norm}, 'score': ...} -> same tree of int step numbers.
 
     config = config.freezing: strategy, num_frozen_layers, freeze_embeddings, unfreeze_every_epochs.
     """
-    strategy = config.strategy
-    if strategy not in STRATEGIES:
-        raise ValueError(f"config.freezing.strategy={strategy!r} is unknown; use one of {STRATEGIES}")
-    if strategy == "lowest" and not 0 <= config.num_frozen_layers <= num_layers:
-        raise ValueError(f"config.freezing.num_frozen_layers={config.num_frozen_layers} must be in "
-                         f"[0, {num_layers}] (the encoder has {num_layers} layers)")
+    _check(config, num_layers, shared=any(SHARED in params[k] for k in params if body(k) is not None))
     every = max(1, config.get("unfreeze_every_epochs", 1)) * steps_per_epoch
 
     def start_step(path, _) -> int:
         names = path_names(path)
         pretrained = body(names[0])
-        if pretrained is None or strategy == "none":
+        if pretrained is None or config.strategy == "none":
             return 0                                   # the task head always trains
-        part = names[1]
-        if strategy == "head_only":
+        if config.strategy == "head_only":
             return NEVER
-        if strategy == "lowest":
+        part = names[1]
+        # Shared weights are every layer, so they train once any of their layers would: the top one, which both
+        # lowest (freezing from the bottom) and gradual (thawing from the top) let train first.
+        layer = num_layers - 1 if part == SHARED else _layer_index(part)
+        if config.strategy == "lowest":
             if part in pretrained.embeddings:
                 return NEVER if config.freeze_embeddings else 0
-            if part.startswith("layer_"):
-                return NEVER if int(part.removeprefix("layer_")) < config.num_frozen_layers else 0
-            return 0
+            return NEVER if layer is not None and layer < config.num_frozen_layers else 0
         # gradual: distance from the top decides the epoch a block joins.
         if part in pretrained.top:
             return 0
-        if part.startswith("layer_"):
-            return (num_layers - 1 - int(part.removeprefix("layer_"))) * every
+        if layer is not None:
+            return (num_layers - 1 - layer) * every
         return num_layers * every                      # embeddings, after the lowest layer
 
     return jax.tree_util.tree_map_with_path(start_step, params)
+
+
+def _check(config: ml_collections.ConfigDict, num_layers: int, shared: bool) -> None:
+    """The strategy's name and, under lowest, a count of frozen layers the model can have."""
+    if config.strategy not in STRATEGIES:
+        raise ConfigError(f"config.freezing.strategy={config.strategy!r} is unknown; use one of {STRATEGIES}")
+    if config.strategy != "lowest":
+        return
+    frozen = config.num_frozen_layers
+    if not 0 <= frozen <= num_layers:
+        raise ConfigError(f"config.freezing.num_frozen_layers={frozen} must be in [0, {num_layers}] "
+                          f"(the encoder has {num_layers} layers)")
+    if shared and 0 < frozen < num_layers:  # the one set of weights cannot be both frozen and trained
+        raise ConfigError(f"config.freezing.num_frozen_layers={frozen} freezes some of the {num_layers} layers, but "
+                          "they share one set of weights (config.model.shared_layers, ALBERT): freezing one freezes "
+                          f"all; use 0 or {num_layers}, or strategy head_only")
+
+
+def _layer_index(part: str) -> int | None:
+    """'layer_3' -> 3; None for any other block."""
+    match = LOOPED.match(part)
+    return int(match.group(1)) if match else None
 
 
 def train_fresh(unfreeze_at: Any, fresh: Collection[str]) -> Any:

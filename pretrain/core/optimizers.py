@@ -6,6 +6,10 @@ LayerNorm parameters and biases), linear warmup then linear decay to zero, globa
 T5's recipe (`adafactor`, Raffel et al. 2020 Sec. 3.1.2 and t5x's Adafactor): factored second moments
 with decay 1 - t^-0.8, update clipping at RMS 1.0, steps relative to each weight's RMS, no momentum,
 and the inverse-square-root schedule 1/sqrt(max(step, 10^4)) (learning_rate 1.0, warmup_steps 10^4).
+
+ALBERT's recipe (`lamb`, You et al. 2020, as ALBERT's released lamb_optimizer.py): Adam's moments (b1 0.9,
+b2 0.999, eps 1e-6), weight decay 0.01 and the layer-wise trust ratio ||w|| / ||update||, both on every weight
+except LayerNorm parameters and biases, with BERT's warmup, linear decay and clipping (see `lamb`).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import optax
 from pretrain.core.errors import ConfigError
 
 SCHEDULES = ("warmup_linear_decay", "warmup_cosine_decay", "constant", "rsqrt")
-OPTIMIZERS = ("adamw", "adafactor")
+OPTIMIZERS = ("adamw", "adafactor", "lamb")
 
 
 def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: int) -> optax.Schedule:
@@ -190,6 +194,46 @@ def adafactor(learning_rate: optax.ScalarOrSchedule, *, decay_rate: float = 0.8,
     )
 
 
+# ----------------------------------------------------------------------------------------------
+# LAMB as ALBERT trained with it.
+
+def scale_by_adam_uncorrected(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6) -> optax.GradientTransformation:
+    """m / (sqrt(v) + eps) with m, v Adam's running means of g and g^2 and no bias correction, as ALBERT's
+    lamb_optimizer.py (and BERT's AdamWeightDecay) compute it. optax.scale_by_adam always divides m and v by
+    1 - b^t: on the weights without a trust ratio (LayerNorm, biases) ALBERT's steps are (1 - b1^t) / sqrt(1 - b2^t)
+    times those (3.2x at the first step, 1.3x at step 1000), and ALBERT tuned its learning rate 0.00176 with them.
+    The state is optax's ScaleByAdamState, so a checkpoint's optimizer state reads as Adam's."""
+    def init(params):
+        zeros = optax.tree.zeros_like(params)
+        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=zeros, nu=zeros)
+
+    def update(grads, state, params=None):
+        del params
+        mu = optax.tree.update_moment(grads, state.mu, b1, 1)
+        nu = optax.tree.update_moment_per_elem_norm(grads, state.nu, b2, 2)
+        updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
+        return updates, optax.ScaleByAdamState(count=optax.safe_increment(state.count), mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init, update)
+
+
+def lamb(learning_rate: optax.ScalarOrSchedule, *, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
+         weight_decay: float = 0.01) -> optax.GradientTransformation:
+    """LAMB (You et al. 2020) with the semantics of ALBERT's lamb_optimizer.py: per weight w,
+    r = m / (sqrt(v) + eps) (`scale_by_adam_uncorrected`), r += weight_decay * w, then
+    w -= lr * ||w|| / ||r|| * r (ratio 1 where either norm is 0). Both the decay and the trust ratio skip
+    LayerNorm parameters and biases (`weight_decay_mask`): ALBERT passes exclude_from_weight_decay
+    ["LayerNorm", "layer_norm", "bias"] and exclude_from_layer_adaptation defaults to it. optax.lamb applies
+    the ratio to every weight, which would make each step of a LayerNorm scale lr * ||scale|| long (lr * sqrt(H)
+    at its initial ones) whatever its gradient."""
+    return optax.chain(
+        scale_by_adam_uncorrected(b1, b2, eps),
+        optax.add_decayed_weights(weight_decay, mask=weight_decay_mask) if weight_decay else optax.identity(),
+        optax.masked(optax.scale_by_trust_ratio(), weight_decay_mask),
+        optax.scale_by_learning_rate(learning_rate),  # flips the sign: descent
+    )
+
+
 def with_head_learning_rate(tx: optax.GradientTransformation, params: dict, head_learning_rate: float,
                             learning_rate: float, head: str = "head") -> optax.GradientTransformation:
     """The fresh task head (params[head]) at its own peak learning rate, on the same schedule: its updates are
@@ -217,6 +261,8 @@ def make_optimizer(config: ml_collections.ConfigDict, num_train_steps: int,
                        clipping_threshold=config.get("clipping_threshold", 1.0),
                        multiply_by_parameter_scale=config.get("multiply_by_parameter_scale", True),
                        weight_decay=config.get("weight_decay", 0.0))
+    elif config.name == "lamb":
+        tx = lamb(schedule, b1=config.b1, b2=config.b2, eps=config.eps, weight_decay=config.weight_decay)
     else:
         raise ConfigError(f"config.optimizer.name={config.name!r} is unknown; use one of {', '.join(OPTIMIZERS)}")
     clip = optax.clip_by_global_norm(config.grad_clip_norm) if config.get("grad_clip_norm") else optax.identity()

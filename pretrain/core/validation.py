@@ -62,6 +62,9 @@ def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
     if kind == "objective":
         import objectives
         return _choice(*objectives.NAMES)
+    if kind == "masking":
+        from objectives import bert_pretraining
+        return _choice(*bert_pretraining.MASKINGS)
     if kind == "optimizer":
         from pretrain.core import optimizers
         return _choice(*optimizers.OPTIMIZERS)
@@ -109,6 +112,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "objective.mean_noise_span_length": _float(1, what="a number >= 1"),
     "objective.max_predictions_per_seq": POSITIVE, "objective.long_max_predictions_per_seq": POSITIVE,
     "objective.max_span_length": POSITIVE, "objective.targets_length": NON_NEGATIVE,
+    "objective.masking": "masking", "objective.ngram_max": POSITIVE,
     "objective.z_loss": NON_NEGATIVE_FLOAT,
     # data and tokenizer
     "data.max_seq_length": POSITIVE, "data.window_documents": POSITIVE, "data.pad_to_multiple_of": POSITIVE,

@@ -14,8 +14,9 @@ The papers' versions (GLUE dev):
 Here: the tiny configs (2 layers, hidden 128) on `make demo`'s corpus. Each arm pretrains for --minutes of wall
 clock (scripts/reproduce/cram.py plans its steps from its own measured step time, so an ELECTRA step, which
 runs a generator too, buys fewer steps); each arm keeps its paper's masking (BERT: make cram's 40%, ELECTRA 15%
-with 85% [MASK], ALBERT 15% + sentence order), and all share batch 32 x 128, lr 1e-3 and no dropout. The
-fine-tuning is scripts/reproduce/glue_study.py's: the same flags for every init, the learning rate chosen on dev.
+with 85% [MASK], ALBERT 15% in n-grams of up to 3 words + sentence order), and all share batch 32 x 128, lr 1e-3
+and no dropout. The fine-tuning is scripts/reproduce/glue_study.py's: the same flags for every init, the learning
+rate chosen on dev.
 
   python -m scripts.reproduce.reproduce_bert_variants --minutes 10 --parallel 2 --seeds 0 1 2 --tasks sst2-1k mrpc cola
   python -m scripts.reproduce.reproduce_bert_variants --minutes 1 --quick       # the pipeline, minutes in all

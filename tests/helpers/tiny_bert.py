@@ -16,11 +16,11 @@ def tiny_overrides(corpus: str, spm_model: str, **extra) -> list[str]:
     return [f"--config.{k}={v}" for k, v in values.items()]
 
 
-def tiny_config(corpus: str, spm: str, **extra):
-    """configs/bert.py:size=tiny with tiny_overrides, for an in-process run (no held-out evaluation unless
-    asked: one jit compilation less)."""
-    from configs import bert
-    config = bert.get_config("size=tiny")
+def tiny_config(corpus: str, spm: str, spec: str = "configs/bert.py:size=tiny", **extra):
+    """`spec` (configs/bert.py:size=tiny, or a config built on it) with tiny_overrides, for an in-process run (no
+    held-out evaluation unless asked: one jit compilation less)."""
+    from configs import common
+    config = common.load(spec)
     for flag in tiny_overrides(corpus, spm, **{"data.eval_documents": 0, **extra}):
         key, value = flag[len("--config."):].split("=", 1)
         *parents, last = key.split(".")

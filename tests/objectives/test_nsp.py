@@ -268,8 +268,22 @@ def test_a_single_sentence_is_cut_in_two_and_one_document_suffices():
 
 
 def test_a_corpus_of_one_token_documents_has_no_sop_pair():
-    with pytest.raises(ValueError, match="no sentence-order pair"):
+    with pytest.raises(ValueError, match="^no sentence-order pair: every document is a single token"):
         sop([[np.array([11])], [np.array([12])]])
+
+
+@pytest.mark.parametrize("next_sentence, needle", [(True, "no next-sentence pair"),
+                                                   (False, "no packed sequence (next_sentence=False)")])
+def test_the_no_instance_error_names_the_mode_in_use(monkeypatch, next_sentence, needle):
+    """NSP and packing make an instance of any non-empty document, so their documents are made to yield none here:
+    the error names their mode, not sentence order's."""
+    from objectives import nsp
+    monkeypatch.setattr(nsp, "_pairs_from_document" if next_sentence else "_packed_from_document",
+                        lambda *args: [])
+    with pytest.raises(ValueError) as e:
+        create_instances([[np.arange(10, 20)], [np.arange(20, 30)]], np.random.default_rng(0), max_seq_length=32,
+                         next_sentence=next_sentence, **IDS)
+    assert str(e.value).startswith(needle) and "sentence-order" not in str(e.value) and "\n" not in str(e.value)
 
 
 def test_sentence_order_without_next_sentence_is_an_error():

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from objectives.span_masking import mask_spans, span_length_pmf
+from objectives.span_masking import mask_spans, ngram_length_pmf, span_length_pmf
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3
 SPECIALS = (PAD, CLS, SEP, MASK)
@@ -202,9 +202,45 @@ def test_dynamic_masking_and_determinism():
 
 
 @pytest.mark.parametrize("bad", [dict(replace_with_mask=0.95, replace_with_random=0.1),
-                                 dict(geometric_p=0.0), dict(max_span_length=0)])
+                                 dict(span_lengths=[0.5, 0.6]), dict(span_lengths=[]),
+                                 dict(span_lengths=[1.5, -0.5])])
 def test_bad_arguments(bad):
     with pytest.raises(ValueError):
         run(full_rows(2, 16, np.random.default_rng(0)), **bad)
     with pytest.raises(ValueError, match="batch, length"):
         run(np.zeros(5, np.int32))
+
+
+# ----- ALBERT's n-grams: the same placement, lengths P(n) ~ 1/n -----
+def test_ngram_length_pmf_is_albert_one_over_n():
+    """ALBERT's create_pretraining_data.py: pvals = 1 / arange(1, ngram + 1), normalised; ngram = 3."""
+    np.testing.assert_allclose(ngram_length_pmf(3), [6 / 11, 3 / 11, 2 / 11])
+    np.testing.assert_allclose(ngram_length_pmf(1), [1.0])
+
+
+def test_ngram_lengths_in_whole_words_follow_one_over_n():
+    """Words of two tokens each, so a length in words is half the span's tokens and the budget (38 tokens) is 19
+    words: the histogram of n-gram lengths in words matches 6/11, 3/11, 2/11 with each row's last n-gram cut to
+    what is left of the budget, as expected_observed_counts computes it. The same n-grams reject P(n) ~ n
+    (ALBERT's favor_shorter_ngram=False) and a uniform P(n)."""
+    rows, words = 2000, 128
+    ids = full_rows(rows, 2 * words + 2, np.random.default_rng(10))
+    word_starts = np.zeros(ids.shape, bool)
+    word_starts[:, 1::2] = True                # tokens 1, 3, 5, ... start the words of two tokens
+    out = run(ids, seed=11, word_starts=word_starts, span_lengths=ngram_length_pmf(3))
+    budget = round(2 * words * 0.15)           # 38 tokens = 19 words
+    np.testing.assert_array_equal(out["masked_lm_weights"].sum(1), budget)
+    tokens = np.array([last - first + 1 for _, first, last, _, _ in spans_of(out)])
+    assert len(tokens) > 20_000 and (tokens % 2 == 0).all()  # whole words only
+    observed = np.bincount(tokens // 2, minlength=4)[1:]
+    assert observed.sum() == len(tokens)        # never longer than 3 words
+
+    expected = expected_observed_counts(budget // 2, ngram_length_pmf(3))
+    expected = expected / expected.sum() * observed.sum()
+    assert stats.chisquare(observed, expected).pvalue > 1e-3
+    np.testing.assert_allclose(observed / observed.sum(), expected / expected.sum(), atol=0.01)
+    # The cut shortens about one n-gram in twelve: the shares stay within 0.03 of the drawn 6/11, 3/11, 2/11.
+    np.testing.assert_allclose(observed / observed.sum(), [6 / 11, 3 / 11, 2 / 11], atol=0.03)
+    for wrong in (ngram_length_pmf(3)[::-1], np.full(3, 1 / 3)):
+        alt = expected_observed_counts(budget // 2, wrong)
+        assert stats.chisquare(observed, alt / alt.sum() * observed.sum()).pvalue < 1e-6

@@ -16,7 +16,8 @@ import objectives
 from configs import spanbert as spanbert_config
 from models import build_model
 from models.bert import BertConfig, BertForPreTraining, BertModel
-from objectives.span_masking import SPAN_KEYS, SpanBertPretraining
+from objectives.bert_pretraining import SpanBertPretraining
+from objectives.span_masking import SPAN_KEYS
 from pretrain.core import partitioning
 from objectives.interface import ObjectiveError
 

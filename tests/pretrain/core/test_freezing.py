@@ -12,6 +12,7 @@ from models.finetuning import BertForFineTuning
 from pretrain.core import freezing
 from pretrain.core import optimizers
 from pretrain.core import train_state
+from pretrain.core.errors import ConfigError
 
 NUM_LAYERS, STEPS_PER_EPOCH = 3, 4
 
@@ -118,6 +119,73 @@ def test_gradual_unfreezing_reaches_every_layer():
     bad_frozen, bad_trained = _changed(before, after, starts, 13)
     assert not bad_frozen and not bad_trained
     assert freezing.trainable_fraction(before, starts, 13) == 1.0
+
+
+# ----- ALBERT: one shared layer and the factorised embeddings' projection -----
+def _albert_params():
+    """A fine-tuning ALBERT's tree: bert/{embeddings, embeddings_project, shared_layer, pooler}, head."""
+    config = BertConfig(vocab_size=40, hidden_size=16, num_layers=NUM_LAYERS, num_heads=2, intermediate_size=32,
+                        max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0,
+                        embedding_size=8, shared_layers=True)
+    ids = jnp.ones((2, 8), jnp.int32)
+    model = BertForFineTuning(config, "classification", 3, classifier_dropout=0.0)
+    params = train_state.unbox(model.init(jax.random.key(0), ids, jnp.zeros_like(ids), jnp.ones_like(ids))["params"])
+    assert {"shared_layer", "embeddings_project"} <= set(params["bert"]) and "layer_0" not in params["bert"]
+    return params
+
+
+def _albert_starts(strategy: str, **kw):
+    return freezing.unfreeze_steps(_albert_params(), _freezing(strategy, **kw), num_layers=NUM_LAYERS,
+                                   steps_per_epoch=STEPS_PER_EPOCH)
+
+
+def test_gradual_trains_the_shared_layer_from_the_start_and_thaws_the_projection_with_the_embeddings():
+    """The shared weights are every layer, the top one included: they train from the top layer's step (0). The
+    E -> H projection is part of the embeddings: it joins with them, after the lowest layer."""
+    starts = _albert_starts("gradual")
+    assert _start_of(starts, "bert", "shared_layer") == 0 and _start_of(starts, "head") == 0
+    assert _start_of(starts, "bert", "embeddings") == _start_of(starts, "bert", "embeddings_project") == 12
+
+
+@pytest.mark.parametrize("frozen_layers, shared_start", [(0, 0), (NUM_LAYERS, freezing.NEVER)])
+def test_lowest_freezes_the_shared_layer_only_with_every_layer_and_the_projection_with_the_embeddings(
+        frozen_layers, shared_start):
+    starts = _albert_starts("lowest", n=frozen_layers)
+    assert _start_of(starts, "bert", "shared_layer") == shared_start
+    assert _start_of(starts, "bert", "embeddings_project") == freezing.NEVER  # freeze_embeddings=True
+    assert _start_of(_albert_starts("lowest", n=frozen_layers, embeddings=False), "bert", "embeddings_project") == 0
+
+
+def test_lowest_with_some_of_the_shared_layers_frozen_is_a_one_line_error():
+    """Freezing the lowest 1 of 3 layers that share their weights would freeze all three (or train the frozen one):
+    an error that says so and names the values that work."""
+    with pytest.raises(ConfigError) as info:
+        _albert_starts("lowest", n=1)
+    message = str(info.value)
+    assert "\n" not in message and "config.freezing.num_frozen_layers=1" in message
+    assert "share" in message and f"0 or {NUM_LAYERS}" in message and "head_only" in message
+
+
+def test_head_only_freezes_the_shared_layer_and_the_projection():
+    starts = _albert_starts("head_only")
+    assert _start_of(starts, "bert") == freezing.NEVER and _start_of(starts, "head") == 0
+
+
+def test_lowest_with_every_layer_frozen_gives_the_shared_layer_and_projection_zero_updates():
+    """End to end through freeze(): under lowest with every layer frozen, the shared layer and the projection keep
+    their bits while the head and pooler train."""
+    params = _albert_params()
+    starts = freezing.unfreeze_steps(params, _freezing("lowest", n=NUM_LAYERS), num_layers=NUM_LAYERS,
+                                     steps_per_epoch=STEPS_PER_EPOCH)
+    opt = ml_collections.ConfigDict(dict(name="adamw", learning_rate=1e-2, end_learning_rate=0.0,
+                                         schedule="constant", warmup_steps=0, b1=0.9, b2=0.999, eps=1e-6,
+                                         weight_decay=0.1, grad_clip_norm=1.0))
+    tx = freezing.freeze(optimizers.make_optimizer(opt, 10), starts)
+    grads = jax.tree.map(jnp.ones_like, params)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    assert not any(np.any(u) for u in jax.tree.leaves(updates["bert"]["shared_layer"]))
+    assert not any(np.any(u) for u in jax.tree.leaves(updates["bert"]["embeddings_project"]))
+    assert all(np.any(u) for u in jax.tree.leaves(updates["bert"]["pooler"]))
 
 
 @pytest.mark.parametrize("strategy,kw", [("head_only", {}), ("lowest", {"n": 3}), ("gradual", {})])

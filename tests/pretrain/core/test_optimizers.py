@@ -1,4 +1,7 @@
-"""Adafactor as T5 trained with it, against transformers' Adafactor (PyTorch) and optax's; the rsqrt schedule."""
+"""Adafactor as T5 trained with it, against transformers' Adafactor (PyTorch) and optax's; the rsqrt schedule; LAMB
+as ALBERT trained with it, against a NumPy transcription of ALBERT's lamb_optimizer.py."""
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -12,9 +15,6 @@ from pretrain.core import partitioning
 from pretrain.core import optimizers
 from pretrain.core import train_state
 from pretrain.core.errors import UserError
-
-torch = pytest.importorskip("torch")
-hf_optimization = pytest.importorskip("transformers.optimization")
 
 
 def adafactor_config(**overrides) -> ml_collections.ConfigDict:
@@ -37,8 +37,8 @@ def random_problem(shapes: dict[str, tuple[int, ...]], steps: int, seed: int = 0
 
 
 def run_optax(tx, params, grads):
-    """Parameters after each update."""
-    params = {k: jnp.asarray(v) for k, v in params.items()}
+    """Parameters after each update (any tree of arrays)."""
+    params = jax.tree.map(jnp.asarray, params)
     state, history = tx.init(params), []
 
     @jax.jit
@@ -47,14 +47,16 @@ def run_optax(tx, params, grads):
         return optax.apply_updates(params, updates), state
 
     for g in grads:
-        params, state = step(params, state, {k: jnp.asarray(v) for k, v in g.items()})
-        history.append({k: np.asarray(v) for k, v in params.items()})
+        params, state = step(params, state, jax.tree.map(jnp.asarray, g))
+        history.append(jax.tree.map(np.asarray, params))
     return history
 
 
 def run_transformers(params, grads, learning_rates):
     """transformers' Adafactor with T5's settings: external lr, parameter scaling, decay 1 - t^-0.8,
     update clipping at RMS 1, no momentum. `learning_rates[t]` is set on the group before step t."""
+    torch = pytest.importorskip("torch")
+    hf_optimization = pytest.importorskip("transformers.optimization")
     weights = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in params.items()}
     opt = hf_optimization.Adafactor(list(weights.values()), lr=learning_rates[0], eps=(1e-30, 1e-3),
                                     clip_threshold=1.0, decay_rate=-0.8, beta1=None, weight_decay=0.0,
@@ -232,7 +234,7 @@ def test_adamw_is_unchanged_and_names_are_checked():
         finals.append(ours[-1])
     for name in shapes:  # the second case's values change every parameter's path: the comparison can fail
         assert np.abs(finals[0][name] - finals[1][name]).max() > 1e-5, name
-    for key, value, needle in [("name", "sgd", "adamw, adafactor"), ("schedule", "cosine", "rsqrt")]:
+    for key, value, needle in [("name", "sgd", "adamw, adafactor, lamb"), ("schedule", "cosine", "rsqrt")]:
         with pytest.raises(UserError) as e:
             optimizers.make_optimizer(adafactor_config(**{key: value}), 10)
         assert needle in str(e.value) and repr(value) in str(e.value) and "\n" not in str(e.value)
@@ -251,3 +253,82 @@ def test_head_learning_rate_scales_only_the_heads_updates():
     np.testing.assert_allclose(updates["head"]["kernel"], -3e-3, rtol=1e-4)
     with pytest.raises(ConfigError, match="config.head_learning_rate applies to a task head"):
         optimizers.with_head_learning_rate(tx, {"gpt": params["bert"], "score": params["head"]}, 3e-3, 1e-4)
+
+
+# ----- LAMB as ALBERT trained with it -----
+# Our tree's weights by the names ALBERT's TF variables have (exclusion there is a regex search on the name).
+ALBERT_NAMES = {("embeddings", "embedding"): "bert/embeddings/word_embeddings",
+                ("dense", "kernel"): "bert/encoder/attention/dense/kernel",
+                ("dense", "bias"): "bert/encoder/attention/dense/bias",
+                ("norm", "scale"): "bert/encoder/attention/LayerNorm/gamma",
+                ("norm", "bias"): "bert/encoder/attention/LayerNorm/beta"}
+ALBERT_EXCLUDE = ("LayerNorm", "layer_norm", "bias")  # optimization.py's exclude_from_weight_decay for LAMB
+
+
+def albert_lamb(params: dict[str, np.ndarray], grads: list[dict[str, np.ndarray]], learning_rate: float,
+                weight_decay: float = 0.01, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
+                clip_norm: float = 1.0) -> list[dict[str, np.ndarray]]:
+    """ALBERT's optimization.py + lamb_optimizer.py in float64: tf.clip_by_global_norm, then per variable Adam's
+    moments without bias correction, weight decay and the trust ratio unless the name matches ALBERT_EXCLUDE
+    (exclude_from_layer_adaptation defaults to exclude_from_weight_decay). Parameters after each step."""
+    params = {k: v.astype(np.float64) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v = {k: np.zeros_like(w) for k, w in params.items()}
+    history = []
+    for g in grads:
+        global_norm = np.sqrt(sum(np.sum(x.astype(np.float64) ** 2) for x in g.values()))
+        for name, w in params.items():
+            grad = g[name] * clip_norm / max(global_norm, clip_norm)
+            m[name] = b1 * m[name] + (1 - b1) * grad
+            v[name] = b2 * v[name] + (1 - b2) * grad ** 2
+            update = m[name] / (np.sqrt(v[name]) + eps)
+            excluded = any(re.search(r, name) for r in ALBERT_EXCLUDE)
+            if weight_decay and not excluded:
+                update = update + weight_decay * w
+            ratio = 1.0
+            if not excluded:
+                w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
+                ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+            params[name] = w - ratio * learning_rate * update
+        history.append(dict(params))
+    return history
+
+
+def as_tree(flat: dict[str, np.ndarray]) -> dict:
+    tree = {}
+    for (block, leaf), name in ALBERT_NAMES.items():
+        tree.setdefault(block, {})[leaf] = flat[name]
+    return tree
+
+
+def lamb_config(**overrides) -> ml_collections.ConfigDict:
+    """configs/albert.py's optimizer keys, the schedule held constant."""
+    c = ml_collections.ConfigDict(dict(name="lamb", learning_rate=0.05, schedule="constant", warmup_steps=0,
+                                       end_learning_rate=0.0, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01,
+                                       grad_clip_norm=1.0))
+    c.update(overrides)
+    return c
+
+
+def test_lamb_matches_albert_lamb_optimizer_transcribed_in_numpy():
+    """Three steps on an embedding, a kernel, a bias and a LayerNorm: decay and trust ratio on the first two only,
+    no bias correction, the gradient clipped first. The biases are not zero and the gradients not tiny, so a trust
+    ratio on the LayerNorm or the biases, a bias correction, or a decay on the wrong weights all change the result."""
+    rng = np.random.default_rng(7)
+    shapes = {"bert/embeddings/word_embeddings": (6, 4), "bert/encoder/attention/dense/kernel": (4, 4),
+              "bert/encoder/attention/dense/bias": (4,), "bert/encoder/attention/LayerNorm/gamma": (4,),
+              "bert/encoder/attention/LayerNorm/beta": (4,)}
+    params = {k: rng.normal(0, 0.1, s).astype(np.float32) for k, s in shapes.items()}
+    params["bert/encoder/attention/LayerNorm/gamma"] += 1.0  # a LayerNorm scale starts near ones
+    grads = [{k: rng.normal(0, 0.5, s).astype(np.float32) for k, s in shapes.items()} for _ in range(3)]
+    assert all(np.sqrt(sum(np.sum(x ** 2) for x in g.values())) > 1.0 for g in grads)  # clipping acts
+
+    ours = run_optax(optimizers.make_optimizer(lamb_config(), num_train_steps=10), as_tree(params),
+                     [as_tree(g) for g in grads])
+    reference = albert_lamb(params, grads, learning_rate=0.05)
+    for step, (a, b) in enumerate(zip(ours, reference), 1):
+        for (block, leaf), name in ALBERT_NAMES.items():
+            np.testing.assert_allclose(a[block][leaf], b[name], rtol=2e-5, atol=1e-7, err_msg=f"{name}, step {step}")
+    moved = np.abs(ours[-1]["norm"]["scale"] - params["bert/encoder/attention/LayerNorm/gamma"]).max()
+    assert moved > 0.05  # untrusted weights take Adam's full steps: three of about lr each
+

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from configs import bert, glue, gpt2, spanbert, t5
+from configs import albert, bert, glue, gpt2, spanbert, t5
 from pretrain.core import validation
 from pretrain.core.errors import ConfigError
 
 SHIPPED = ([bert.get_config(f"size={s}") for s in bert.SIZES]
            + [bert.get_config("size=base,nsp=False,wwm=True"), spanbert.get_config("size=tiny")]
+           + [albert.get_config(f"size={s}") for s in albert.SIZES]
            + [t5.get_config(f"size={s},version={v}") for v in t5.SIZES for s in t5.SIZES[v]]
            + [gpt2.get_config(f"size={s}") for s in gpt2.SIZES]
            + [glue.get_config(f"task={task},model={m}") for task in ("mrpc", "stsb", "mnli")
@@ -40,6 +41,9 @@ def changed(config, **flat):
     ("model.dtype", "fp16", "one of 'float32', 'bfloat16', 'float16'"),
     ("model.name", "roberta", "one of 'bert', 't5', 'gpt'"),
     ("optimizer.schedule", "cosine", "'warmup_cosine_decay'"),
+    ("optimizer.name", "adam", "one of 'adamw', 'adafactor', 'lamb'"),
+    ("objective.masking", "spans", "one of 'tokens', 'ngrams'"),
+    ("objective.ngram_max", 0, "a positive integer"),
     ("optimizer.learning_rate", float("inf"), "a finite number > 0"),
     ("optimizer.b2", 1.0, "a number in [0, 1)"),
     ("data.window_documents", 0, "a positive integer"),
