@@ -28,8 +28,8 @@ lamb_optimizer.py: b1 0.9, b2 0.999, eps 1e-6, weight decay 0.01 and the trust r
 parameters and biases) with learning rate 0.00176, 125,000 steps, sequences of 512 (10% shorter: short_seq_prob
 0.1), 20 masked positions per sequence. The warm-up is 3,125 steps (ALBERT's released run_pretraining flags).
 Both recipes mask as the paper does: n-grams of up to 3 whole words, P(n) proportional to 1/n (6/11, 3/11, 2/11),
-each n-gram replaced as a unit, 80% [MASK], 10% random, 10% unchanged (ALBERT's code draws per token, SpanBERT,
-which the paper cites, per span): objective.masking="ngrams" (objectives/bert_pretraining.py).
+each token of an n-gram 80% [MASK], 10% random, 10% unchanged (drawn per token, as ALBERT's
+create_pretraining_data.py): objective.masking="ngrams" (objectives/bert_pretraining.py).
 The short recipe keeps configs/bert.py's AdamW at lr 1e-3 and batch 32: LAMB's rate is set for a batch of 4096.
 Target: ALBERT-base v1 SQuAD 1.1 F1 89.3, MNLI 81.6, SST-2 90.3 (paper Table 2, the average over its tasks 80.1).
 """

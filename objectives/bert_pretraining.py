@@ -7,7 +7,7 @@ Instances (sentence pairs, or single segments without NSP) are made once per dat
 instead of BERT's 10 static copies. `masking` chooses how:
   tokens  BERT's: single tokens, or whole words with `whole_word_masking` (`mlm.mask_tokens`);
   ngrams  ALBERT's (Lan et al. 2020, Section 4.1): n-grams of up to `ngram_max` words, P(n) proportional to 1/n,
-          each replaced as a unit (`span_masking.mask_spans` with `span_masking.ngram_length_pmf`); words are
+          80/10/10 drawn per token as ALBERT's code (`span_masking.mask_spans` with `ngram_length_pmf`); words are
           whole words with `whole_word_masking` (ALBERT's default), single tokens without.
 Both mask the same budget: mask_prob of the non-special tokens, at most max_predictions_per_seq.
 """
@@ -78,7 +78,7 @@ class BertPretraining:
         if self.masking == "tokens":
             return mlm.mask_tokens(ids, rng, **self.masker_arguments(ids, c.whole_word_masking))
         spans = span_masking.mask_spans(ids, rng, input_mask=instances["input_mask"],
-                                        span_lengths=span_masking.ngram_length_pmf(c.ngram_max),
+                                        span_lengths=span_masking.ngram_length_pmf(c.ngram_max), draw_per_token=True,
                                         **self.masker_arguments(ids, c.whole_word_masking))
         return {k: spans[k] for k in MLM_KEYS}  # the span boundaries are for SpanBERT's SBO head, which has none
 

@@ -24,8 +24,8 @@ Rows are processed in rounds, one span per unfinished row per round, vectorised 
 
 The same placement with another length distribution is ALBERT's n-gram masking (Lan et al. 2020, Section 4.1;
 `ngram_length_pmf`, chosen by BertPretraining's `masking="ngrams"`): n-grams of up to 3 whole words with
-P(n) proportional to 1/n. Where ALBERT's create_pretraining_data.py differs: it decides 80/10/10 for each token of
-an n-gram (here once per n-gram, as SpanBERT, which the paper cites for n-gram masking); it visits the start
+P(n) proportional to 1/n, and the 80/10/10 draw made for each token of an n-gram, as ALBERT's
+create_pretraining_data.py does (`draw_per_token`). Where that code differs otherwise: it visits the start
 words in a random order and shortens n to fit the budget (here the start is uniform over the places that fit);
 and its n-grams may touch each other or straddle a [SEP] (here one unmasked word stays between two n-grams and
 an n-gram stays inside its segment, so a masked run is exactly one n-gram).
@@ -154,6 +154,7 @@ def mask_spans(input_ids: np.ndarray,
                mask_prob: float = 0.15,
                span_lengths: np.ndarray | None = None,
                replace_with_mask: float = 0.8, replace_with_random: float = 0.1,
+               draw_per_token: bool = False,
                ) -> dict[str, np.ndarray]:
     """Span masking of a batch (see the module docstring): SpanBERT's, or ALBERT's n-grams.
 
@@ -166,6 +167,8 @@ def mask_spans(input_ids: np.ndarray,
         input_mask: [B, L], 1 = real token (None: all real). Boundaries are always real tokens.
         span_lengths: [n] P(a span is 1..n words); None: SpanBERT's span_length_pmf(0.2, 10)
             (ALBERT: ngram_length_pmf(3)).
+        draw_per_token: the 80/10/10 draw made for each token (ALBERT's code) rather than once per span
+            (SpanBERT's).
 
     Returns:
         `mlm.mask_tokens`' keys ('input_ids', 'masked_lm_positions', 'masked_lm_ids',
@@ -204,8 +207,9 @@ def mask_spans(input_ids: np.ndarray,
     def at_slots(x: np.ndarray) -> np.ndarray:  # [B, L] -> [B, P], 0 on padding slots
         return np.where(valid, np.take_along_axis(x, pos, axis=1), 0)
 
-    out, labels = mlm.replace_selected(  # the span's one draw, shared by its tokens
-        ids, pos, valid, np.take_along_axis(treatment, pos, axis=1), rng, vocab_size=vocab_size, mask_id=mask_id,
+    draws = rng.random(pos.shape) if draw_per_token else np.take_along_axis(treatment, pos, axis=1)  # [B, P]
+    out, labels = mlm.replace_selected(
+        ids, pos, valid, draws, rng, vocab_size=vocab_size, mask_id=mask_id,
         replace_with_mask=replace_with_mask, replace_with_random=replace_with_random)
     return {"input_ids": out, "masked_lm_positions": pos.astype(np.int32),
             "masked_lm_ids": labels.astype(np.int32), "masked_lm_weights": valid.astype(np.float32),
