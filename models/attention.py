@@ -2,7 +2,8 @@
 
 - "einsum": the reference: explicit logits, float32 softmax, dropout on the probabilities. The oracle the
   tests compare every other implementation against, and the only one that drops attention probabilities
-  out (the fused kernels keep no [B, H, L, S] matrix to drop from).
+  out (the fused kernels keep no [B, H, L, S] matrix to drop from). `attention_with_weights` runs it whatever
+  `model.attention` says and returns its scores and probabilities too (what distillation reads).
 - "xla": `jax.nn.dot_product_attention(implementation="xla")`: JAX's own composition, which XLA fuses;
   logits in float32 as here.
 - "cudnn": the same function with `implementation="cudnn"`: cuDNN's flash attention (GPU only; float16
@@ -135,7 +136,7 @@ def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
     if implementation == "pallas":
         return _pallas(q, k, v, mask, bias, scale)
     if implementation == "einsum":
-        return _reference(q, k, v, dense_mask(mask, q.shape[1], k.shape[1]), bias, scale, dropout)
+        return _reference(q, k, v, dense_mask(mask, q.shape[1], k.shape[1]), bias, scale, dropout)[0]
     is_causal = isinstance(mask, SegmentMask) and mask.causal and q.shape[1] == k.shape[1]
     if is_causal:  # the kernel's own causal masking (cuDNN's causal path), the segments' mask beside it
         mask = mask.replace(causal=False)
@@ -146,18 +147,29 @@ def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
                                         implementation=implementation).astype(q.dtype)
 
 
+def attention_with_weights(q: jax.Array, k: jax.Array, v: jax.Array,  # [B, L, H, K], [B, S, H, K] x 2
+                           mask: jax.Array | SegmentMask | None, bias: jax.Array | None, *, scale: float,
+                           dropout: Callable[[jax.Array], jax.Array] | None = None
+                           ) -> tuple[jax.Array, jax.Array, jax.Array]:  # [B, L, H, K], [B, H, L, S] x 2
+    """The reference, whatever `model.attention` says (the fused kernels keep no [L, S] matrix to return), with
+    what it computes on the way: (output, scores, probabilities). scores: scale * q.k + bias before the mask, in
+    float32 (TinyBERT distils these); probabilities: the masked softmax in float32, before dropout (MiniLM
+    distils these; Hugging Face's output_attentions, outside training)."""
+    return _reference(q, k, v, dense_mask(mask, q.shape[1], k.shape[1]), bias, scale, dropout)
+
+
 def _reference(q, k, v, mask, bias, scale, dropout):
     if scale != 1.0:  # divide, as BERT and Hugging Face do, so that float32 results match theirs bit for bit
         q = q / jnp.asarray(1.0 / scale, q.dtype)
-    logits = jnp.einsum("blhk,bshk->bhls", q, k).astype(jnp.float32)  # softmax in float32
+    scores = jnp.einsum("blhk,bshk->bhls", q, k).astype(jnp.float32)  # softmax in float32
     if bias is not None:
-        logits = logits + bias.astype(jnp.float32)
-    if mask is not None:
-        logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-    weights = jax.nn.softmax(logits, axis=-1).astype(q.dtype)
+        scores = scores + bias.astype(jnp.float32)
+    logits = scores if mask is None else jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1)
+    weights = probs.astype(q.dtype)
     if dropout is not None:
         weights = dropout(weights)
-    return jnp.einsum("bhls,bshk->blhk", weights, v)
+    return jnp.einsum("bhls,bshk->blhk", weights, v), scores, probs
 
 
 def _pallas(q, k, v, mask, bias, scale):

@@ -109,19 +109,22 @@ class BertEmbeddings(nn.Module):
 
 
 class BertLayer(nn.Module):
-    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), dropout before each residual add."""
+    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), dropout before each residual add.
+    return_internals: -> (x, {'hidden': x, and the attention's 'scores', 'probs', 'values'}) (BertModel)."""
     config: BertConfig
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool,
-                 prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K] (prefix-tuning)
+                 prefix: jax.Array | None = None,  # [2, P, H, K] (prefix-tuning)
+                 return_internals: bool = False) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
         c = self.config
         init = layers.truncated_normal(c.initializer_range)
         dropout = ops.Dropout(c.dropout_rate)
         h = layers.MultiHeadAttention(c.num_heads, c.hidden_size // c.num_heads,
                                       dropout_rate=c.attention_dropout_rate, kernel_init=init, attention=c.attention,
                                       peft=c.peft, fused_qkv=c.fused_qkv, name="attention", **c.kwargs)(
-            x, mask=mask, deterministic=deterministic, prefix=prefix)
+            x, mask=mask, deterministic=deterministic, prefix=prefix, return_weights=return_internals)
+        h, internals = h if return_internals else (h, None)
         h = dropout(h, deterministic=deterministic)
         if c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
             h = peft.Adapter(c.peft.adapter_size, name="attention_adapter", **c.kwargs)(h)
@@ -131,7 +134,8 @@ class BertLayer(nn.Module):
         h = dropout(h, deterministic=deterministic)
         if c.peft.adapters_after_mlp:
             h = peft.Adapter(c.peft.adapter_size, name="mlp_adapter", **c.kwargs)(h)
-        return layers.LayerNorm(c.layer_norm_eps, name="output_norm", **c.kwargs)(x + h)
+        x = layers.LayerNorm(c.layer_norm_eps, name="output_norm", **c.kwargs)(x + h)
+        return (x, {"hidden": x, **internals}) if return_internals else x
 
 
 class BertModel(nn.Module):
@@ -144,7 +148,7 @@ class BertModel(nn.Module):
         self.embeddings = BertEmbeddings(c)
         if c.embedding_width != c.hidden_size:  # factorised embeddings: E -> H once, below the first layer
             self.embeddings_project = layers.Dense(c.hidden_size, ("embed_out", "embed"), kernel_init=init, **c.kwargs)
-        self.encoder = stack.build(BertLayer, c.num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(2,),
+        self.encoder = stack.build(BertLayer, c.num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(2, 4),
                                    per_layer_argnums=(3,), shared=c.shared_layers, config=c)
         if c.pooler:
             self.pooler = layers.Dense(c.hidden_size, ("embed", "embed_out"), kernel_init=init, **c.kwargs)
@@ -153,12 +157,17 @@ class BertModel(nn.Module):
             width=c.hidden_size, **c.kwargs)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array,
-                 deterministic: bool = True, embedded: jax.Array | None = None
-                 ) -> tuple[jax.Array, jax.Array | None]:
+                 deterministic: bool = True, embedded: jax.Array | None = None, return_internals: bool = False
+                 ) -> tuple[jax.Array, jax.Array | None] | tuple[jax.Array, jax.Array | None, dict[str, jax.Array]]:
         """-> sequence [B, L, D] (the input's positions), pooled [B, D] (position 0: [CLS], or with prompt
         tuning its first virtual token, as peft's BERT classifiers read it; None without a pooler).
         embedded [B, L, E]: another model's embedding output in place of this one's (ELECTRA's generator
-        shares the discriminator's tables)."""
+        shares the discriminator's tables).
+        return_internals (distillation, models/distillation.py): a third result, {'embeddings' [B, L, D] (the first
+        layer's input: Hugging Face's hidden_states[0]), and per layer, stacked [N, ...]: 'hidden' [N, B, L, D] (its
+        output), 'scores' and 'probs' [N, B, H, L, L] (scaled q.k before the mask; the softmax before dropout),
+        'values' [N, B, L, H, K]}, with virtual tokens where peft adds them. Every layer's attention then runs the
+        einsum reference (models/attention.py: the fused kernels return no weights), looped or scanned alike."""
         c = self.config
         valid = input_mask.astype(jnp.int32)  # padding as segment ids: 1 = the row's tokens, 0 = padding
         prompt, prefix, first_position = None, None, 0
@@ -171,9 +180,12 @@ class BertModel(nn.Module):
         if embedded is None:
             embedded = self.embeddings(input_ids, segment_ids, deterministic, prompt, first_position)
         x = self.embeddings_project(embedded) if c.embedding_width != c.hidden_size else embedded
-        x = self.encoder(x, mask, deterministic, prefix)
+        first = x
+        x = self.encoder(x, mask, deterministic, prefix, return_internals)
+        x, internals = x if return_internals else (x, None)
         pooled = jnp.tanh(self.pooler(x[:, 0])) if c.pooler else None  # the [CLS] position
-        return x[:, x.shape[1] - input_ids.shape[1]:], pooled
+        sequence = x[:, x.shape[1] - input_ids.shape[1]:]
+        return (sequence, pooled, {"embeddings": first, **internals}) if return_internals else (sequence, pooled)
 
 
 class BertForPreTraining(nn.Module):

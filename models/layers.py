@@ -242,12 +242,15 @@ class MultiHeadAttention(nn.Module):
                  bias: jax.Array | None = None,      # [B|1, H, L, S] additive (relative positions)
                  deterministic: bool = True,
                  decode: bool = False,
-                 prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K] prefix-tuning keys, values
+                 prefix: jax.Array | None = None,  # [2, P, H, K] prefix-tuning keys, values
+                 return_weights: bool = False) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
         """-> [B, L, D]. decode=True (self-attention only): when the cache does not exist yet (model.init, or an
         apply with mutable=['cache'] on a full-length [B, S_max, D] input) it is created empty with
         room for S_max keys and the call computes as usual. Every later call takes one token
         x [B, 1, D], stores its key/value at the row's cache index, and attends to keys 0..index
         (then `mask` and `bias` are [B|1, ., 1, S_max]).
+        return_weights: -> ([B, L, D], {'scores' [B, H, L, S], 'probs' [B, H, L, S], 'values' [B, S, H, K]}), computed
+        by the reference whatever `attention` says (attention.attention_with_weights): what distillation reads.
         """
         self_attention = context is None
         q, k, v = self._projections(x, x if self_attention else context, deterministic)
@@ -260,10 +263,15 @@ class MultiHeadAttention(nn.Module):
         dropout = None
         if self.dropout_rate > 0 and not deterministic:
             dropout = functools.partial(ops.Dropout(self.dropout_rate), deterministic=False)
-        out = attention.dot_product_attention(q, k, v, mask, bias, scale=self.head_dim ** -0.5 if self.scale_query
-                                              else 1.0, implementation=self.attention, dropout=dropout)  # [B, L, H, K]
-        return self._dense("out", ("heads", "kv", "embed"), x.shape[-1], self.out_kernel_init, deterministic,
-                           axis=(-2, -1))(out)
+        scale = self.head_dim ** -0.5 if self.scale_query else 1.0
+        if return_weights:
+            out, scores, probs = attention.attention_with_weights(q, k, v, mask, bias, scale=scale, dropout=dropout)
+        else:
+            out = attention.dot_product_attention(q, k, v, mask, bias, scale=scale, implementation=self.attention,
+                                                  dropout=dropout)  # [B, L, H, K]
+        out = self._dense("out", ("heads", "kv", "embed"), x.shape[-1], self.out_kernel_init, deterministic,
+                          axis=(-2, -1))(out)
+        return (out, {"scores": scores, "probs": probs, "values": v}) if return_weights else out
 
     def _dense(self, name: str, axes: tuple[str | None, ...], features, init: Initializer | None,
                deterministic: bool, **kwargs):

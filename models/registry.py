@@ -183,4 +183,5 @@ register(ModelFamily(  # DistilBERT (models/distillation.py): a student BERT bes
     "distil", "models.distillation", "DistilConfig", "DistillationModel",
     params_subtree="student/bert", architecture_keys=BERT_ARCHITECTURE,
     width_key="hidden_size", positions_key="max_position_embeddings",
-    finetunes_as="bert", finetuned_config="student", frozen=("teacher",)))
+    finetunes_as="bert", finetuned_config="student",
+    frozen=("teacher", "student/bert/pooler")))  # a BERT-shaped student's pooler: no loss reaches it

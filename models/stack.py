@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from models import ops
@@ -41,6 +42,8 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
     keys and values); every other argument (masks, biases, encoder states) is the same for every layer.
     shared: one set of weights, `shared_layer`, applied `count` times (ALBERT); scanned, the weights are
     broadcast to every step rather than stacked.
+    A layer may return (x, extra) rather than x (BERT's internals, for distillation): the stack then returns
+    (x, every layer's extra stacked on a leading [count] axis), looped or scanned alike.
     """
     if remat not in REMAT_POLICIES:
         raise ValueError(f"remat={remat!r} is not one of {', '.join(REMAT_POLICIES)}")
@@ -55,23 +58,27 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
         modules = [layer(**layer_kwargs, name=f"layer_{i}") for i in range(count)]
 
         def looped(x, *args):
-            x = ops.split_rows(x)  # each layer's output is the next one's input: constrained once
+            x, extras = ops.split_rows(x), []  # each layer's output is the next one's input: constrained once
             for i, module in enumerate(modules):
-                x = ops.split_rows(module(x, *(_index(a, i) if j in per_layer else a for j, a in enumerate(args))))
-            return x
+                x, extra = _split(module(x, *(_index(a, i) if j in per_layer else a for j, a in enumerate(args))))
+                x = ops.split_rows(x)
+                extras.append(extra)
+            return _with_extras(x, extras)
         return looped
 
     module = layer(**layer_kwargs, name=SCANNED)
 
-    def body(module, carry, *args):  # (carry, broadcast arguments) -> (carry, no per-layer output)
-        return ops.split_rows(module(carry, *args)), None
+    def body(module, carry, *args):  # (carry, broadcast arguments) -> (carry, the layer's extra or None)
+        x, extra = _split(module(carry, *args))
+        return ops.split_rows(x), extra
 
     def scanned(x, *args):
         scan = nn.scan(body, variable_axes={"params": 0, "cache": 1},  # the cache keeps its leading batch axis
                        split_rngs={"params": True, "dropout": True},
                        in_axes=tuple(0 if j in per_layer else nn.broadcast for j in range(len(args))),
                        length=count, metadata_params={nn.PARTITION_NAME: SCANNED})
-        return scan(module, ops.split_rows(x), *args)[0]
+        x, extras = scan(module, ops.split_rows(x), *args)
+        return x if extras is None else (x, extras)
     return scanned
 
 
@@ -82,23 +89,40 @@ def _shared(layer: type[nn.Module], count: int, scan: bool, per_layer: set[int],
     module = layer(**layer_kwargs, name=SHARED)
     if not scan:
         def looped(x, *args):
+            extras = []
             for i in range(count):
-                x = ops.split_rows(module(x, *(_index(a, i) if j in per_layer else a for j, a in enumerate(args))))
-            return x
+                x, extra = _split(module(x, *(_index(a, i) if j in per_layer else a for j, a in enumerate(args))))
+                x = ops.split_rows(x)
+                extras.append(extra)
+            return _with_extras(x, extras)
         return looped
 
     def body(module, carry, *args):
-        return ops.split_rows(module(carry, *args)), None
+        x, extra = _split(module(carry, *args))
+        return ops.split_rows(x), extra
 
     def scanned(x, *args):
         scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
                        in_axes=tuple(0 if j in per_layer else nn.broadcast for j in range(len(args))), length=count)
-        return scan(module, ops.split_rows(x), *args)[0]
+        x, extras = scan(module, ops.split_rows(x), *args)
+        return x if extras is None else (x, extras)
     return scanned
 
 
 def _index(arg: Any, i: int) -> Any:
     return None if arg is None else jax.tree.map(lambda leaf: leaf[i], arg)
+
+
+def _split(out: Any) -> tuple[jax.Array, Any]:
+    """A layer's output -> (the next layer's input, its extra or None)."""
+    return out if isinstance(out, tuple) else (out, None)
+
+
+def _with_extras(x: jax.Array, extras: list) -> Any:
+    """The looped stack's result: x alone, or (x, the layers' extras stacked [count, ...] as nn.scan stacks them)."""
+    if extras[0] is None:
+        return x
+    return x, jax.tree.map(lambda *leaves: jnp.stack(leaves), *extras)
 
 
 def stack_layers(tree: Any) -> Any:

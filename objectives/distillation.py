@@ -1,14 +1,22 @@
-"""DistilBERT's triple loss (Sanh et al. 2019, Section 3), objective "distillation" for model 'distil'
-(models/distillation.py):
+"""Objective "distillation" for model 'distil' (models/distillation.py): DistilBERT's triple loss (Sanh et al. 2019,
+Section 3), TinyBERT's and MiniLM's losses on the models' insides (objectives/layer_distillation.py), weighted:
 
   loss = alpha_ce  * T^2 * KL(softmax(teacher / T) || softmax(student / T))   over the masked positions
        + alpha_mlm * MLM cross-entropy                                         over the masked positions
        + alpha_cos * (1 - cos(student last hidden, teacher last hidden))      over the real tokens
+       + alpha_attention_kl   * MiniLM's attention KL          (last layers)
+       + alpha_value_relation * MiniLM's value-relation KL     (last layers)
+       + alpha_attention_mse  * TinyBERT's attention-score MSE (each student layer m and teacher layer g(m))
+       + alpha_hidden         * TinyBERT's MSE(H_student W_h, H_teacher)   (the same pairs)
+       + alpha_embedding      * TinyBERT's MSE(E_student W_e, E_teacher)
 
-DistilBERT's weights are 5.0 / 2.0 / 1.0 with T = 2.0. Batches are BERT's (objectives/bert_pretraining.py:
-dynamic masking, single segments without NSP, as DistilBERT trains); the soft targets are the teacher's MLM
-logits at the same masked positions (DistilBERT scores them there too, `mlm_mask`). A term whose alpha is 0 is
-not computed: a teacher without an MLM head (a sentence-embedding model) distils with alpha_ce=0.
+DistilBERT's weights are 5.0 / 2.0 / 1.0 with T = 2.0 and the rest 0; MiniLM's are 1 / 1 on its two terms and
+TinyBERT's general distillation 1 / 1 / 1 on its three, nothing else (configs/distil.py: `loss=`). Batches are
+BERT's (objectives/bert_pretraining.py: dynamic masking, single segments without NSP, as DistilBERT trains); the
+soft targets are the teacher's MLM logits at the same masked positions (DistilBERT scores them there too,
+`mlm_mask`). A term whose alpha is 0 is not computed, and the insides it needs are not asked of the model: a
+teacher without an MLM head (a sentence-embedding model) distils with alpha_ce=0, and a DistilBERT run computes
+no attention matrices.
 """
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from objectives import mlm
+from objectives import layer_distillation as layer, mlm
 from objectives.bert_pretraining import BertPretraining
 from objectives.interface import ObjectiveError
 from objectives.losses import soft_target_kl
@@ -32,9 +40,27 @@ def cosine_loss(hidden: jax.Array, teacher_hidden: jax.Array, mask: jax.Array) -
     return ((1.0 - cos) * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
 
+# alpha key -> (its metric, its loss of (the model's outputs, the input mask [B, L]), the internals it asks of the
+# model: models/distillation.py INTERNALS). The soft targets and MLM, on the masked positions, are apart.
+TERMS = {
+    "alpha_cos": ("cosine_loss", lambda o, m: cosine_loss(o["hidden"], o["teacher_hidden"], m), None),
+    "alpha_attention_kl": ("attention_kl", lambda o, m: layer.attention_kl(
+        o["attention_scores"][-1], o["teacher_attention_scores"][-1], m), "attention"),
+    "alpha_value_relation": ("value_relation_kl", lambda o, m: layer.value_relation_kl(
+        o["attention_values"][-1], o["teacher_attention_values"][-1], m), "attention"),
+    "alpha_attention_mse": ("attention_mse", lambda o, m: layer.attention_mse(
+        o["attention_scores"], o["teacher_attention_scores"], m), "attention"),
+    "alpha_hidden": ("hidden_mse", lambda o, m: layer.hidden_mse(o["hidden_states"], o["teacher_hidden_states"], m),
+                     "hidden_states"),
+    "alpha_embedding": ("embedding_mse", lambda o, m: layer.hidden_mse(o["embeddings"], o["teacher_embeddings"], m),
+                        "embeddings"),
+}
+ALPHAS = ("alpha_ce", "alpha_mlm", *TERMS)
+
+
 class Distillation(BertPretraining):
-    """Objective "distillation": BERT's batches (config.next_sentence must be False), DistilBERT's loss.
-    config: BERT pretraining's keys + temperature, alpha_ce, alpha_mlm, alpha_cos."""
+    """Objective "distillation": BERT's batches (config.next_sentence must be False), the weighted loss above.
+    config: BERT pretraining's keys + temperature and the alphas (ALPHAS)."""
 
     def __init__(self, config: ml_collections.ConfigDict, tokenizer, *, long_phase: bool = False):
         super().__init__(config, tokenizer, long_phase=long_phase)
@@ -43,10 +69,16 @@ class Distillation(BertPretraining):
                                  "(DistilBERT drops NSP); set it to False")
         if not config.temperature > 0:
             raise ObjectiveError(f"config.objective.temperature={config.temperature} must be > 0 (DistilBERT: 2.0)")
-        alphas = {k: config[k] for k in ("alpha_ce", "alpha_mlm", "alpha_cos")}
+        alphas = {k: config[k] for k in ALPHAS}
         if min(alphas.values()) < 0 or not sum(alphas.values()) > 0:
             raise ObjectiveError(f"config.objective's alphas {alphas} must be >= 0 with one > 0 "
-                                 "(DistilBERT: alpha_ce=5, alpha_mlm=2, alpha_cos=1)")
+                                 "(DistilBERT: alpha_ce=5, alpha_mlm=2, alpha_cos=1; configs/distil.py's loss=)")
+        # static: the model runs its attention through the reference only when a term reads it
+        self.internals = tuple(sorted({need for key, (_, _, need) in TERMS.items() if need and config[key]}))
+
+    def model_inputs(self, batch: dict[str, jax.Array]) -> dict:
+        inputs = BertPretraining.model_inputs(batch)
+        return {**inputs, "internals": self.internals} if self.internals else inputs
 
     def loss(self, outputs: dict[str, jax.Array], batch: dict[str, jax.Array]
              ) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -58,9 +90,10 @@ class Distillation(BertPretraining):
             metrics["soft_target_loss"] = soft_target_kl(outputs["mlm_logits"], outputs["teacher_mlm_logits"],
                                                          weights, c.temperature)
             loss = loss + c.alpha_ce * metrics["soft_target_loss"]
-        if c.alpha_cos:
-            metrics["cosine_loss"] = cosine_loss(outputs["hidden"], outputs["teacher_hidden"], batch["input_mask"])
-            loss = loss + c.alpha_cos * metrics["cosine_loss"]
+        for key, (name, term, _) in TERMS.items():
+            if c[key]:
+                metrics[name] = term(outputs, batch["input_mask"])
+                loss = loss + c[key] * metrics[name]
         metrics["loss"] = loss
         metrics["tokens"] = jnp.sum(batch["input_mask"]).astype(jnp.float32)  # real tokens, for tokens/s
         return loss, metrics

@@ -28,7 +28,9 @@ class StepObjective(Protocol):
     the fine-tuning ones (objectives/finetuning.py, the T5 and GPT families') alike."""
 
     def model_inputs(self, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        """The module's keyword arguments, taken from the batch."""
+        """The module's keyword arguments, taken from the batch; besides arrays, an objective may add a static
+        option (a hashable Python value: what distillation asks the model to return), which the steps, jitted,
+        pass on as it is."""
 
     def loss(self, outputs: dict[str, jax.Array], batch: dict[str, jax.Array]
              ) -> tuple[jax.Array, dict[str, jax.Array]]:

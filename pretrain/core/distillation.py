@@ -5,8 +5,9 @@ BERT directory: pretrain/core/pretrained.py, with the MLM head where the checkpo
 config.model (the same vocabulary, width and depth) and gives the run the teacher's tokenizer when
 config.tokenizer.path is empty. `initialise(state, teacher, shardings)` puts it into a fresh state: the teacher's
 weights under params['teacher'] and, DistilBERT's initialisation, the student's from the teacher's embeddings,
-every other layer (student layer i <- teacher layer 2i: `student_params`), pooler and MLM head. A resumed run
-restores both from its checkpoint instead; the loop (pretrain/loops/pretraining.py) calls these two only.
+every other layer (student layer i <- teacher layer 2i: `student_params`), pooler and MLM head. A student narrower
+than its teacher (config.model.teacher_hidden_size etc.: TinyBERT, MiniLM) keeps its random initialisation. A
+resumed run restores both from its checkpoint instead; the loop (pretrain/loops/pretraining.py) calls these two only.
 
 A teacher without an MLM head (a sentence-embedding model such as all-MiniLM-L6-v2) has no soft targets: the run
 needs config.objective.alpha_ce=0, and the student's MLM head starts fresh.
@@ -26,6 +27,7 @@ FLAG = "--config.distillation.teacher"
 # config.model fields the student shares with its teacher (its num_layers is its own, teacher_layers the teacher's).
 SHARED = ("hidden_size", "num_heads", "intermediate_size", "max_position_embeddings", "type_vocab_size",
           "embedding_size", "hidden_act", "layer_norm_eps")
+WIDTHS = ("hidden_size", "num_heads", "intermediate_size")  # the teacher's own in config.model.teacher_<key> if set
 
 
 def load_teacher(config: ml_collections.ConfigDict) -> pretrained.Pretrained | None:
@@ -66,10 +68,14 @@ def check_teacher(model: ml_collections.ConfigDict, teacher: dict, source: str) 
                           f"{model.teacher_layers}; set --config.model.teacher_layers={layers} (and num_layers <= "
                           f"{(layers + 1) // 2})")
     for key in SHARED:
-        value, student = (fields.get(key, getattr(BertConfig, key)) for fields in (teacher, model))  # absent: default
-        if student != value:
-            raise ConfigError(f"the teacher {source} has {key}={value!r} but config.model.{key}={student!r}: "
-                              f"the student is built from the teacher's layers; set --config.model.{key}={value}")
+        name = f"teacher_{key}" if key in WIDTHS and model.get(f"teacher_{key}") else key
+        default = getattr(BertConfig, key)  # a field the checkpoint's config lacks
+        value, ours = teacher.get(key, default), model.get(name, default)
+        if ours != value:
+            narrower = (f" (or --config.model.teacher_{key}={value}: a narrower student, which starts at random)"
+                        if name == key and key in WIDTHS else "")
+            raise ConfigError(f"the teacher {source} has {key}={value!r} but config.model.{name}={ours!r}: "
+                              f"config.model describes the teacher too; set --config.model.{name}={value}{narrower}")
 
 
 def student_params(teacher: dict, num_layers: int) -> dict:
@@ -80,12 +86,16 @@ def student_params(teacher: dict, num_layers: int) -> dict:
     return {**teacher, "bert": bert}
 
 
-def initialise(state, teacher: pretrained.Pretrained, num_layers: int, shardings):
-    """A fresh state with the teacher's weights and the student's every-other-layer copy of them, on `shardings`."""
+def initialise(state, teacher: pretrained.Pretrained, num_layers: int, shardings, copy_student: bool = True):
+    """A fresh state with the teacher's weights and (copy_student: a student of the teacher's widths) the student's
+    every-other-layer copy of them, on `shardings`."""
     looped = stack.to_layout(teacher.params, scan=False)
-    params, fresh = pretrained.merge_params(
-        state.params, {"teacher": looped, "student": student_params(looped, num_layers)}, teacher.source)
-    print(f"Teacher from {teacher.source}; student layers <- teacher layers "
-          f"{[teacher_layer(i) for i in range(num_layers)]}"
+    weights = {"teacher": looped}
+    if copy_student:
+        weights["student"] = student_params(looped, num_layers)
+    params, fresh = pretrained.merge_params(state.params, weights, teacher.source)
+    print(f"Teacher from {teacher.source}; "
+          + (f"student layers <- teacher layers {[teacher_layer(i) for i in range(num_layers)]}" if copy_student
+             else "a narrower student, at random")
           + (f"; freshly initialised: {', '.join(sorted({'/'.join(n.split('/')[:2]) for n in fresh}))}" if fresh else ""))
     return state.replace(params=jax.device_put(params, shardings.params))

@@ -105,6 +105,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "model.layer_norm_eps": POSITIVE_FLOAT, "model.initializer_range": POSITIVE_FLOAT,
     "model.initializer_factor": POSITIVE_FLOAT, "model.attention": "attention", "model.remat": "remat",
     "model.scan_layers": _choice(True, False), "model.fused_qkv": _choice(True, False),
+    "model.teacher_layers": POSITIVE,  # distillation (models/distillation.py); a teacher width of 0 is the student's
+    **{f"model.teacher_{k}": NON_NEGATIVE for k in ("hidden_size", "num_heads", "intermediate_size")},
     # objective
     "objective.name": "objective", "objective.mask_prob": PROBABILITY, "objective.noise_density": PROBABILITY,
     "objective.replace_with_mask": SHARE, "objective.replace_with_random": SHARE, "objective.short_seq_prob": SHARE,

@@ -78,7 +78,7 @@ def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpo
     if ckpt.latest_step() is None:
         if teacher is not None:
             return Start(distillation.initialise(trainer.init_state(), teacher, config.model.num_layers,
-                                                 trainer.shardings))
+                                                 trainer.shardings, copy_student=trainer.model.config.copies_teacher))
         return Start(trainer.init_state())
     workdirs.check_resume(workdir, config)  # before reading the checkpoint: name what differs
     abstract_state = checkpoints.abstract_with_shardings(trainer.abstract_state, trainer.shardings)

@@ -62,7 +62,8 @@ def build_trainer(config: ml_collections.ConfigDict, *, model: nn.Module, object
     """The sharded initializer of `model` (initialised from the first of `example_rows`) and the jitted steps of
     `objective`; config.mesh_mode picks the jit step (XLA partitions it) or the per-device shard_map step.
     `wrap_apply` replaces the state's apply_fn (PEFT holds the frozen parameters out of the gradient)."""
-    example = {k: jnp.asarray(v[:1]) for k, v in objective.model_inputs(example_rows).items()}  # [1, ...]
+    example = {k: jnp.asarray(v[:1]) if hasattr(v, "shape") else v  # [1, ...]; a static option as it is
+               for k, v in objective.model_inputs(example_rows).items()}
     initialize, shardings, abstract_state = train_state.init_sharded(model, example, init_rng, tx, mesh)
     if wrap_apply is not None:  # the shardings' tree carries the same static apply_fn
         apply_fn = wrap_apply(abstract_state.apply_fn)

@@ -1,6 +1,8 @@
 """Our BERT against the reference implementation: Hugging Face transformers on PyTorch."""
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 import torch
 import transformers
 
+from models import stack
 from models.bert import BertConfig, BertForPreTraining, BertModel
 from models.convert.hf_bert import bert_params_from_hf
 from pretrain.core.train_state import unbox
@@ -69,3 +72,37 @@ def test_converted_tree_matches_our_initialised_tree(fused_qkv):
     def shapes(tree):
         return jax.tree.map(lambda x: tuple(np.shape(x)), tree)
     assert shapes(params) == shapes(init)
+
+
+@pytest.mark.parametrize("scan_layers, attention", [(False, "xla"), (True, "auto")])
+def test_internals_match_transformers_attentions_and_hidden_states(scan_layers, attention):
+    """return_internals (what distillation reads): every layer's attention probabilities and hidden states against
+    BertModel(output_attentions=True, output_hidden_states=True), its scores and values against Hugging Face's own
+    query/key/value projections; through the reference even where the config names a fused kernel."""
+    reference, config, params = reference_and_ours(seed=2)
+    reference.config._attn_implementation = "eager"  # the implementation that returns its attention probabilities
+    ids, segments, mask, _ = batch(np.random.default_rng(2))
+    with torch.no_grad():
+        out = reference.bert(input_ids=torch.from_numpy(ids), token_type_ids=torch.from_numpy(segments),
+                             attention_mask=torch.from_numpy(mask), output_attentions=True, output_hidden_states=True)
+    config = dataclasses.replace(config, scan_layers=scan_layers, attention=attention)
+    bert = params["bert"] if not scan_layers else stack.to_layout(params["bert"], scan=True)
+    _, _, internals = BertModel(config).apply({"params": bert}, jnp.asarray(ids), jnp.asarray(segments),
+                                              jnp.asarray(mask), return_internals=True)
+    real = mask.astype(bool)  # padded query rows attend differently (ours: to nothing); their keys are masked in both
+    hidden = [internals["embeddings"], *internals["hidden"]]
+    assert len(hidden) == len(out.hidden_states) == 4
+    for ours, theirs in zip(hidden, out.hidden_states):
+        assert np.abs(np.asarray(ours)[real] - theirs.numpy()[real]).max() < 1e-5
+    probs = np.asarray(internals["probs"]).transpose(1, 3, 0, 2, 4)[real]  # [N, B, H, L, S] -> [real, N, H, S]
+    hf_probs = np.stack([a.numpy() for a in out.attentions]).transpose(1, 3, 0, 2, 4)[real]
+    assert np.abs(probs - hf_probs).max() < 1e-5
+    for i, layer in enumerate(reference.bert.encoder.layer):
+        attention_heads = layer.attention.self
+        with torch.no_grad():
+            q, k, v = (proj(out.hidden_states[i]).numpy().reshape(*ids.shape, 4, 12)
+                       for proj in (attention_heads.query, attention_heads.key, attention_heads.value))
+        scores = np.einsum("blhk,bshk->bhls", q, k) / np.sqrt(12)  # real rows: HF's padded states differ
+        pairs = (real[:, None, :, None] & real[:, None, None, :]).repeat(4, axis=1)  # [B, H, L, S]
+        assert np.abs(np.asarray(internals["scores"][i])[pairs] - scores[pairs]).max() < 1e-5
+        assert np.abs(np.asarray(internals["values"][i])[real] - v[real]).max() < 1e-5

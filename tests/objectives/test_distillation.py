@@ -107,3 +107,132 @@ def test_task_distillation_mixes_soft_targets_and_labels_by_hand():
     assert float(plain) == pytest.approx(ce, rel=1e-5)
     with pytest.raises(ObjectiveError, match="classification"):
         FineTuningObjective("regression", 1).distilled(0.5, 2.0)
+
+
+# ----- TinyBERT's and MiniLM's losses (objectives/layer_distillation.py) against numpy, on a padded batch -----
+PADDING = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], np.int32)  # [B, L]: the second row has two padded tokens
+
+
+def _softmax(x):
+    return np.exp(_log_softmax(x))
+
+
+def _kl_by_hand(student, teacher):
+    """[B, H, L, L] logits -> mean over heads and real queries of KL(softmax(teacher) || softmax(student)) over the
+    real keys, one (row, head, query) at a time."""
+    terms = []
+    for b, row in enumerate(PADDING):
+        n = row.sum()
+        for h in range(student.shape[1]):
+            for t in range(n):
+                p, q = _softmax(teacher[b, h, t, :n]), _softmax(student[b, h, t, :n])
+                terms.append((p * np.log(p / q)).sum())
+    return np.mean(terms)
+
+
+def _scores(seed, layers=None, heads=3, scale=2.0):
+    rng = np.random.default_rng(seed)
+    shape = (2, heads, 5, 5) if layers is None else (layers, 2, heads, 5, 5)
+    scores = rng.normal(size=shape) * scale
+    padded = np.broadcast_to(~PADDING.astype(bool)[:, None, None, :], (2, heads, 5, 5)).copy()  # padded keys
+    padded |= ~PADDING.astype(bool)[:, None, :, None]                                          # padded queries
+    scores[..., padded] = 1e4  # wild values where a padded token is the query or the key: they must not count
+    return scores
+
+
+def test_minilm_attention_kl_by_hand():
+    from objectives.layer_distillation import attention_kl
+    student, teacher = _scores(0), _scores(1, scale=3.0)
+    ours = attention_kl(jnp.asarray(student, jnp.float32), jnp.asarray(teacher, jnp.float32), jnp.asarray(PADDING))
+    assert float(ours) == pytest.approx(_kl_by_hand(student, teacher), rel=1e-5)
+    assert float(attention_kl(jnp.asarray(teacher), jnp.asarray(teacher), jnp.asarray(PADDING))) == pytest.approx(0,
+                                                                                                                 abs=1e-6)
+
+
+def test_minilm_value_relation_kl_by_hand_with_its_own_head_size_per_model():
+    from objectives.layer_distillation import value_relation_kl
+    rng = np.random.default_rng(2)
+    values, teacher_values = rng.normal(size=(2, 5, 3, 4)), rng.normal(size=(2, 5, 3, 8))  # [B, L, H, K]: K 4 and 8
+    values[1, 3:], teacher_values[1, 3:] = 50.0, -50.0  # padded tokens: neither a query nor a key
+    relation = np.einsum("blhk,bshk->bhls", values, values) / np.sqrt(4)
+    teacher_relation = np.einsum("blhk,bshk->bhls", teacher_values, teacher_values) / np.sqrt(8)
+    ours = value_relation_kl(jnp.asarray(values, jnp.float32), jnp.asarray(teacher_values, jnp.float32),
+                             jnp.asarray(PADDING))
+    assert float(ours) == pytest.approx(_kl_by_hand(relation, teacher_relation), rel=1e-5)
+
+
+def test_tinybert_attention_mse_by_hand_and_as_the_released_code_without_padding():
+    from objectives.layer_distillation import attention_mse
+    student, teacher = _scores(3, layers=2), _scores(4, layers=2)
+    expected = 0.0
+    for m in range(2):  # summed over the layer pairs; per pair, the mean over heads and real (query, key) pairs
+        squares = [(student[m, b, h, :n, :n] - teacher[m, b, h, :n, :n]) ** 2
+                   for b, n in enumerate(PADDING.sum(1)) for h in range(3)]
+        expected += np.concatenate([s.ravel() for s in squares]).mean()
+    ours = attention_mse(jnp.asarray(student, jnp.float32), jnp.asarray(teacher, jnp.float32), jnp.asarray(PADDING))
+    assert float(ours) == pytest.approx(expected, rel=1e-5)
+    # Without padding: general_distill.py's sum over layers of MSELoss() (every entry of [B, H, L, L]).
+    full = np.ones_like(PADDING)
+    released = sum(((student[m] - teacher[m]) ** 2).mean() for m in range(2))
+    assert float(attention_mse(jnp.asarray(student), jnp.asarray(teacher), jnp.asarray(full))) == pytest.approx(
+        released, rel=1e-5)
+
+
+def test_tinybert_hidden_mse_by_hand_over_layers_and_for_the_embeddings():
+    from objectives.layer_distillation import hidden_mse
+    rng = np.random.default_rng(5)
+    states, teacher = rng.normal(size=(3, 2, 5, 6)), rng.normal(size=(3, 2, 5, 6))  # [M, B, L, D_teacher]
+    states[:, 1, 3:] = 1e3  # padded tokens
+    real = PADDING.astype(bool)
+    expected = sum(((states[m][real] - teacher[m][real]) ** 2).mean() for m in range(3))
+    ours = hidden_mse(jnp.asarray(states, jnp.float32), jnp.asarray(teacher, jnp.float32), jnp.asarray(PADDING))
+    assert float(ours) == pytest.approx(expected, rel=1e-5)
+    embeddings = hidden_mse(jnp.asarray(states[0], jnp.float32), jnp.asarray(teacher[0], jnp.float32),
+                            jnp.asarray(PADDING))  # [B, L, D]: one pair
+    assert float(embeddings) == pytest.approx(((states[0][real] - teacher[0][real]) ** 2).mean(), rel=1e-5)
+
+
+def _internals(seed=6):
+    """What the model returns for every internal (2 student layers, the teacher's mapped ones), padded."""
+    rng = np.random.default_rng(seed)
+    return {"attention_scores": _scores(seed, layers=2), "teacher_attention_scores": _scores(seed + 1, layers=2),
+            "attention_values": rng.normal(size=(2, 2, 5, 3, 4)),
+            "teacher_attention_values": rng.normal(size=(2, 2, 5, 3, 8)),
+            "hidden_states": rng.normal(size=(2, 2, 5, 6)), "teacher_hidden_states": rng.normal(size=(2, 2, 5, 6)),
+            "embeddings": rng.normal(size=(2, 5, 6)), "teacher_embeddings": rng.normal(size=(2, 5, 6))}
+
+
+@pytest.mark.parametrize("loss, internals, metrics", [
+    ("distilbert", (), ("soft_target_loss", "cosine_loss")),
+    ("tinybert", ("attention", "embeddings", "hidden_states"), ("attention_mse", "hidden_mse", "embedding_mse")),
+    ("minilm", ("attention",), ("attention_kl", "value_relation_kl")),
+])
+def test_each_loss_asks_the_model_for_its_internals_and_weighs_its_terms(loss, internals, metrics):
+    from objectives import layer_distillation as layer
+    config = distil.get_config(f"size=tiny,loss={loss}").objective
+    objective = build_objective(config, tokenizer=None)
+    batch, outputs = _batch_and_outputs()
+    batch["input_mask"] = PADDING
+    outputs.update(_internals())
+    assert objective.internals == internals
+    assert objective.model_inputs({**batch, "input_ids": 0, "segment_ids": 0, "masked_lm_positions": 0}).get(
+        "internals", ()) == internals
+    loss_value, got = objective.loss({k: jnp.asarray(v, jnp.float32) for k, v in outputs.items()},
+                                     {k: jnp.asarray(v) for k, v in batch.items()})
+    assert set(metrics) <= set(got) and not set(got) & ({"soft_target_loss", "cosine_loss", "attention_mse",
+                                                          "hidden_mse", "embedding_mse", "attention_kl",
+                                                          "value_relation_kl"} - set(metrics))
+    o, mask = {k: jnp.asarray(v, jnp.float32) for k, v in outputs.items()}, jnp.asarray(PADDING)
+    by_name = {"attention_kl": layer.attention_kl(o["attention_scores"][-1], o["teacher_attention_scores"][-1], mask),
+               "value_relation_kl": layer.value_relation_kl(o["attention_values"][-1],
+                                                            o["teacher_attention_values"][-1], mask),
+               "attention_mse": layer.attention_mse(o["attention_scores"], o["teacher_attention_scores"], mask),
+               "hidden_mse": layer.hidden_mse(o["hidden_states"], o["teacher_hidden_states"], mask),
+               "embedding_mse": layer.hidden_mse(o["embeddings"], o["teacher_embeddings"], mask)}
+    alphas = {"soft_target_loss": 5.0, "cosine_loss": 1.0}  # distilbert's; tinybert's and minilm's are 1.0 each
+    expected = (2.0 if loss == "distilbert" else 0.0) * float(got["mlm_loss"])
+    for name in metrics:
+        if name in by_name:
+            assert float(got[name]) == pytest.approx(float(by_name[name]), rel=1e-6)
+        expected += alphas.get(name, 1.0) * float(got[name])
+    assert float(loss_value) == pytest.approx(expected, rel=1e-5)

@@ -1,5 +1,6 @@
-"""DistilBERT end to end: `pretrain.train --config=configs/distil.py:size=tiny` distils the session's tiny BERT
-workdir into a 1-layer student, and `pretrain.finetune` starts from the student's encoder."""
+"""Distillation end to end: `pretrain.train --config=configs/distil.py:size=tiny` distils the session's tiny BERT
+workdir into a 1-layer student (DistilBERT; size=tiny_narrow: a narrower one with TinyBERT's and MiniLM's losses),
+and `pretrain.finetune` starts from the student's encoder."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,10 @@ from tests.helpers.paths import SHARED_DATA
 from tests.helpers.tiny_bert import tiny_overrides
 
 DISTIL = "configs/distil.py:size=tiny"
+DISTIL_NARROW = "configs/distil.py:size=tiny_narrow"  # TinyBERT's losses; MiniLM's added below
+NARROW = {"model.hidden_size": 16, "model.intermediate_size": 32, "model.teacher_hidden_size": 32,
+          "model.teacher_intermediate_size": 64, "objective.alpha_attention_kl": 1.0,
+          "objective.alpha_value_relation": 1.0}  # the teacher: the tiny BERT workdir (32 wide, FFN 64)
 
 
 def _distil_flags(corpus: str, spm: str, teacher: str, **extra) -> list[str]:
@@ -50,6 +55,8 @@ def test_distil_a_tiny_bert_then_finetune_the_student(tmp_path, tiny_bert_workdi
     assert exported["distilbert.transformer.layer.0.ffn.lin1.bias"].numpy().tolist() == \
         params["student"]["bert"]["layer_0"]["mlp"]["intermediate"]["bias"].tolist()
 
+    _distil_a_narrow_student_and_load_it(tmp_path / "distil_narrow", tiny_bert_workdir, corpus_and_tokenizer)
+
     # Task distillation: a WNLI run of the teacher teaches the student's fine-tuning with its logits.
     teacher_run, tuned = tmp_path / "wnli_teacher", tmp_path / "wnli"
     _finetune(teacher_run, tiny_bert_workdir)
@@ -68,6 +75,29 @@ def test_distil_a_tiny_bert_then_finetune_the_student(tmp_path, tiny_bert_workdi
     # the pooler, which the student never had, trains with the head rather than staying frozen at random
     trains = sum(x.size for x in _leaves(finetuned["head"])) + sum(x.size for x in _leaves(finetuned["bert"]["pooler"]))
     assert results["trainable_parameters"] == trains
+
+
+def _distil_a_narrow_student_and_load_it(workdir, teacher: str, corpus_and_tokenizer):
+    """TinyBERT's and MiniLM's losses on a student half the teacher's width, at random: it trains, and its
+    `student/bert` loads as a BERT of its own width, with every weight a BERT of that width has."""
+    import flax.linen as nn
+    import jax
+    from models.bert import BertConfig, BertModel
+    from pretrain.core import checkpoints, pretrained
+    run_train(workdir, _distil_flags(*corpus_and_tokenizer, teacher, **NARROW), config=DISTIL_NARROW)
+    trained = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in trained if "loss" in r]
+    assert trained[-1]["step"] == 4 and "soft_target_loss" not in trained[-1]
+    for key in ("attention_mse", "hidden_mse", "embedding_mse", "attention_kl", "value_relation_kl"):
+        assert all(np.isfinite(r[key]) and r[key] > 0 for r in trained), key
+    params, _ = checkpoints.restore_params(workdir / "checkpoints")
+    assert set(params) == {"student", "teacher", "hidden_fit", "embedding_fit"}
+    loaded = pretrained.load_pretrained(str(workdir))
+    assert loaded.family == "bert" and (loaded.model["hidden_size"], loaded.model["intermediate_size"]) == (16, 32)
+    ids = np.ones((1, 8), np.int32)
+    fresh_bert = nn.unbox(BertModel(BertConfig(**loaded.model)).init(jax.random.key(0), ids, ids * 0, ids)["params"])
+    merged, fresh = pretrained.merge_params(fresh_bert, loaded.params, loaded.source)
+    assert fresh == [] and all(np.array_equal(a, b) for a, b in zip(_leaves(merged), _leaves(params["student"]["bert"])))
 
 
 def _finetune(workdir, init, *extra: str):

@@ -133,3 +133,69 @@ def test_a_teacher_without_an_mlm_head_needs_alpha_ce_zero_and_lends_its_tokeniz
     assert config.tokenizer.path == path and config.tokenizer.kind == "wordpiece"
     student = distillation.student_params(teacher.params, 3)
     assert student["bert"]["layer_2"] is teacher.params["bert"]["layer_4"]
+
+
+# ----- A student narrower than its teacher (TinyBERT, MiniLM): random start, every loss of both papers -----
+NARROW = {"model.hidden_size": 8, "model.intermediate_size": 16, "model.teacher_hidden_size": 16,
+          "model.teacher_intermediate_size": 32, "model.teacher_num_heads": 2,
+          "model.num_layers": 2, "model.teacher_layers": 4,  # g(m) = 2m
+          "objective.alpha_attention_kl": 1.0, "objective.alpha_value_relation": 1.0}  # MiniLM's terms too
+
+
+def _narrow_config(**overrides):
+    config = distil.get_config("size=tiny_narrow")  # TinyBERT's losses
+    config.update_from_flattened_dict({**ARCHITECTURE, **NARROW, **overrides})
+    return config
+
+
+@pytest.fixture(scope="module")
+def started_narrow():
+    config = _narrow_config()
+    trainer = setup.pretraining_trainer(config)
+    teacher = _teacher(config)
+    state = distillation.initialise(trainer.init_state(), teacher, config.model.num_layers, trainer.shardings,
+                                    copy_student=trainer.model.config.copies_teacher)
+    return config, trainer, teacher, state
+
+
+def test_a_narrow_student_starts_at_random_beside_the_teacher_and_w_h_w_e(started_narrow):
+    config, trainer, teacher, state = started_narrow
+    params = jax.device_get(state.params)
+    assert not trainer.model.config.copies_teacher
+    assert set(params) == {"student", "teacher", "hidden_fit", "embedding_fit"}
+    assert params["hidden_fit"]["kernel"].shape == params["embedding_fit"]["kernel"].shape == (8, 16)
+    assert params["student"]["bert"]["embeddings"]["word_embeddings"]["embedding"].shape == (64, 8)
+    assert _equal(params["teacher"], teacher.params)
+
+
+def test_a_narrow_train_step_moves_student_and_fits_with_every_layer_loss(started_narrow):
+    config, trainer, _, state = started_narrow
+    before = jax.device_get(state.params)
+    batch = {k: v[:config.batch_size] for k, v in trainer.example_rows.items()}
+    with trainer.mesh:
+        state = jax.tree.map(jnp.array, state)
+        new, metrics = trainer.train_step(state, micro_batches(batch, 1), trainer.dropout_rng)
+    after = jax.device_get(new.params)
+    for name in ("attention_mse", "hidden_mse", "embedding_mse", "attention_kl", "value_relation_kl"):
+        assert np.isfinite(float(metrics[name])) and float(metrics[name]) > 0, name
+    assert "soft_target_loss" not in metrics and "cosine_loss" not in metrics  # TinyBERT's general distillation
+    assert _equal(after["teacher"], before["teacher"])
+    for key in ("hidden_fit", "embedding_fit"):
+        assert not _equal(after[key], before[key])
+    assert not _equal(after["student"]["bert"]["layer_0"], before["student"]["bert"]["layer_0"])
+    # Adam's moments: the student (its pooler frozen, as in DistilBERT's run) and W_h, W_e; nothing of the teacher.
+    trained = sum(x.size for key in ("student", "hidden_fit", "embedding_fit") for x in _leaves(before[key]))
+    trained -= sum(x.size for x in _leaves(before["student"]["bert"]["pooler"]))
+    assert sum(x.size for x in jax.tree.leaves(new.opt_state) if np.ndim(x)) == 2 * trained
+
+
+def test_a_narrow_student_checks_the_teacher_against_teacher_widths():
+    config = _narrow_config()
+    fields = _teacher(config).model
+    distillation.check_teacher(config.model, fields, "hf:teacher")  # teacher_hidden_size=16 and the teacher agree
+    with pytest.raises(ConfigError, match=r"--config.model.teacher_hidden_size=24$") as error:
+        distillation.check_teacher(config.model, dict(fields, hidden_size=24), "hf:teacher")
+    assert "\n" not in str(error.value)
+    wide = _config()  # of the teacher's width: the message offers both fixes
+    with pytest.raises(ConfigError, match=r"--config.model.hidden_size=24 \(or --config.model.teacher_hidden_size=24"):
+        distillation.check_teacher(wide.model, dict(_teacher(wide).model, hidden_size=24), "hf:teacher")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from configs import albert, bert, glue, gpt2, spanbert, t5
+from configs import albert, bert, distil, glue, gpt2, spanbert, t5
 from pretrain.core import validation
 from pretrain.core.errors import ConfigError
 
@@ -13,6 +13,7 @@ SHIPPED = ([bert.get_config(f"size={s}") for s in bert.SIZES]
            + [albert.get_config(f"size={s}") for s in albert.SIZES]
            + [t5.get_config(f"size={s},version={v}") for v in t5.SIZES for s in t5.SIZES[v]]
            + [gpt2.get_config(f"size={s}") for s in gpt2.SIZES]
+           + [distil.get_config(f"size={s}") for s in distil.SIZES]
            + [glue.get_config(f"task={task},model={m}") for task in ("mrpc", "stsb", "mnli")
               for m in ("bert", "t5", "gpt")])
 
@@ -49,6 +50,7 @@ def changed(config, **flat):
     ("data.window_documents", 0, "a positive integer"),
     ("model.attention", "flash", "one of 'auto', 'einsum', 'xla', 'cudnn', 'pallas'"),
     ("model.remat", "all", "one of 'none', 'minimal', 'full'"),
+    ("model.teacher_hidden_size", -768, "an integer >= 0"),
 ])
 def test_a_value_out_of_range_names_key_value_and_range(key, value, allowed):
     config = changed(bert.get_config("size=tiny"), **{key: value})
