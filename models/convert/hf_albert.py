@@ -18,11 +18,10 @@ from typing import Any
 
 import flax.core.meta
 import numpy as np
-from absl import logging
 
 from models.bert import BertConfig
 from models.convert.hf_bert import linear_entries, norm_entries
-from models.convert.layouts import lookup, place_tensor, take_tensor
+from models.convert.layouts import drop_untied_head, lookup, place_tensor, take_tensor
 from models.errors import ModelInputError
 from models.qkv_layout import hf_layout, to_qkv_layout
 from models.stack import SHARED
@@ -109,11 +108,8 @@ def albert_params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *,
             place_tensor(params, sd, name, path, layout, shape, config, source=source, missing_hint=hint)
     if config.embedding_width == config.hidden_size:
         _check_identity(sd, config.hidden_size, source)
-    decoder = sd.get("predictions.decoder.weight")
-    if "mlm_head" in params and decoder is not None and not np.array_equal(decoder, sd["embeddings.word_embeddings.weight"]):
-        logging.warning("%s: MLM decoder is not tied to the word embeddings; our model ties them, so the MLM head "
-                        "is left out", source)
-        del params["mlm_head"]
+    drop_untied_head(params, sd.get("predictions.decoder.weight"), sd["embeddings.word_embeddings.weight"], source,
+                     "predictions.decoder.weight")
     return to_qkv_layout(params, config.fused_qkv)
 
 

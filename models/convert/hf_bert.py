@@ -12,10 +12,9 @@ from typing import Any
 
 import flax.core.meta
 import numpy as np
-from absl import logging
 
 from models.bert import BertConfig
-from models.convert.layouts import lookup, place_tensor, take_tensor
+from models.convert.layouts import drop_untied_head, lookup, place_tensor, take_tensor
 from models.qkv_layout import hf_layout, to_qkv_layout
 from models.errors import ModelInputError
 
@@ -119,12 +118,8 @@ def bert_params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *, so
         for name, path, layout, shape in entries:
             place_tensor(params, sd, name, path, layout, shape, config, source=source,
                          missing_hint=f"is it a BERT checkpoint with {config.num_layers} layers? check config.json")
-    decoder = sd.get("cls.predictions.decoder.weight")
-    tied = decoder is None or np.array_equal(decoder, sd["embeddings.word_embeddings.weight"])
-    if "mlm_head" in params and not tied:
-        logging.warning("%s: MLM decoder is not tied to the word embeddings; our BERT ties them, so the MLM head "
-                        "is left out", source)
-        del params["mlm_head"]
+    drop_untied_head(params, sd.get("cls.predictions.decoder.weight"), sd["embeddings.word_embeddings.weight"], source,
+                     "cls.predictions.decoder.weight")
     return to_qkv_layout(params, config.fused_qkv)  # the layout the model asks for
 
 

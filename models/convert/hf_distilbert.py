@@ -15,12 +15,11 @@ import os
 
 import flax.core.meta
 import numpy as np
-from absl import logging
 
 from models.bert import BertConfig
 from models.convert import hf_io
 from models.convert.hf_bert import Entry, linear_entries, norm_entries
-from models.convert.layouts import lookup, place_tensor, take_tensor
+from models.convert.layouts import drop_untied_head, lookup, place_tensor, take_tensor
 from models.errors import ModelInputError
 from models.qkv_layout import hf_layout, to_qkv_layout
 
@@ -109,11 +108,8 @@ def distilbert_params_from_hf(state_dict: dict[str, np.ndarray], config: BertCon
         for name, path, layout, shape in entries:
             place_tensor(params, sd, name, path, layout, shape, config, source=source,
                          missing_hint=f"is it a DistilBERT checkpoint with {config.num_layers} layers? check config.json")
-    decoder = sd.get("vocab_projector.weight")
-    if "mlm_head" in params and decoder is not None and not np.array_equal(decoder, sd["embeddings.word_embeddings.weight"]):
-        logging.warning("%s: vocab_projector is not tied to the word embeddings; our model ties them, so the MLM head "
-                        "is left out", source)
-        del params["mlm_head"]
+    drop_untied_head(params, sd.get("vocab_projector.weight"), sd["embeddings.word_embeddings.weight"], source,
+                     "vocab_projector.weight")
     return to_qkv_layout(params, config.fused_qkv)
 
 

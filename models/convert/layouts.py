@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from absl import logging
 
 from models.errors import ModelInputError
 
@@ -54,3 +55,13 @@ def take_tensor(params: dict, path: tuple[str, ...], layout: str, config) -> np.
         raise ModelInputError(f"parameter {'/'.join(path)} is missing from the params to export (pass the whole "
                               "tree, e.g. state.params, with the config it was trained with)")
     return np.ascontiguousarray(TO_HF[layout](np.asarray(node, np.float32), config))
+
+
+def drop_untied_head(params: dict, decoder: np.ndarray | None, word_embeddings: np.ndarray, source: str,
+                     name: str) -> None:
+    """Our MLM head decodes with the word embeddings: a checkpoint whose decoder `name` differs from them keeps its
+    encoder and loses params['mlm_head'], with a warning."""
+    if "mlm_head" in params and decoder is not None and not np.array_equal(decoder, word_embeddings):
+        logging.warning("%s: %s is not tied to the word embeddings; our model ties them, so the MLM head is left out",
+                        source, name)
+        del params["mlm_head"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import flax
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -19,7 +18,8 @@ from models.bert import BertConfig, BertForPreTraining
 from models.convert import load_hf_albert, save_hf_albert
 from models.convert.hf_albert import albert_params_from_hf, hf_config_to_albert, hf_state_dict_from_albert
 from models.errors import ModelInputError
-from pretrain.core.train_state import unbox
+from tests.helpers import bert_reference
+from tests.helpers.bert_reference import count_params, init_params, randomised, state_dict
 
 HF_CONFIG = dict(vocab_size=120, embedding_size=16, hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
                  intermediate_size=96, max_position_embeddings=64, hidden_act="gelu_new", hidden_dropout_prob=0.0,
@@ -29,21 +29,11 @@ TOLERANCE = 1e-5
 
 def random_hf(seed: int = 0, **overrides) -> transformers.AlbertForPreTraining:
     torch.manual_seed(seed)
-    model = transformers.AlbertForPreTraining(transformers.AlbertConfig(**{**HF_CONFIG, **overrides})).eval()
-    with torch.no_grad():  # HF initialises biases and LayerNorm to 0/1: randomise them so they count
-        for name, p in model.named_parameters():
-            if "bias" in name or "LayerNorm" in name or "layer_norm" in name:
-                p.add_(0.3 * torch.randn_like(p))
-    return model
+    return randomised(transformers.AlbertForPreTraining(transformers.AlbertConfig(**{**HF_CONFIG, **overrides})))
 
 
-def random_batch(seed: int = 0, batch_size: int = 3, length: int = 20, predictions: int = 4):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, HF_CONFIG["vocab_size"], (batch_size, length))
-    segments = (np.arange(length)[None] >= rng.integers(3, length - 3, (batch_size, 1))).astype(np.int64)
-    mask = (np.arange(length)[None] < rng.integers(8, length, (batch_size, 1))).astype(np.int64)
-    mask[0] = 1  # one row without padding
-    return ids, segments, mask, rng.integers(0, 8, (batch_size, predictions))
+def random_batch(seed: int = 0):
+    return bert_reference.random_batch(HF_CONFIG["vocab_size"], seed)
 
 
 def logit_diffs(reference, params, config: BertConfig, seed: int = 0) -> dict[str, float]:
@@ -59,10 +49,6 @@ def logit_diffs(reference, params, config: BertConfig, seed: int = 0) -> dict[st
             "sop": float(np.abs(np.asarray(ours["nsp_logits"]) - out.sop_logits.numpy()).max())}
 
 
-def state_dict(model) -> dict[str, np.ndarray]:
-    return {k: v.numpy() for k, v in model.state_dict().items()}
-
-
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_imported_albert_prediction_and_sop_logits_match_transformers(scan_layers):
     reference = random_hf()
@@ -75,8 +61,7 @@ def test_imported_albert_prediction_and_sop_logits_match_transformers(scan_layer
 
 def test_exported_albert_loads_in_transformers_with_the_same_logits(tmp_path):
     config = BertConfig(**{**hf_config_to_albert(HF_CONFIG, next_sentence=True).__dict__, "initializer_range": 0.2})
-    ids = jnp.zeros((1, 8), jnp.int32)
-    params = unbox(BertForPreTraining(config).init(jax.random.key(1), ids, ids, ids + 1, ids[:, :2]))["params"]
+    params = init_params(config, seed=1)
     rng = np.random.default_rng(0)  # noise on biases and LayerNorm scales (as random_hf): zeros and ones count too
     params = flax.traverse_util.unflatten_dict({
         path: np.asarray(x) + (0.3 * rng.standard_normal(x.shape).astype(np.float32) if path[-1] in ("bias", "scale")
@@ -138,13 +123,6 @@ def test_embedding_size_above_hidden_size_is_a_one_line_error():
     BertConfig(hidden_size=128, num_heads=2, embedding_size=256)  # ELECTRA's generator: a wider table, projected down
 
 
-def count_ours(config: BertConfig) -> int:
-    """Shapes only (jax.eval_shape): xlarge's 60M parameters are never allocated."""
-    ids = jnp.zeros((1, 8), jnp.int32)
-    shapes = jax.eval_shape(lambda: BertForPreTraining(config).init(jax.random.key(0), ids, ids, ids + 1, ids[:, :2]))
-    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(unbox(shapes)["params"]))
-
-
 def count_transformers(config: BertConfig) -> int:
     """AlbertForPreTraining on the meta device (no memory); parameters() yields the tied decoder once."""
     hf = transformers.AlbertConfig(vocab_size=config.vocab_size, embedding_size=config.embedding_width,
@@ -161,7 +139,7 @@ def count_transformers(config: BertConfig) -> int:
 def test_parameter_count_equals_transformers_and_the_docstring_for_every_size(size):
     c = albert_configs.get_config(f"size={size},recipe=paper")
     config = model_config(c.model)
-    ours = count_ours(config)
+    ours = count_params(config)
     assert ours == count_transformers(config)
     assert f"{size} {ours:,}" in albert_configs.__doc__  # the docstring's exact count is this one
 

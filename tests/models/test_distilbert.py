@@ -7,7 +7,6 @@ import dataclasses
 import json
 
 import flax
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -21,7 +20,8 @@ from models.convert import hf_bert
 from models.convert.hf_distilbert import (distilbert_params_from_hf, hf_config_to_distilbert,
                                           hf_state_dict_from_distilbert, load_hf_distilbert, save_hf_distilbert)
 from models.errors import ModelInputError
-from pretrain.core.train_state import unbox
+from tests.helpers import bert_reference
+from tests.helpers.bert_reference import count_params, init_params, randomised, state_dict
 
 HF_CONFIG = dict(vocab_size=120, dim=48, n_layers=3, n_heads=4, hidden_dim=96, max_position_embeddings=64,
                  dropout=0.0, attention_dropout=0.0, initializer_range=0.2)  # O(1) activations: differences show
@@ -30,21 +30,11 @@ TOLERANCE = 1e-5
 
 def random_hf(seed: int = 0, **overrides) -> transformers.DistilBertForMaskedLM:
     torch.manual_seed(seed)
-    model = transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(**{**HF_CONFIG, **overrides})).eval()
-    with torch.no_grad():  # HF initialises biases and LayerNorm to 0/1: randomise them so they count
-        for name, p in model.named_parameters():
-            if "bias" in name or "norm" in name.lower():
-                p.add_(0.3 * torch.randn_like(p))
-    return model
+    return randomised(transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(**{**HF_CONFIG, **overrides})))
 
 
-def random_batch(seed: int = 0, batch_size: int = 3, length: int = 20, predictions: int = 4):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, HF_CONFIG["vocab_size"], (batch_size, length))
-    segments = (np.arange(length)[None] >= rng.integers(3, length - 3, (batch_size, 1))).astype(np.int64)
-    mask = (np.arange(length)[None] < rng.integers(8, length, (batch_size, 1))).astype(np.int64)
-    mask[0] = 1  # one row without padding
-    return ids, segments, mask, rng.integers(0, 8, (batch_size, predictions))
+def random_batch(seed: int = 0):
+    return bert_reference.random_batch(HF_CONFIG["vocab_size"], seed)
 
 
 def mlm_diff(reference, params, config: BertConfig) -> float:
@@ -59,10 +49,6 @@ def mlm_diff(reference, params, config: BertConfig) -> float:
     return float(np.abs(np.asarray(ours["mlm_logits"]) - hf_mlm).max())
 
 
-def state_dict(model) -> dict[str, np.ndarray]:
-    return {k: v.numpy() for k, v in model.state_dict().items()}
-
-
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_imported_distilbert_mlm_logits_match_transformers(scan_layers):
     reference = random_hf()
@@ -73,8 +59,7 @@ def test_imported_distilbert_mlm_logits_match_transformers(scan_layers):
 
 def test_exported_distilbert_loads_in_transformers_with_the_same_logits(tmp_path):
     config = hf_config_to_distilbert(HF_CONFIG)
-    ids = jnp.zeros((1, 8), jnp.int32)
-    params = unbox(BertForPreTraining(config).init(jax.random.key(1), ids, ids, ids + 1, ids[:, :2]))["params"]
+    params = init_params(config, seed=1)
     rng = np.random.default_rng(0)  # noise on biases and LayerNorm scales (as random_hf): zeros and ones count too
     params = flax.traverse_util.unflatten_dict({
         path: np.asarray(x) + (0.3 * rng.standard_normal(x.shape).astype(np.float32) if path[-1] in ("bias", "scale")
@@ -129,13 +114,6 @@ def test_a_model_with_token_types_does_not_export_as_distilbert():
         hf_state_dict_from_distilbert({}, BertConfig(vocab_size=120, hidden_size=48, num_layers=2, num_heads=4))
 
 
-def count_ours(config: BertConfig) -> int:
-    """Shapes only (jax.eval_shape): nothing is allocated."""
-    ids = jnp.zeros((1, 8), jnp.int32)
-    shapes = jax.eval_shape(lambda: BertForPreTraining(config).init(jax.random.key(0), ids, ids, ids + 1, ids[:, :2]))
-    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(unbox(shapes)["params"]))
-
-
 def count_transformers(config: BertConfig) -> int:
     """DistilBertForMaskedLM on the meta device (no memory); parameters() yields the tied projector once."""
     hf = transformers.DistilBertConfig(vocab_size=config.vocab_size, dim=config.hidden_size, n_layers=config.num_layers,
@@ -156,7 +134,7 @@ def test_students_of_their_teachers_width_are_distilbert_shaped():
 @pytest.mark.parametrize("size", DISTILBERT_SHAPED)
 def test_student_parameter_count_equals_transformers_and_the_docstring_for_every_size(size):
     student = model_config(distil_configs.get_config(f"size={size}").model).student()
-    ours = count_ours(student)
+    ours = count_params(student)
     assert ours == count_transformers(student)
     bullet = next(b for b in distil_configs.__doc__.split("\n- ") if b.startswith(f"{size}:"))
     assert f"{ours:,} parameters" in " ".join(bullet.split())  # the docstring's exact count is this one
@@ -169,3 +147,11 @@ def test_a_hugging_face_distilbert_directory_initialises_a_bert_family_fine_tuni
     assert init.family == "bert" and init.source == f"huggingface:{tmp_path / 'hf'}"
     assert init.model["type_vocab_size"] == 0 and "pooler" not in init.params  # the fine-tuning pooler is fresh
     assert init.tokenizer["kind"] == "wordpiece"
+
+
+def test_an_untied_projector_keeps_the_encoder_and_leaves_the_mlm_head_out():
+    """Our MLM head decodes with the word embeddings: a checkpoint that does not loses the head, not the encoder."""
+    weights = state_dict(random_hf())
+    weights["vocab_projector.weight"] = weights["vocab_projector.weight"] + 1.0
+    params = distilbert_params_from_hf(weights, hf_config_to_distilbert(HF_CONFIG))
+    assert set(params) == {"bert"}

@@ -17,7 +17,8 @@ import transformers
 from models.bert import BertConfig, BertForPreTraining, BertModel
 from models.convert import load_hf_bert, save_hf_bert
 from models.errors import ModelInputError
-from pretrain.core.train_state import unbox
+from tests.helpers import bert_reference
+from tests.helpers.bert_reference import init_params, randomised
 
 CONFIG = BertConfig(vocab_size=120, hidden_size=48, num_layers=2, num_heads=4, intermediate_size=96,
                     max_position_embeddings=64, initializer_range=0.2)  # O(1) activations: differences show
@@ -28,29 +29,18 @@ TOLERANCE = 1e-4
 
 def random_params(config: BertConfig = CONFIG, seed: int = 0) -> dict:
     """Our initialiser, plus noise on every leaf so zero biases and unit LayerNorm scales count too."""
-    ids = jnp.zeros((1, 8), jnp.int32)
-    params = unbox(BertForPreTraining(config).init(jax.random.key(seed), ids, ids, ids + 1, ids[:, :2]))["params"]
+    params = init_params(config, seed)
     rng = np.random.default_rng(seed)
     return jax.tree.map(lambda x: np.asarray(x) + 0.3 * rng.standard_normal(x.shape).astype(np.float32), params)
 
 
 def random_hf(seed: int = 0) -> transformers.BertForPreTraining:
     torch.manual_seed(seed)
-    model = transformers.BertForPreTraining(transformers.BertConfig(**HF_CONFIG)).eval()
-    with torch.no_grad():  # HF initialises biases and LayerNorm to 0/1: randomise them so they count
-        for name, p in model.named_parameters():
-            if "bias" in name or "LayerNorm" in name:
-                p.add_(0.3 * torch.randn_like(p))
-    return model
+    return randomised(transformers.BertForPreTraining(transformers.BertConfig(**HF_CONFIG)))
 
 
 def random_batch(seed: int = 0, batch_size: int = 3, length: int = 20, predictions: int = 4):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(0, CONFIG.vocab_size, (batch_size, length))
-    segments = (np.arange(length)[None] >= rng.integers(3, length - 3, (batch_size, 1))).astype(np.int64)
-    mask = (np.arange(length)[None] < rng.integers(8, length, (batch_size, 1))).astype(np.int64)
-    mask[0] = 1  # one row without padding
-    return ids, segments, mask, rng.integers(0, 8, (batch_size, predictions))
+    return bert_reference.random_batch(CONFIG.vocab_size, seed, batch_size, length, predictions)
 
 
 def ours(params: dict, config: BertConfig, ids, segments, mask, positions=None) -> dict:
