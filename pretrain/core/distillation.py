@@ -64,9 +64,11 @@ def check_teacher(model: ml_collections.ConfigDict, teacher: dict, source: str) 
                           "take every other one of; give a BERT teacher")
     layers = teacher["num_layers"]
     if model.teacher_layers != layers:
+        copies = all(model.get(f"teacher_{key}") in (0, None, model[key]) for key in WIDTHS)  # the teacher's widths
+        limit = (layers + 1) // 2 if copies else layers  # every other teacher layer, or one teacher layer each
         raise ConfigError(f"the teacher {source} has {layers} layers but config.model.teacher_layers="
                           f"{model.teacher_layers}; set --config.model.teacher_layers={layers} (and num_layers <= "
-                          f"{(layers + 1) // 2})")
+                          f"{limit})")
     for key in SHARED:
         name = f"teacher_{key}" if key in WIDTHS and model.get(f"teacher_{key}") else key
         default = getattr(BertConfig, key)  # a field the checkpoint's config lacks

@@ -199,3 +199,11 @@ def test_a_narrow_student_checks_the_teacher_against_teacher_widths():
     wide = _config()  # of the teacher's width: the message offers both fixes
     with pytest.raises(ConfigError, match=r"--config.model.hidden_size=24 \(or --config.model.teacher_hidden_size=24"):
         distillation.check_teacher(wide.model, dict(_teacher(wide).model, hidden_size=24), "hf:teacher")
+
+
+def test_the_teacher_depth_error_names_each_students_layer_limit():
+    """A student of its teacher's width takes every other layer (at most half); a narrower one maps a teacher layer
+    to each of its own (at most all)."""
+    for config, limit in ((_narrow_config(), 8), (_config(), 4)):
+        with pytest.raises(ConfigError, match=rf"teacher_layers=8 \(and num_layers <= {limit}\)$"):
+            distillation.check_teacher(config.model, dict(_teacher(config).model, num_layers=8), "hf:teacher")
