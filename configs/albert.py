@@ -23,7 +23,7 @@ large 17,847,474 (paper: "18M"), xlarge 59,021,490 (paper: "60M").
 Model: vocab 30000 (SentencePiece, lowercased), 512 positions, GELU's tanh form (gelu_new), no dropout (the
 paper removes it; the v2 checkpoints have dropout 0), LayerNorm eps 1e-12.
 
-The paper recipe (Section 4.1): batch 4096, LAMB (pretrain/core/optimizers.py's `lamb`, as ALBERT's
+The paper recipe (Section 4.1): batch 4096, LAMB (pretrain/training/optimizers.py's `lamb`, as ALBERT's
 lamb_optimizer.py: b1 0.9, b2 0.999, eps 1e-6, weight decay 0.01 and the trust ratio on every weight but LayerNorm
 parameters and biases) with learning rate 0.00176, 125,000 steps, sequences of 512 (10% shorter: short_seq_prob
 0.1), 20 masked positions per sequence. The warm-up is 3,125 steps (ALBERT's released run_pretraining flags).

@@ -1,6 +1,6 @@
 """Pretraining distillation: a BERT student trained beside a frozen BERT teacher. DistilBERT (Sanh et al. 2019),
 TinyBERT's general distillation (Jiao et al. 2020) and MiniLM (Wang et al. 2020), as sizes and losses of one
-model ('distil', models/distillation.py) and one objective ("distillation", objectives/distillation.py).
+model ('distil', models/distillation/model.py) and one objective ("distillation", objectives/distillation/objective.py).
 
 Launch (the teacher: a pretrain.train BERT workdir or a Hugging Face BERT directory; its tokenizer is taken
 when config.tokenizer.path is empty):
@@ -34,7 +34,7 @@ writes (tests/models/test_distilbert.py checks both). A narrower one keeps token
 and MiniLM's released checkpoints do: Hugging Face's BertForPreTraining of that shape less its NSP head. TinyBERT's
 W_h and W_e are outside it (module-level `hidden_fit`, `embedding_fit`).
 
-The losses (objectives/distillation.py; every alpha not named is 0):
+The losses (objectives/distillation/objective.py; every alpha not named is 0):
 - distilbert: 5.0 * T^2 KL(teacher/T || student/T) + 2.0 * MLM + 1.0 * cosine of the last hidden states, T = 2.
   The recipe (DistilBERT, Section 3-4, and its released training script, Hugging Face's examples/
   research_projects/distillation): dynamic masking without NSP; batches of about 4K sequences (gradient

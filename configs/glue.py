@@ -14,10 +14,10 @@ with vocab.json + merges.txt); the architecture and the tokenizer come from it.
 the random-init control of the same architecture.
 
 Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|t5|gpt`,
-`freeze=none|head_only|lowest|gradual` (BERT and GPT; see pretrain/core/freezing.py), `size=` (T5 and GPT
+`freeze=none|head_only|lowest|gradual` (BERT and GPT; see pretrain/training/freezing.py), `size=` (T5 and GPT
 without an init: the configs/t5.py or configs/gpt2.py size, default small), `peft=none|adapters|lora|prefix|prompt`.
 
-Parameter-efficient fine-tuning (`peft=`; models/peft.py, pretrain/core/parameter_efficient.py): only the
+Parameter-efficient fine-tuning (`peft=`; models/peft.py, pretrain/training/peft.py): only the
 method's parameters and the task head train, and only they are stored, with a reference to the init.
 Defaults follow the papers and peft; each method's learning rate replaces the full fine-tuning one
 (PEFT needs larger ones):
@@ -48,7 +48,7 @@ GPT recipe (Radford et al. 2018, "Improving Language Understanding by Generative
 Section 4.1 "Fine-tuning details", and the defaults of its code, openai/finetune-transformer-lm
 train.py): learning rate 6.25e-5, batch 32, 3 epochs, linear warmup over 0.2% of training then linear
 decay, dropout 0.1 in the model and on the classifier's input, Adam b1 0.9 b2 0.999 eps 1e-8,
-weight decay 0.01, gradient clipping 1.0; a linear head on the last token (pretrain/families/gpt.py,
+weight decay 0.01, gradient clipping 1.0; a linear head on the last token (pretrain/finetuners/gpt.py,
 models/gpt_heads.py). The paper also adds the LM loss with weight 0.5 (lambda); this loop does not.
 max_seq_length 128 (at most the model's n_positions).
 """
@@ -89,7 +89,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         unfreeze_every_epochs=1))  # `gradual`: one more layer every this many epochs
 
     c.peft = peft_config(arg.peft)
-    # Task distillation (Hinton et al. 2015; pretrain/loops/task_distillation.py): a finished fine-tuning workdir of
+    # Task distillation (Hinton et al. 2015; pretrain/distillation/task_teacher.py): a finished fine-tuning workdir of
     # the same task teaches: loss = alpha * T^2 KL(teacher/T || student/T) + (1 - alpha) * CE(labels).
     c.distillation = ml_collections.ConfigDict(dict(teacher="", alpha=0.5, temperature=2.0))  # teacher '' = off
 

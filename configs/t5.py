@@ -102,7 +102,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         **common.compute_fields()))
 
     # Adafactor (Shazeer & Stern 2018) as T5/t5x: factored second moments, decay 1 - t^-0.8, update
-    # clipping at RMS 1, steps relative to the weights' RMS, no momentum. pretrain/core/optimizers.py's rsqrt
+    # clipping at RMS 1, steps relative to the weights' RMS, no momentum. pretrain/training/optimizers.py's rsqrt
     # schedule is learning_rate / sqrt(max(step, warmup_steps)): 1.0 and 10^4 give 0.01 for 10^4 steps.
     c.optimizer = ml_collections.ConfigDict(dict(
         name="adafactor", learning_rate=1.0, schedule="rsqrt", warmup_steps=10_000, decay_rate=0.8,

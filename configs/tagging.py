@@ -14,7 +14,7 @@ Config string: `task=conll2003|conll`, `tags=ner|chunk|pos|N` (the tag column: a
 scored by entity-level F1 as conlleval counts it (seqeval); others by token accuracy. The tag set is the
 train file's (O first), recorded in the run's config.json as `data.labels`.
 
-head=span (J&M 11.3.4, pretrain/families/bert_spans.py): every span of up to `span_head.max_width` words is
+head=span (J&M 11.3.4, pretrain/finetuners/bert_spans.py): every span of up to `span_head.max_width` words is
 classified into an entity type or NULL from J&M's span representation (learned start and end
 boundaries, a self-attention summary; `span_head.boundaries=token`, `span_head.summary=mean` give the plain
 eqs. 11.15-11.16); the most probable non-overlapping spans become the BIO tags that are scored and written.

@@ -230,7 +230,7 @@ def platform() -> str:
 
 def _current_mesh():
     """The mesh the loops enter (`with mesh:`, a concrete Mesh: the devices say the platform), else the abstract
-    mesh the train step traces under (pretrain/core/train_state.jit_train_step), else None."""
+    mesh the train step traces under (pretrain/training/train_state.jit_train_step), else None."""
     import warnings
     with warnings.catch_warnings():  # the loops still enter meshes the pre-`jax.set_mesh` way
         warnings.simplefilter("ignore", DeprecationWarning)

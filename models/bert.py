@@ -6,7 +6,7 @@ The same encoder is ALBERT's and ELECTRA's. ALBERT (Lan et al., 2020): factorise
 every depth (`shared_layers`), GELU's tanh form (`hidden_act="gelu_new"`), and sentence-order prediction
 through the NSP head (objectives/nsp.py makes the pairs). ELECTRA's discriminator and generator
 (models/electra.py) are this encoder with E != H and no pooler. DistilBERT (Sanh et al. 2019) is this encoder
-without token types (`type_vocab_size=0`) and without a pooler (models/distillation.py trains one).
+without token types (`type_vocab_size=0`) and without a pooler (models/distillation/model.py trains one).
 
 Parameter names follow Hugging Face's `BertForPreTraining` closely (embeddings / encoder layers /
 pooler / heads) so that `models/convert/` can map checkpoints one to one.
@@ -163,7 +163,7 @@ class BertModel(nn.Module):
         tuning its first virtual token, as peft's BERT classifiers read it; None without a pooler).
         embedded [B, L, E]: another model's embedding output in place of this one's (ELECTRA's generator
         shares the discriminator's tables).
-        return_internals (distillation, models/distillation.py): a third result, {'embeddings' [B, L, D] (the first
+        return_internals (distillation, models/distillation/model.py): a third result, {'embeddings' [B, L, D] (the first
         layer's input: Hugging Face's hidden_states[0]), and per layer, stacked [N, ...]: 'hidden' [N, B, L, D] (its
         output), 'scores' and 'probs' [N, B, H, L, L] (scaled q.k before the mask; the softmax before dropout),
         'values' [N, B, L, H, K]}, with virtual tokens where peft adds them. Every layer's attention then runs the

@@ -2,7 +2,7 @@
 
 A checkpoint directory that is not a model, a weight of the wrong shape, decoding settings out of
 range: the message names the thing and the fix. models/ knows nothing of command lines; the entry
-points (pretrain/core/errors.py) print this as one line and exit 2.
+points (pretrain/runtime/errors.py) print this as one line and exit 2.
 """
 
 

@@ -1,7 +1,7 @@
 """Transformer building blocks shared by every model family (BERT, T5; GPT reuses them).
 
 Every weight carries logical axis names (`embed`, `mlp`, `heads`, `kv`, `vocab`, ...) so that
-`pretrain/core/partitioning.py` can map them onto a device mesh without the model knowing about it.
+`pretrain/runtime/partitioning.py` can map them onto a device mesh without the model knowing about it.
 Shapes use B = batch, L = query length, S = key length, D = embed, H = heads, K = head dim.
 """
 from __future__ import annotations

@@ -51,7 +51,7 @@ def split_rows(x: jax.Array, last: str | None = None) -> jax.Array:
 
     Without it XLA's partitioner can follow the weights' sharding (embed over fsdp) instead: T5-Base's decoder
     on a v5e:2x2 ran all 128 rows on every chip, split along d_model, every matmul all-reduced. A no-op outside
-    the train step's logical-axis rules and abstract mesh (pretrain/core/train_state.jit_train_step), and
+    the train step's logical-axis rules and abstract mesh (pretrain/training/train_state.jit_train_step), and
     inside a shard_map, where each device already holds its own rows.
     """
     mesh = jax.sharding.get_abstract_mesh()

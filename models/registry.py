@@ -1,14 +1,14 @@
 """The model families: one registration each, and the only list of them.
 
 Everything that differs per family reads its `ModelFamily` here: `models.model_config` / `build_model`
-(the module, its config dataclass and pretraining module), pretrain/core/pretrained.py (the Hugging Face
-loaders and what fine-tuning inherits from a checkpoint), pretrain/core/validation.py (the relations
-between config.model's keys), pretrain/core/freezing.py (the pretrained body inside a fine-tuning
-model) and pretrain/families/registry.py (the fine-tuning family per task kind). Adding a family is one
+(the module, its config dataclass and pretraining module), pretrain/training/pretrained.py (the Hugging Face
+loaders and what fine-tuning inherits from a checkpoint), pretrain/training/validation.py (the relations
+between config.model's keys), pretrain/training/freezing.py (the pretrained body inside a fine-tuning
+model) and pretrain/finetuners/registry.py (the fine-tuning family per task kind). Adding a family is one
 `register(ModelFamily(...))` below.
 
 Code is named by "module:attribute" strings, imported on first use: the table costs no import of JAX
-modules, and it can name the fine-tuning families of pretrain/families without models/ importing
+modules, and it can name the finetuners of pretrain/finetuners without models/ importing
 pretrain/ (tests/models/test_registry.py resolves every name, so a typo fails there).
 """
 from __future__ import annotations
@@ -47,10 +47,10 @@ class ModelFamily:
     config_class: str                    # its frozen config dataclass
     model_class: str                     # its pretraining module
     hf: tuple[HfCheckpoint, ...] = ()    # the Hugging Face checkpoints it loads
-    # What fine-tuning inherits from a pretrained checkpoint (pretrain/core/pretrained.py):
+    # What fine-tuning inherits from a pretrained checkpoint (pretrain/training/pretrained.py):
     params_subtree: str | None = None    # the params' subtree it starts from, "a/b" nested (None: the whole tree)
     architecture_keys: tuple[str, ...] | None = None  # config.model keys (None: all but the training-time ones)
-    # Relations within config.model that pretrain/core/validation.py checks:
+    # Relations within config.model that pretrain/training/validation.py checks:
     width_key: str | None = None         # a width that num_heads must divide
     positions_key: str | None = None     # the position table the data's longest sequence must fit
     choices: Mapping[str, str] = dataclasses.field(default_factory=dict)  # key -> 'module:NAMES' it must be in
@@ -154,23 +154,23 @@ register(ModelFamily(
     width_key="hidden_size", positions_key="max_position_embeddings",
     # embeddings_project: the E -> H projection of factorised embeddings (ALBERT, ELECTRA), part of the embeddings
     body=Body("bert", embeddings=("embeddings", "embeddings_project"), top=("pooler",)),
-    finetuning={**_sequence("pretrain.families.bert:BertFamily"),
-                "tagging": "pretrain.families.bert_tagging:BertTaggingFamily",
-                "span": "pretrain.families.bert_spans:BertSpanFamily",
-                "qa": "pretrain.families.bert_qa:BertQaFamily"}))
+    finetuning={**_sequence("pretrain.finetuners.bert:BertFamily"),
+                "tagging": "pretrain.finetuners.bert_tagging:BertTaggingFamily",
+                "span": "pretrain.finetuners.bert_spans:BertSpanFamily",
+                "qa": "pretrain.finetuners.bert_qa:BertQaFamily"}))
 
 register(ModelFamily(
     "t5", "models.t5", "T5Config", "T5",
     hf=(HfCheckpoint("t5", "T5", "models.convert.hf_t5:load_hf_t5", _t5_sentencepiece),),
     choices={"feed_forward": "models.t5:FEED_FORWARDS"},
-    finetuning={**_sequence("pretrain.families.t5:T5Family"), "qa": "pretrain.families.t5_qa:T5QaFamily"}))
+    finetuning={**_sequence("pretrain.finetuners.t5:T5Family"), "qa": "pretrain.finetuners.t5_qa:T5QaFamily"}))
 
 register(ModelFamily(
     "gpt", "models.gpt", "GPTConfig", "GPT",
     hf=(HfCheckpoint("gpt2", "GPT-2", "models.convert.hf_gpt2:load_hf_gpt2", _gpt2_bpe),),
     width_key="d_model", positions_key="n_positions",
     body=Body("gpt", embeddings=("token_embedding", "position_embedding"), top=("final_norm",)),
-    finetuning=_sequence("pretrain.families.gpt:GPTFamily")))
+    finetuning=_sequence("pretrain.finetuners.gpt:GPTFamily")))
 
 register(ModelFamily(
     "electra", "models.electra", "ElectraConfig", "Electra",
@@ -179,8 +179,8 @@ register(ModelFamily(
     params_subtree="discriminator", architecture_keys=BERT_ARCHITECTURE, finetunes_as="bert",
     width_key="hidden_size", positions_key="max_position_embeddings"))
 
-register(ModelFamily(  # DistilBERT (models/distillation.py): a student BERT beside its frozen teacher
-    "distil", "models.distillation", "DistilConfig", "DistillationModel",
+register(ModelFamily(  # DistilBERT (models/distillation/model.py): a student BERT beside its frozen teacher
+    "distil", "models.distillation.model", "DistilConfig", "DistillationModel",
     params_subtree="student/bert", architecture_keys=BERT_ARCHITECTURE,
     width_key="hidden_size", positions_key="max_position_embeddings",
     finetunes_as="bert", finetuned_config="student",

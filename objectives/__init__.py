@@ -30,6 +30,6 @@ def build_objective(config: ml_collections.ConfigDict, tokenizer) -> Objective:
         from objectives.prefix_lm import PrefixLM
         return PrefixLM(config, tokenizer)
     if config.name == "distillation":  # DistilBERT, with model 'distil'
-        from objectives.distillation import Distillation
+        from objectives.distillation.objective import Distillation
         return Distillation(config, tokenizer)
     raise ObjectiveError(f"config.objective.name={config.name!r} is unknown; available: {', '.join(NAMES)}")

@@ -5,7 +5,7 @@
 Reads the workdir that pretrain.finetune wrote (config.json + checkpoints/), restores the best
 checkpoint, prints the official metrics of the dev split(s), writes predictions/ (dev and, for
 test splits, the GLUE submission files) and DIR/eval_results.json. Multi-host: the flags of
-pretrain/core/distributed.py, as for pretrain.train.
+pretrain/runtime/distributed.py, as for pretrain.train.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 
 from absl import flags
 
-from pretrain.core import cli, distributed, errors
+from pretrain.runtime import cli, distributed, errors
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A pretrain.finetune workdir.")
 _SPLITS = flags.DEFINE_list("splits", ["dev"], "Splits to score: dev (MNLI: dev_matched, dev_mismatched), test.")

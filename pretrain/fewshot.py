@@ -12,8 +12,8 @@ import sys
 
 from absl import flags
 
-from pretrain.core import cli, errors
-from pretrain.glue.prompts import FORMATS
+from pretrain.runtime import cli, errors
+from pretrain.tasks.glue.prompts import FORMATS
 
 _INIT = flags.DEFINE_string("init", None, "A pretrain.train GPT workdir or a Hugging Face GPT-2 directory.")
 _TASK = flags.DEFINE_string("task", None, "GLUE classification task: " + ", ".join(FORMATS) + ".")

@@ -7,7 +7,7 @@ PATH: a pretrain.train workdir (Orbax) or a Hugging Face BERT directory. The wor
 results.json (task, metrics of the best epoch, best epoch, wall time), predictions/ (dev with
 labels, test in the GLUE submission format), checkpoints/ (the best epoch only), metrics.jsonl,
 tensorboard/ and config.json (with the architecture and tokenizer taken from the init).
-Multi-host: the flags of pretrain/core/distributed.py, as for pretrain.train. --print_config prints the
+Multi-host: the flags of pretrain/runtime/distributed.py, as for pretrain.train. --print_config prints the
 resolved config (the init's architecture and tokenizer included) and exits.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 
 from absl import flags
 
-from pretrain.core import cli, distributed, errors
+from pretrain.runtime import cli, distributed, errors
 
 _CONFIG, _WORKDIR, _PRINT_CONFIG = cli.define_config_flags(
     "configs/glue.py:task=mrpc", "Directory for results, predictions and the best checkpoint.")

@@ -12,7 +12,7 @@ import sys
 
 from absl import flags
 
-from pretrain.core import cli, errors
+from pretrain.runtime import cli, errors
 
 _INIT = flags.DEFINE_string("init", None, "A pretrain.train GPT workdir or a Hugging Face GPT-2 directory.")
 _PROMPT = flags.DEFINE_multi_string("prompt", None, "A prompt (repeat for several); backslash escapes allowed.")

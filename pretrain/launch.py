@@ -25,9 +25,9 @@ import subprocess
 import sys
 import time
 
-from pretrain.core import errors
-from pretrain.core.cli import EXIT_INTERRUPTED  # 128 + SIGINT, as the other entry points
-from pretrain.ops import remote_job, run_logs, shipping, tpu_vm
+from pretrain.jobs import remote_job, run_logs, shipping, tpu_vm
+from pretrain.runtime import errors
+from pretrain.runtime.cli import EXIT_INTERRUPTED  # 128 + SIGINT, as the other entry points
 
 GCLOUD_MISSING = ("gcloud not found on PATH: install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install) "
                   "or use --dry_run")

@@ -11,7 +11,7 @@ import sys
 
 from absl import flags
 
-from pretrain.core import cli, errors
+from pretrain.runtime import cli, errors
 
 _INIT = flags.DEFINE_string("init", None, "A pretrain.train GPT workdir or a Hugging Face GPT-2 directory.")
 _DATA = flags.DEFINE_string("data", None, "The text file to score.")

@@ -10,7 +10,7 @@ Each cell runs `python -m pretrain.finetune` (a config with a task) or `pretrain
 values as --config.KEY=VALUE (or config-string arguments, `arg.NAME`) after the --config.* flags given
 here, which every cell shares. Locally --parallel cells run at once; with --launch=tpu:NAME one at a time
 on every worker of that TPU VM (python -m pretrain.launch run), their workdirs under --remote_workdir.
-Resumable: the same command skips finished cells and resumes cut-short ones (pretrain/ops/sweep_dir.py).
+Resumable: the same command skips finished cells and resumes cut-short ones (pretrain/jobs/sweep_dir.py).
 WORKDIR receives sweep.json, logs/, results.csv, results.md and a plot of --metric over the swept values.
 Exit status: 0 when every cell finished, 1 when one failed, 75 when stopped (SIGTERM / Ctrl-C).
 """
@@ -21,7 +21,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
-from pretrain.core import cli, errors
+from pretrain.runtime import cli, errors
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file with a get_sweep(arg), e.g. "
                                           "configs/glue.py:task=mrpc.", lock_config=True)
@@ -52,8 +52,8 @@ def shared_config_flags() -> list[str]:
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
-    from pretrain.ops import sweep_cells, sweep_report, sweep_runner
-    from pretrain.ops.sweep_dir import SweepDir
+    from pretrain.jobs import sweep_cells, sweep_report, sweep_runner
+    from pretrain.jobs.sweep_dir import SweepDir
     workdir = cli.require_workdir(_WORKDIR)
     with errors.one_line_errors():
         config_string = config_flags.get_config_filename(flags.FLAGS["config"])

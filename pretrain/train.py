@@ -6,7 +6,7 @@
 The workdir receives checkpoints/ (Orbax), tensorboard/, metrics.jsonl and config.json. Running
 the same command again resumes from the latest checkpoint. Multi-host: the same command on every host
 with --coordinator_address=HOST:PORT --num_processes=N --process_id=I (none on a Cloud TPU VM; see
-pretrain/core/distributed.py). --print_config prints the resolved config and exits.
+pretrain/runtime/distributed.py). --print_config prints the resolved config and exits.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import time
 
 from absl import flags
 
-from pretrain.core import cli, distributed, errors
+from pretrain.runtime import cli, distributed, errors
 
 _CONFIG, _WORKDIR, _PRINT_CONFIG = cli.define_config_flags(
     "configs/bert.py:size=tiny", "Directory for checkpoints, logs and metrics (an existing one resumes).")

@@ -198,7 +198,7 @@ def char_gpt_glue_workdir(tmp_path_factory):
     """A 30-step Shakespeare GPT (1 layer, the nano config's 64-character context) whose char vocabulary also
     holds SST-2's text and the few-shot prompt templates: the honest way to make GLUE readable for a
     character model (its training text is Shakespeare alone). For fine-tuning and few-shot tests. Read only."""
-    from pretrain.glue import prompts
+    from pretrain.tasks.glue import prompts
     shakespeare = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
     root = tmp_path_factory.mktemp("char_gpt_glue")
     parts = [open(shakespeare, encoding="utf-8").read()]

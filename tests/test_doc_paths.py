@@ -1,6 +1,6 @@
 """What README.md and docs/*.md cite exists: every repository path (`pretrain/loops/pretraining.py`,
 `configs/bert.py:size=base`'s file, `scripts/bench_*.py`, `tests/...`, `docs/x.md`; in backticks, code blocks or
-prose), every dotted module of the project (`python -m pretrain.train`, `pretrain.core.errors.UserError`), every
+prose), every dotted module of the project (`python -m pretrain.train`, `pretrain.runtime.errors.UserError`), every
 local Markdown link and its #anchor; and README's Layout names what is there: each folder exists, each path and
 snake_case name it gives exists, and each module of a folder is named in the folder's entry. Each check is also
 shown to fail on a synthetic repository (the files, the text, no import is executed)."""
@@ -226,7 +226,7 @@ README = """\
     # Project
 
     Run `python -m pretrain.train --config=configs/bert.py:size=base`; see [training](docs/training.md#resume)
-    and `scripts/bench_*.py`, `pretrain/{core,loops}/`, `pretrain.core.errors.UserError`.
+    and `scripts/bench_*.py`, `pretrain/{core,loops}/`, `pretrain.runtime.errors.UserError`.
 
     ## Layout
 
@@ -243,7 +243,7 @@ FILES = {
     "setup.py": "",
     "configs/__init__.py": "", "configs/bert.py": "def get_config(arg):\n    pass\n", "configs/tools/x.txt": "",
     "pretrain/__init__.py": "", "pretrain/train.py": "def main_loop():\n    pass\n",
-    "pretrain/core/__init__.py": "", "pretrain/core/errors.py": "class UserError(ValueError):\n    pass\n",
+    "pretrain/core/__init__.py": "", "pretrain/runtime/errors.py": "class UserError(ValueError):\n    pass\n",
     "pretrain/loops/__init__.py": "",
     "scripts/bench_glue.py": "",
     "docs/training.md": "# Training\n\n## Resume\n",
@@ -273,15 +273,15 @@ def test_a_readme_citing_what_is_not_there_fails(tmp_path):
 def test_a_moved_file_and_a_missing_module_fail(tmp_path):
     files = {**FILES, "README.md": README}
     files["scripts/bench/glue.py"] = files.pop("scripts/bench_glue.py")  # `scripts/bench_*.py` matches nothing now
-    files["pretrain/core/errors.py"] = "class Error(ValueError):\n    pass\n"
+    files["pretrain/runtime/errors.py"] = "class Error(ValueError):\n    pass\n"
     root = write_tree(tmp_path, files)
     assert broken_citations(root) == ["README.md:4: scripts/bench_*.py does not exist",
-                                      "README.md:4: module pretrain.core.errors.UserError does not exist"]
+                                      "README.md:4: module pretrain.runtime.errors.UserError does not exist"]
 
 
 def test_a_layout_out_of_date_fails(tmp_path):
     readme = README.replace("files: bert", "files: bert t5 (also get_sweep)")
-    files = {**FILES, "README.md": readme, "pretrain/core/storage.py": "", "pretrain/ops/x.py": ""}
+    files = {**FILES, "README.md": readme, "pretrain/workdir/storage.py": "", "pretrain/jobs/x.py": ""}
     del files["configs/tools/x.txt"]
     root = write_tree(tmp_path, files)
     assert layout_problems(root) == [

@@ -1,8 +1,8 @@
 """The architecture rule, checked on every module's imports (ast, no import is executed).
 
 Dependencies run one way, configs -> nothing; models -> models; objectives -> models; pretrain's
-rooms upward from core (see README, Layout): core -> data -> {glue, tasks} -> {families, lm} -> loops ->
-entry points. A module may import its own room and the rooms below it, never a room above it nor a
+rooms upward (see README, Layout): runtime -> workdir -> training -> data -> tasks -> {finetuners, lm} ->
+distillation -> loops -> entry points, and jobs beside them on runtime and workdir alone. A module may import its own room and the rooms below it, never a room above it nor a
 sibling room; there is no import cycle (imports inside functions count: a lazy import hides a cycle
 but does not remove it); and no module is over MAX_LINES lines. Each rule is also shown to fail on a
 small synthetic tree.
@@ -25,31 +25,38 @@ MAX_LOOP_FUNCTION = 60  # lines of a function in pretrain/loops/
 # inside it. A module belongs to the longest room that prefixes its name; `pretrain` alone holds
 # the entry points (the six commands of a run, and launch / sweep, which operate them); `pretrain.tools`
 # the commands around a run.
-ALLOWED = {
-    "configs": set(),
-    "models": set(),
-    "objectives": {"models"},
-    "pretrain.core": {"objectives", "models"},
-    # Operating runs: TPU VMs through gcloud, sweeps of whole commands. They start the entry points as
-    # processes (locally or on a VM) and read the files those write: nothing of loops or models.
-    "pretrain.ops": {"pretrain.core"},
-    "pretrain.data": {"pretrain.core", "objectives", "models"},
-    "pretrain.glue": {"pretrain.data", "pretrain.core", "objectives", "models"},
-    # Token-level and span tasks (CoNLL, SQuAD): GLUE's sibling, the same rooms below.
-    "pretrain.tasks": {"pretrain.data", "pretrain.core", "objectives", "models"},
-    "pretrain.families": {"pretrain.tasks", "pretrain.glue", "pretrain.data", "pretrain.core", "objectives", "models"},
-    "pretrain.lm": {"pretrain.tasks", "pretrain.glue", "pretrain.data", "pretrain.core", "objectives", "models"},
-    "pretrain.loops": {"pretrain.families", "pretrain.tasks", "pretrain.glue", "pretrain.data", "pretrain.core", "objectives",
-                       "models"},
-    "pretrain": {"pretrain.ops", "pretrain.loops", "pretrain.families", "pretrain.lm", "pretrain.tasks", "pretrain.glue",
-                 "pretrain.data", "pretrain.core", "objectives", "models"},
-    # The tools a user runs around a run (python -m pretrain.tools.X: corpus, tokenizer, export, AOT compile):
-    # entry-point level, like `pretrain`, but a room of their own, so no entry point or lower room imports them.
-    "pretrain.tools": {"pretrain.ops", "pretrain.loops", "pretrain.families", "pretrain.lm", "pretrain.tasks",
-                       "pretrain.glue", "pretrain.data", "pretrain.core", "objectives", "models"},
-    "scripts": {"scripts", "pretrain", "objectives", "models", "configs"},
-    "tests": {"tests", "scripts", "pretrain", "objectives", "models", "configs"},
-}
+def _above(*rooms: str) -> set[str]:
+    """A room's allowed imports: the rooms named and everything they may import."""
+    return set(rooms).union(*(ALLOWED[r] for r in rooms))
+
+
+ALLOWED: dict[str, set[str]] = {"configs": set(), "models": set()}
+ALLOWED["objectives"] = {"models"}
+# The system's base, bottom up: the process and its devices (CLI, errors, mesh, multi-host, profiling, the chips);
+# the workdir (storage, checkpoints, metrics, the lock, preemption); training (optimizers, the train state,
+# freezing, PEFT, config validation, pretrained weights).
+ALLOWED["pretrain.runtime"] = _above("objectives")
+ALLOWED["pretrain.workdir"] = _above("pretrain.runtime")
+ALLOWED["pretrain.training"] = _above("pretrain.workdir")
+# Operating runs: TPU VMs through gcloud, sweeps of whole commands. They start the entry points as processes
+# (locally or on a VM) and read the files those write: nothing of loops, models or objectives.
+ALLOWED["pretrain.jobs"] = {"pretrain.runtime", "pretrain.workdir"}
+ALLOWED["pretrain.data"] = _above("pretrain.training")
+# The fine-tuning tasks (GLUE in tasks.glue, CoNLL, SQuAD): their files and official metrics.
+ALLOWED["pretrain.tasks"] = _above("pretrain.data")
+# One model family's side of fine-tuning on one kind of task; the language-model tools (generation, few-shot).
+ALLOWED["pretrain.finetuners"] = _above("pretrain.tasks")
+ALLOWED["pretrain.lm"] = _above("pretrain.tasks")
+# Distillation's teachers: a pretraining run's (teacher.py) and a fine-tuning run's logits (task_teacher.py).
+ALLOWED["pretrain.distillation"] = _above("pretrain.finetuners")
+ALLOWED["pretrain.loops"] = _above("pretrain.distillation")
+# The entry points (the six commands of a run, and launch / sweep, which operate them).
+ALLOWED["pretrain"] = _above("pretrain.loops", "pretrain.lm", "pretrain.jobs")
+# The tools a user runs around a run (python -m pretrain.tools.X: corpus, tokenizer, export, AOT compile):
+# entry-point level, like `pretrain`, but a room of their own, so no entry point or lower room imports them.
+ALLOWED["pretrain.tools"] = ALLOWED["pretrain"] - {"pretrain"}
+ALLOWED["scripts"] = {"scripts", "pretrain", "objectives", "models", "configs"}
+ALLOWED["tests"] = {"tests", "scripts", "pretrain", "objectives", "models", "configs"}
 
 
 def find_modules(root: str) -> dict[str, str]:
@@ -214,10 +221,10 @@ CLEAN = {
     "objectives/__init__.py": "",
     "objectives/mlm.py": "from models import layers\n",
     "pretrain/__init__.py": "",
-    "pretrain/core/__init__.py": "",
-    "pretrain/core/errors.py": "class UserError(ValueError):\n    pass\n",
+    "pretrain/runtime/__init__.py": "",
+    "pretrain/runtime/errors.py": "class UserError(ValueError):\n    pass\n",
     "pretrain/loops/__init__.py": "",
-    "pretrain/loops/pretraining.py": "from objectives import mlm\nfrom pretrain.core.errors import UserError\n",
+    "pretrain/loops/pretraining.py": "from objectives import mlm\nfrom pretrain.runtime.errors import UserError\n",
     "pretrain/train.py": "from pretrain.loops import pretraining\n",
     "configs/__init__.py": "",
     "configs/bert.py": "import ml_collections\n",
@@ -230,15 +237,15 @@ def test_a_clean_synthetic_tree_passes(tmp_path):
 
 @pytest.mark.parametrize("module, source, expected", [
     # models/ reaching up into pretrain/ (what models/decoding.py used to do)
-    ("models/decoding.py", "from pretrain.core.errors import UserError\n",
-     "models.decoding imports pretrain.core.errors: room models may not import pretrain.core"),
+    ("models/decoding.py", "from pretrain.runtime.errors import UserError\n",
+     "models.decoding imports pretrain.runtime.errors: room models may not import pretrain.runtime"),
     # hidden in a function body: still an import
     ("objectives/nsp.py", "def f():\n    from pretrain.loops import pretraining\n",
      "objectives.nsp imports pretrain.loops.pretraining: room objectives may not import pretrain.loops"),
     # a lower pretrain room importing a higher one
-    ("pretrain/core/checkpoints.py", "from pretrain.loops.pretraining import x\n",
-     "pretrain.core.checkpoints imports pretrain.loops.pretraining: room pretrain.core may not import "
-     "pretrain.loops"),
+    ("pretrain/workdir/checkpoints.py", "from pretrain.loops.pretraining import x\n",
+     "pretrain.workdir.checkpoints imports pretrain.loops.pretraining: room pretrain.workdir may not "
+     "import pretrain.loops"),
     # configs import nothing of the packages
     ("configs/gpt2.py", "import models\n", "configs.gpt2 imports models: room configs may not import models"),
     # an entry point is not a library: loops may not import it
@@ -285,7 +292,7 @@ def test_a_long_loop_function_fails(tmp_path):
 
 
 def test_relative_imports_resolve(tmp_path):
-    tree = {**CLEAN, "models/gpt.py": "from ..pretrain.core import errors\n",
+    tree = {**CLEAN, "models/gpt.py": "from ..pretrain.runtime import errors\n",
             "models/heads.py": "from . import layers\n"}
     problems = check(write_tree(tmp_path, tree))
-    assert problems == ["models.gpt imports pretrain.core.errors: room models may not import pretrain.core"]
+    assert problems == ["models.gpt imports pretrain.runtime.errors: room models may not import pretrain.runtime"]

@@ -3,7 +3,7 @@
 DistilBERT (Sanh et al. 2019) is BERT's post-LayerNorm encoder with word and position embeddings only, no
 pooler, and BERT's MLM head (vocab_transform, GELU, vocab_layer_norm, then vocab_projector tied to the word
 embeddings): our `BertConfig(type_vocab_size=0, pooler=False, next_sentence=False)`, which is the student
-models/distillation.py trains. Names are transformers' `DistilBertModel` / `DistilBertForMaskedLM` ones; one
+models/distillation/model.py trains. Names are transformers' `DistilBertModel` / `DistilBertForMaskedLM` ones; one
 table (`_layout`) lists every tensor once, so import and export cannot drift apart.
 
 What our encoder does not compute is refused with one line naming the key: sinusoidal position embeddings and

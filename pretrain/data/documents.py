@@ -6,8 +6,8 @@ from __future__ import annotations
 import ml_collections
 import numpy as np
 
-from pretrain.core import storage
 from pretrain.data import prepared, sources, staging, tokenizers
+from pretrain.workdir import storage
 
 
 def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pretrain.core.errors import UserError
+from pretrain.runtime.errors import UserError
 
 Document = list[str]  # a document's sentences / lines, in order
 

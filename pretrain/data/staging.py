@@ -18,8 +18,8 @@ import time
 
 import fsspec.core
 
-from pretrain.core import storage
 from pretrain.data.sources import CorpusError
+from pretrain.workdir import storage
 
 ENV = "LMPRETRAIN_PREPARED_CACHE"  # where staged corpora go (default: $XDG_CACHE_HOME/lmpretrain/prepared)
 MARGIN_BYTES = 1 << 30  # left free beside the staged corpus (checkpoints, logs, compilation cache)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
-from pretrain.data.tokenizers import GPT2BPETokenizer, CharTokenizer
+from pretrain.data.tokenizers import CharTokenizer, GPT2BPETokenizer
 
 HIGH_UNKNOWN_SHARE = 0.01  # above this, the tokenizer does not fit the corpus
 SAMPLE_DOCUMENTS = 2000    # documents read to estimate the unknown share of a corpus on disk

@@ -36,7 +36,7 @@ import grain
 import numpy as np
 
 from objectives.interface import Objective, PhasedObjective
-from pretrain.core.errors import ConfigError
+from pretrain.runtime.errors import ConfigError
 
 Arrays = dict[str, np.ndarray]
 POSITION_FORMAT = 2  # position dicts of the in-memory PretrainingData before streaming (format 1) had no streams

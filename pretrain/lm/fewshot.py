@@ -2,14 +2,14 @@
 
 --init is a pretrain.train GPT workdir or a Hugging Face GPT-2 directory (pretrain/lm/language_model.py).
 Each dev example gets a prompt of an instruction naming the label set, k demonstrations drawn from
-the train split, and the example (pretrain/glue/prompts.py has the format and the sampling and
+the train split, and the example (pretrain/tasks/glue/prompts.py has the format and the sampling and
 context-overflow rules); the prediction is the label word whose completion " <word>" the model
 scores highest. Score (Brown et al. 2020, GPT-3, Section 2.4): the sum of log P(completion tokens |
 prompt), i.e. the log-probability of the whole word, by default; --normalize=true divides it by the
 completion's token count (GPT-3's per-token likelihood, which it used on most tasks; it keeps long
 words from losing to short ones merely for having more tokens to pay for).
 
-Printed: the task's official metrics (pretrain/glue/metrics.py, as fine-tuning reports them) with
+Printed: the task's official metrics (pretrain/tasks/glue/metrics.py, as fine-tuning reports them) with
 accuracy, the same for the majority-class baseline (the train split's most frequent class,
 predicted for every evaluated example), how many demonstrations were dropped to fit the context,
 and the first prompt in full. --output=DIR writes DIR/results.json and DIR/predictions.tsv.
@@ -31,12 +31,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from pretrain.core.errors import UserError
-from pretrain.glue import metrics as glue_metrics
-from pretrain.glue import prompts
-from pretrain.glue import tasks as glue
-from pretrain.glue.tasks import Example, GlueTask
 from pretrain.lm.language_model import load_language_model, next_token_log_probs, pad_rows
+from pretrain.runtime.errors import UserError
+from pretrain.tasks.glue import data as glue
+from pretrain.tasks.glue import metrics as glue_metrics
+from pretrain.tasks.glue import prompts
+from pretrain.tasks.glue.data import Example, GlueTask
 
 # (prompts: N token lists, completions: C token lists) -> [N, C] scores
 Scorer = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int]]], np.ndarray]

@@ -35,9 +35,9 @@ import numpy as np
 from models import decoding
 from models.gpt import GPT, init_cache, make_tokens_to_logits
 from objectives.interface import eos_id_or_none
-from pretrain.core.errors import UserError
 from pretrain.data.tokenizers import UnknownTextError
 from pretrain.lm.language_model import LanguageModel, pad_rows
+from pretrain.runtime.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)

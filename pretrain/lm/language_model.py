@@ -17,9 +17,10 @@ import numpy as np
 import models
 from models import qkv_layout, stack
 from models.gpt import GPT, GPTConfig
-from pretrain.core import parameter_efficient, pretrained
-from pretrain.core.errors import UserError
 from pretrain.data import tokenizers
+from pretrain.runtime.errors import UserError
+from pretrain.training import peft as parameter_efficient
+from pretrain.training import pretrained
 
 
 @dataclasses.dataclass

@@ -32,9 +32,9 @@ import numpy as np
 
 from objectives.causal_lm import join_documents
 from objectives.interface import eos_id_or_none
-from pretrain.core.errors import UserError
 from pretrain.data import sources
 from pretrain.lm.language_model import LanguageModel, next_token_log_probs, pad_rows
+from pretrain.runtime.errors import UserError
 
 
 class Window(NamedTuple):

@@ -5,7 +5,7 @@ the objective over a stand-in tokenizer, the optimizer, the sharded initializer 
 shardings and donation) and lowers and compiles its two programs from abstract values only: no corpus, no
 tokenizer file, no weights. `devices`: this host's, or a TPU slice's compile-only devices from libtpu
 (`aot.tpu_devices("v5e:4x4")`, any host). XLA's per-device memory and cost analyses are read into an
-`aot.AotResult` (pretrain/core/aot.py: the chips, the FLOP count, the verdict).
+`aot.AotResult` (pretrain/runtime/chips.py: the chips, the FLOP count, the verdict).
 """
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import jax
 import ml_collections
 import numpy as np
 
-from pretrain.core import aot, train_state, validation
-from pretrain.core.errors import ConfigError
 from pretrain.loops import setup
+from pretrain.runtime import chips as aot
+from pretrain.runtime.errors import ConfigError
+from pretrain.training import train_state, validation
 
 
 def abstract_batch(rows: dict[str, np.ndarray], batch_size: int, accum: int) -> dict[str, jax.ShapeDtypeStruct]:
@@ -34,7 +35,7 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
     """Compiles the initializer and the train step of `config` for a Mesh of `devices` (default: this host's)
     shaped config.mesh_shape. `hbm_bytes` / `peak_flops` replace the chip table's per-device figures (defaults
     for a CPU: the host's memory over the devices, no peak). `hlo_path`: the compiled step's optimized HLO text is
-    written there (pretrain/core/hlo_report.py reads it)."""
+    written there (pretrain/runtime/hlo_report.py reads it)."""
     validation.check_ranges(config)
     validation.check_relations(config)
     devices = list(jax.devices() if devices is None else devices)

@@ -12,13 +12,15 @@ import jax
 import ml_collections
 import numpy as np
 
-from pretrain.core import checkpoints, distributed, parameter_efficient, partitioning, storage
-from pretrain.core import workdir as workdirs
-from pretrain.core.errors import UserError
 from pretrain.data import tokenizers
-from pretrain.families import registry
-from pretrain.glue import tasks as glue
+from pretrain.finetuners import registry
 from pretrain.loops.scoring import load_split, score_splits
+from pretrain.runtime import distributed, partitioning
+from pretrain.runtime.errors import UserError
+from pretrain.tasks.glue import data as glue
+from pretrain.training import peft as parameter_efficient
+from pretrain.workdir import checkpoints, storage
+from pretrain.workdir import run_files as workdirs
 
 
 def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = None) -> dict:

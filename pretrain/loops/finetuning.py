@@ -1,6 +1,6 @@
 """The fine-tuning loop: a task's data (GLUE, CoNLL), a pretrained model, epochs with dev evaluation.
 
-The model family (pretrain/families/: BERT + a task head, T5 text to text, GPT + a last-token head) says how
+The model family (pretrain/finetuners/: BERT + a task head, T5 text to text, GPT + a last-token head) says how
 examples become batches, what trains and how predictions become labels; the loop is shared.
 `finetune(config, workdir)` reads top to bottom: the init checkpoint and its tokenizer, the task's
 splits, the model and sharded state (pretrained weights + a fresh head), the optimizer with the
@@ -8,7 +8,7 @@ freezing strategy, then epochs of `steps.train_step` (the pretraining step, shar
 evaluation after each. The best epoch by the task's main metric is the one checkpoint kept; its
 dev and test predictions and DIR/results.json are written at the end.
 
-A run resumes like pretraining: on SIGTERM / SIGINT (pretrain/core/preemption.py), and every
+A run resumes like pretraining: on SIGTERM / SIGINT (pretrain/workdir/preemption.py), and every
 `config.checkpoint_every` steps if set, DIR/resume/ receives the whole train state and the loop's
 position (epoch, batches done in it, best so far, every finished epoch's record, the losses and
 metrics not logged yet), and the same command continues from there to the results.json of an
@@ -31,17 +31,19 @@ import numpy as np
 from tqdm import tqdm
 
 from models import peft
-from pretrain.core import (checkpoints, distributed, freezing, guards, optimizers, parameter_efficient, partitioning,
-                           preemption, pretrained, profiling, storage, train_state, validation, workdir_lock)
-from pretrain.core import workdir as workdirs
-from pretrain.core.errors import ConfigError, UserError
-from pretrain.core.metric_writers import MetricWriter
 from pretrain.data import tokenizers
 from pretrain.data.prefetch import prefetch
-from pretrain.families import registry
+from pretrain.distillation import task_teacher
+from pretrain.finetuners import registry
+from pretrain.loops import setup
 from pretrain.loops.scoring import dev_score, load_split, predict, score_splits
-from pretrain.loops import setup, task_distillation
 from pretrain.loops.steps import micro_batches
+from pretrain.runtime import distributed, partitioning, profiling
+from pretrain.runtime.errors import ConfigError, UserError
+from pretrain.training import freezing, guards, optimizers, pretrained, train_state, validation
+from pretrain.training import peft as parameter_efficient
+from pretrain.workdir import checkpoints, preemption, storage, lock as workdir_lock, run_files as workdirs
+from pretrain.workdir.metric_writers import MetricWriter
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,8 +154,8 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, watcher: preempti
     task, family = task_and_family(config)
     train_data, examples = load_split(config, family, "train", config.batch_size,
                                       subset=config.data.max_train_examples)
-    if task_distillation.enabled(config):  # the teacher's logits as a field of the training batches
-        task_distillation.attach(config, family, train_data, examples)
+    if task_teacher.enabled(config):  # the teacher's logits as a field of the training batches
+        task_teacher.attach(config, family, train_data, examples)
     windows = f" in {len(train_data)} windows" if len(train_data) != len(examples) else ""  # QA's long contexts
     print(f"Task {task.name}: {len(examples)} training examples{windows}, {train_data.steps_per_epoch} steps/epoch x "
           f"{config.num_epochs} epochs")

@@ -18,14 +18,17 @@ import numpy as np
 from tqdm import tqdm
 
 import objectives
-from pretrain.core import (checkpoints, distillation, distributed, guards, partitioning, preemption, pretrained,
-                           profiling, storage, train_state, validation, workdir_lock)
-from pretrain.core import workdir as workdirs
-from pretrain.core.errors import ConfigError
-from pretrain.core.metric_writers import MetricWriter
 from pretrain.data import documents, prefetch, statistics, streaming, tokenizers
+from pretrain.distillation import teacher as distillation
 from pretrain.loops import setup
 from pretrain.loops.steps import micro_batches
+from pretrain.runtime import distributed, partitioning, profiling
+from pretrain.runtime.errors import ConfigError
+from pretrain.training import guards, pretrained, train_state, validation
+from pretrain.workdir import checkpoints, preemption, storage
+from pretrain.workdir import lock as workdir_lock
+from pretrain.workdir import run_files as workdirs
+from pretrain.workdir.metric_writers import MetricWriter
 
 
 def _check_tokenizer(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer) -> None:

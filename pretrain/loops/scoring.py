@@ -11,10 +11,11 @@ import os
 import numpy as np
 from jax.experimental import multihost_utils
 
-from pretrain.core import distributed, partitioning, storage
-from pretrain.core.errors import UserError
 from pretrain.data import finetune_data
-from pretrain.glue import tasks as glue
+from pretrain.runtime import distributed, partitioning
+from pretrain.runtime.errors import UserError
+from pretrain.tasks.glue import data as glue
+from pretrain.workdir import storage
 
 
 def load_split(config, family, split: str, batch_size: int, subset: int = 0, options=glue.CONFIG_OPTIONS

@@ -26,9 +26,10 @@ from jax.sharding import Mesh
 import models
 import objectives
 from objectives.interface import StepObjective
-from pretrain.core import freezing, optimizers, partitioning, train_state
-from pretrain.core.errors import ConfigError
 from pretrain.loops.steps import eval_step, shard_map_train_step, train_step
+from pretrain.runtime import partitioning
+from pretrain.runtime.errors import ConfigError
+from pretrain.training import freezing, optimizers, train_state
 
 
 @dataclasses.dataclass(frozen=True)

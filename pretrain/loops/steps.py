@@ -7,12 +7,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from objectives.interface import StepObjective
-from pretrain.core.train_state import TrainState
+from pretrain.training.train_state import TrainState
 
-BATCH_AXES = ("data", "fsdp")  # the mesh axes that split the batch (pretrain/core/partitioning.py)
+BATCH_AXES = ("data", "fsdp")  # the mesh axes that split the batch (pretrain/runtime/partitioning.py)
 
 
 def micro_batches(batch: dict[str, np.ndarray], accum: int) -> dict[str, np.ndarray]:
@@ -26,7 +27,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], rng: jax.Array, *
     """batch leaves are [accum, micro_batch, ...]; gradients are averaged over micro-batches.
 
     metrics["nonfinite"] is 1.0 when the loss or the gradients' global norm is NaN or inf (the loop
-    stops there, pretrain/core/guards.py). With `skip_nonfinite` such an update is dropped: params
+    stops there, pretrain/training/guards.py). With `skip_nonfinite` such an update is dropped: params
     and optimizer state (optax's own step counts included) stay bitwise as they were, while
     `state.step` still advances, because it counts the batches consumed: the data position, the
     dropout RNG and the logged step stay those of the loop, so a skip changes nothing but that one

@@ -1,6 +1,6 @@
 """What the fine-tuning loop asks of a task, whatever its kind (GLUE classification, CoNLL tagging, SQuAD).
 
-A task knows its files and its official metric; a model family (pretrain/families/) knows how its examples
+A task knows its files and its official metric; a model family (pretrain/finetuners/) knows how its examples
 become batches and how a batch's outputs become one prediction per example. The loop joins them:
 
   examples = task.load(config, split)                  one split, checked (one-line errors)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from pretrain.core import storage
-from pretrain.core.errors import UserError
+from pretrain.runtime.errors import UserError
 from pretrain.tasks.base import data_location
+from pretrain.workdir import storage
 
 TAG_COLUMNS = {"pos": 1, "chunk": 2, "ner": 3}  # CoNLL-2003's columns after the word
 DOCSTART = "-DOCSTART-"

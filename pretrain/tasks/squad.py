@@ -16,9 +16,9 @@ import os
 import re
 import string
 
-from pretrain.core import storage
-from pretrain.core.errors import UserError
+from pretrain.runtime.errors import UserError
 from pretrain.tasks.base import data_location
+from pretrain.workdir import storage
 
 
 class SquadDataError(UserError):

@@ -27,7 +27,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
-from pretrain.core import cli, compilation_cache, errors  # (none imports JAX)
+from pretrain.runtime import cli, compilation_cache, errors  # (none imports JAX)
 
 EXIT_DOES_NOT_FIT = 3
 _RESTARTED = "LMPRETRAIN_AOT_STACK_RAISED"  # set in the re-executed process: restart once only
@@ -41,7 +41,7 @@ _HBM_GIB = flags.DEFINE_float("hbm_gib", 0.0, "Per-device memory in GiB instead 
 _PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Per-device peak TFLOP/s instead of the chip's bf16 peak (0 = it).")
 _HLO_REPORT = flags.DEFINE_string("hlo_report", "", "A directory: the compiled step's optimized HLO (step.hlo.txt) and "
                                   "what it moves (report.txt: the largest kernels, bytes per kind, bf16/f32 "
-                                  "converts, copies and transposes; pretrain/core/hlo_report.py).")
+                                  "converts, copies and transposes; pretrain/runtime/hlo_report.py).")
 flags.mark_flags_as_required(["config"])
 
 
@@ -78,9 +78,9 @@ def _restart_with_unlimited_stack() -> None:
 
 
 def _compile() -> tuple[dict, object]:
-    from pretrain.core import aot
-    from pretrain.core.errors import ConfigError
     from pretrain.loops.aot import compile_pretraining
+    from pretrain.runtime import chips as aot
+    from pretrain.runtime.errors import ConfigError
     config = _CONFIG.value
     if _MESH.value:
         try:
@@ -111,7 +111,7 @@ def _compile() -> tuple[dict, object]:
 
 
 def _write_report(hlo_path: str, report_path: str) -> None:
-    from pretrain.core import hlo_report
+    from pretrain.runtime import hlo_report
     with open(hlo_path) as f:
         report = hlo_report.summarize(hlo_report.parse(f.read()))
     with open(report_path, "w") as f:

@@ -239,14 +239,14 @@ def normalized(text: str) -> str:
 
 
 def _task_texts(task, split: str, glue_dir: str) -> list[str]:
-    from pretrain.glue import tasks as glue
+    from pretrain.tasks.glue import data as glue
     examples = glue.read_glue_dir(task, split, glue_dir)
     return [t for e in examples for t in (e.text_a, e.text_b) if t]
 
 
 def glue_tasks(glue_dir: str) -> list:
     """The GLUE tasks whose folder is in `glue_dir`."""
-    from pretrain.glue import tasks as glue
+    from pretrain.tasks.glue import data as glue
     return [t for t in glue.TASKS.values() if os.path.isdir(os.path.join(glue_dir, t.directory))]
 
 

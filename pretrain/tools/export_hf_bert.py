@@ -49,15 +49,16 @@ import sys
 import ml_collections
 import numpy as np
 
-from models.convert import hf_distilbert, hf_electra, peft_io, save_hf_albert, save_hf_bert
 import models
 from models import peft as peft_modules
+from models.convert import hf_distilbert, hf_electra, peft_io, save_hf_albert, save_hf_bert
 from models.qkv_layout import hf_layout
-from pretrain.core import checkpoints, parameter_efficient
-from pretrain.core import errors
-from pretrain.families import registry
-from pretrain.families.base import model_config
+from pretrain.finetuners import registry
+from pretrain.finetuners.base import model_config
+from pretrain.runtime import errors
 from pretrain.tasks.base import Task
+from pretrain.training import peft as parameter_efficient
+from pretrain.workdir import checkpoints
 
 
 def export(workdir: str, output: str, step: int | None = None, peft: bool = False) -> str:

@@ -19,8 +19,8 @@ import os
 import shlex
 import sys
 
-from pretrain.core import errors
-from pretrain.data import prepared, preparation, sources, tokenizers
+from pretrain.data import preparation, prepared, sources, tokenizers
+from pretrain.runtime import errors
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

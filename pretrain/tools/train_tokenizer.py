@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="case-fold text (uncased model); --no-lowercase keeps case",
     )
     args = parser.parse_args(argv)
-    from pretrain.core import errors
+    from pretrain.runtime import errors
 
     with errors.one_line_errors():  # a bad input is `error: <one line>` and exit status 2
         path = train_sentencepiece(

@@ -124,8 +124,8 @@ def run_jax(config, batches: list[dict[str, np.ndarray]]) -> dict:
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
     import jax
 
-    from pretrain.core import train_state
     from pretrain.loops import setup
+    from pretrain.training import train_state
     from scripts.bench.bench_pretrain import timed_steps
 
     state, times, losses = timed_steps(setup.pretraining_trainer(config), batches)

@@ -5,7 +5,7 @@ the test extra, scripts/bench/gcs_server.py), so that only the protocol's cost s
    rewriting the whole object (how a bucket file was kept before appends) vs appending (storage.append:
    the new lines uploaded, the server concatenates). One upload per 10 logged steps, a pretraining record.
 2. Checkpoints: save (until complete) and restore time of a tiny state and a BERT-Base-sized train state
-   (110M float32 parameters + Adam's two moments, 1.3 GB) with pretrain.core.checkpoints, local vs bucket.
+   (110M float32 parameters + Adam's two moments, 1.3 GB) with pretrain.workdir.checkpoints, local vs bucket.
 
   python -m scripts.bench.bench_bucket_io [--skip_base]
 """
@@ -21,7 +21,7 @@ import time
 import jax
 import numpy as np
 
-from pretrain.core import checkpoints, storage
+from pretrain.workdir import checkpoints, storage
 from scripts.bench.gcs_server import GcsServer, Proxy
 
 RECORD = {"step": 0, "grad_norm": 1.2345, "learning_rate": 0.0001, "loss": 3.4567, "mlm_accuracy": 0.4567,

@@ -55,9 +55,9 @@ def our_batches(task: str, policy: str, args):
 def time_ours(task: str, policy: str, args) -> dict:
     import jax
 
-    from pretrain.core import partitioning
     from pretrain.loops import finetuning
     from pretrain.loops.steps import micro_batches
+    from pretrain.runtime import partitioning
 
     config, family, train_data, init, host_batches = our_batches(task, policy, args)
     built = finetuning.build(config, family, train_data, init)

@@ -10,7 +10,7 @@ example order from the seed, dev evaluation after every epoch and the best epoch
   ours: `python -m pretrain.finetune` (JAX, JAX_PLATFORMS=cpu) as a subprocess;
   HF:   BertForSequenceClassification (wrapped by peft's get_peft_model for lora, prefix, prompt) and a
         plain PyTorch loop with dynamic padding, also a subprocess (`--hf_cell`, scripts/bench/bench_glue_hf.py).
-Both sides' metrics come from `pretrain.glue.metrics.compute_metrics`. Wall time is a whole run: process
+Both sides' metrics come from `pretrain.tasks.glue.metrics.compute_metrics`. Wall time is a whole run: process
 start, imports, data, model load, JAX compilation (ours), training and dev evaluations; peak memory is the
 run's maximum resident set (`run_process`). Sides alternate per (task, method, seed), so machine noise hits
 both alike. A (task, method) passes when |our mean - HF mean| <= max(1.0, HF std, our std) points; the exit
@@ -50,10 +50,8 @@ import shutil
 import sys
 
 from scripts.bench import bench_ledger
-from scripts.bench.bench_glue_hf import (HF_METHODS, default_model_dir, hf_cell, max_train_for, run_process,
-                                         write_json)
-from scripts.bench.bench_glue_summary import (SIDES, markdown_table, print_rerun, print_summary, rerun_summary,
-                                              summarize)
+from scripts.bench.bench_glue_hf import HF_METHODS, default_model_dir, hf_cell, max_train_for, run_process, write_json
+from scripts.bench.bench_glue_summary import SIDES, markdown_table, print_rerun, print_summary, rerun_summary, summarize
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 METHODS = ("none", "adapters", "lora", "prefix", "prompt")

@@ -117,7 +117,7 @@ def evaluate(model, task, data) -> dict[str, float]:
     """The task's official metrics on encoded data, dropout off."""
     import torch
 
-    from pretrain.glue import metrics as glue_metrics
+    from pretrain.tasks.glue import metrics as glue_metrics
     model.eval()
     outputs = []
     with torch.inference_mode():
@@ -151,8 +151,8 @@ def hf_cell(args, task_name: str, seed: int, method: str, out_dir: str) -> None:
     import torch
     import transformers
 
-    from pretrain.glue import metrics as glue_metrics
-    from pretrain.glue import tasks as glue
+    from pretrain.tasks.glue import data as glue
+    from pretrain.tasks.glue import metrics as glue_metrics
 
     torch.set_num_threads(os.cpu_count() or 1)
     torch.manual_seed(seed)  # the head's init, LoRA's A, the sampled prompt

@@ -68,7 +68,7 @@ def summarize(task_name: str, method: str, lr: float, runs: dict[str, list[dict]
               ) -> dict:
     """Per side: side_summary, ours joined with prior (a --prior cell) if given; with both sides the
     main-metric check and the ratios ours / HF."""
-    from pretrain.glue import tasks as glue
+    from pretrain.tasks.glue import data as glue
     task = glue.get_task(task_name)
     split = task.dev_splits[0]
     out = {"method": method, "learning_rate": lr, "main_metric": task.main_metric, "split": split,

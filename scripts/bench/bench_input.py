@@ -18,12 +18,13 @@ import subprocess
 import tempfile
 import time
 
-
 from absl import flags
 
-from configs import bert as bert_configs, gpt2 as gpt_configs, t5 as t5_configs
+from configs import bert as bert_configs
+from configs import gpt2 as gpt_configs
+from configs import t5 as t5_configs
 from objectives import build_objective
-from pretrain.data import prepared, preparation, sources, streaming, tokenizers
+from pretrain.data import preparation, prepared, sources, streaming, tokenizers
 from scripts.bench.bench_pretrain import demo_assets
 
 REFERENCE_REVISION = "e9c2436"   # the last revision with the in-memory PretrainingData

@@ -80,6 +80,7 @@ def run_ours(workdir: str, iters: int, windows: np.ndarray) -> dict:
     trainer_eval = [r["eval_loss"] for r in records if "eval_loss" in r][-1]
 
     import jax.numpy as jnp
+
     from pretrain.lm.language_model import load_language_model, next_token_log_probs
     lm = load_language_model(workdir)
     log_probs = [next_token_log_probs(lm.model, lm.params, jnp.asarray(chunk, jnp.int32))

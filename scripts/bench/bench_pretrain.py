@@ -21,10 +21,11 @@ import numpy as np
 
 from configs import bert as bert_configs
 from objectives import build_objective
-from pretrain.core import partitioning, train_state
 from pretrain.data import documents, streaming, tokenizers
 from pretrain.loops import setup
 from pretrain.loops.steps import micro_batches
+from pretrain.runtime import partitioning
+from pretrain.training import train_state
 
 
 def demo_assets(directory: str) -> tuple[str, str]:

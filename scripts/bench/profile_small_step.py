@@ -63,10 +63,10 @@ def profile_ours(args) -> dict:
 
     import objectives
     from configs import gpt2 as gpt2_configs
-    from pretrain.core import partitioning
     from pretrain.data import documents, streaming, tokenizers
     from pretrain.loops import setup
     from pretrain.loops.steps import micro_batches
+    from pretrain.runtime import partitioning
 
     config = gpt2_configs.get_config(CONFIG_ARG)
     with config.unlocked():

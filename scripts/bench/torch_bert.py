@@ -27,7 +27,7 @@ def build_model(model_config, pad_id: int = 0, seed: int = 0) -> transformers.Be
 
 
 def build_optimizer(model, optimizer_config, num_steps: int):
-    """-> (AdamW, its linear warm-up/decay scheduler), as pretrain/core/optimizers.py builds them."""
+    """-> (AdamW, its linear warm-up/decay scheduler), as pretrain/training/optimizers.py builds them."""
     o = optimizer_config
     no_decay = [p for n, p in model.named_parameters() if "LayerNorm" in n or n.endswith("bias")]
     decay = [p for n, p in model.named_parameters() if not ("LayerNorm" in n or n.endswith("bias"))]

@@ -163,9 +163,9 @@ def main(argv=None) -> int:
     output = os.path.abspath(args.output)
     os.makedirs(output, exist_ok=True)
 
-    from pretrain.core import cli, compilation_cache
-    from pretrain.core.errors import EXIT_PREEMPTED, Preempted, StoppedBeforeFirstStep, UserError
     from pretrain.loops import pretraining
+    from pretrain.runtime import cli, compilation_cache
+    from pretrain.runtime.errors import EXIT_PREEMPTED, Preempted, StoppedBeforeFirstStep, UserError
     compilation_cache.enable()
 
     check_arguments(args)  # before minutes of corpus building

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from pretrain.glue import tasks as glue
+from pretrain.tasks.glue import data as glue
 from scripts.reproduce import reproduction as rp
 
 TASKS = {  # row name: (GLUE task, training examples (0: all), epochs (0: --epochs))

@@ -1,7 +1,7 @@
 """Reproduce Table 1 of the BERT paper (GLUE) with this codebase's fine-tuning command.
 
 Runs every task x learning rate x seed through `python -m pretrain.finetune` as a sweep (configs/glue.py's
-`table`, pretrain/ops/sweep_*.py: cells in <output>/task=T_learning_rate=LR_seed=S/, --parallel at once,
+`table`, pretrain/jobs/sweep_*.py: cells in <output>/task=T_learning_rate=LR_seed=S/, --parallel at once,
 finished cells not rerun, a killed sweep resumed by the same command), then, per task,
 selects the learning rate with the best mean dev main metric over seeds (the paper selects on dev)
 and reports mean ± std over seeds at that learning rate (MNLI gives matched and mismatched). Prints a
@@ -27,11 +27,11 @@ import sys
 import numpy as np
 
 from configs.sweep_axes import product, sweep
-from pretrain.glue import metrics as glue_metrics
-from pretrain.glue import tasks as glue
-from pretrain.core.errors import EXIT_PREEMPTED, UserError
-from pretrain.ops import sweep_cells, sweep_runner
-from pretrain.ops.sweep_dir import SweepDir
+from pretrain.jobs import sweep_cells, sweep_runner
+from pretrain.jobs.sweep_dir import SweepDir
+from pretrain.runtime.errors import EXIT_PREEMPTED, UserError
+from pretrain.tasks.glue import data as glue
+from pretrain.tasks.glue import metrics as glue_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
@@ -60,7 +60,7 @@ def shared_flags(args) -> list[str]:
 
 
 def run_sweep(args, tasks: list[str]) -> tuple[dict[str, dict[float, list[dict]]], list[str]]:
-    """configs/glue.py's `table` sweep over these tasks, learning rates and seeds (pretrain/ops: resumable,
+    """configs/glue.py's `table` sweep over these tasks, learning rates and seeds (pretrain/jobs: resumable,
     --parallel at once). -> ({task: {lr: finished runs' results.json}}, failed cell names)."""
     values = product(sweep("arg.task", tasks), sweep("optimizer.learning_rate", args.learning_rates),
                      sweep("seed", args.seeds))

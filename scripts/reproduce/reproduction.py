@@ -1,7 +1,7 @@
 """The harness of the reproduce_* scripts: pretrain a few arms the same way, fine-tune each over seeds, and
 print the paper's rows beside ours with the wall time and the machine.
 
-A reproduction is a sweep whose cells are whole runs (pretrain/ops: resumable, `--parallel` at once, a
+A reproduction is a sweep whose cells are whole runs (pretrain/jobs: resumable, `--parallel` at once, a
 killed script resumed by the same command): `<output>/pretrain_<arm>/` workdirs of `pretrain.train` (with
 `--minutes=M`, `cram.py` directories instead: each arm pretrains for M minutes of wall clock, its steps
 planned from its own measured step time, one arm at a time so that each has the machine), then
@@ -20,10 +20,10 @@ import time
 
 import numpy as np
 
-from pretrain.core.errors import EXIT_PREEMPTED, UserError
-from pretrain.ops import sweep_report, sweep_runner
-from pretrain.ops.sweep_cells import Cell
-from pretrain.ops.sweep_dir import SweepDir
+from pretrain.jobs import sweep_report, sweep_runner
+from pretrain.jobs.sweep_cells import Cell
+from pretrain.jobs.sweep_dir import SweepDir
+from pretrain.runtime.errors import EXIT_PREEMPTED, UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GLUE_DIR = os.path.join(REPO, "..", "shared", "data", "glue")

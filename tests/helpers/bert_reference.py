@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from models.bert import BertConfig, BertForPreTraining
-from pretrain.core.train_state import unbox
+from pretrain.training.train_state import unbox
 
 
 def randomised(model: torch.nn.Module) -> torch.nn.Module:

@@ -22,13 +22,13 @@ import sys
 import tempfile
 
 # What the entry points import before they can judge their input (most of a one-line error's start-up). Not
-# tensorboardX: pretrain.core.metric_writers imports it without torch, which a preloaded tensorboardX (or
+# tensorboardX: pretrain.workdir.metric_writers imports it without torch, which a preloaded tensorboardX (or
 # torch) would change in every command. Never a module that defines absl
-# flags (Orbax, Grain, pretrain.core.distributed): a command's --help lists the flags defined in its process,
+# flags (Orbax, Grain, pretrain.runtime.distributed): a command's --help lists the flags defined in its process,
 # so it would list those too; _preload refuses them.
 PRELOAD = ("numpy", "absl.app", "absl.flags", "absl.logging", "ml_collections", "ml_collections.config_flags",
            "jax", "jax.numpy", "flax.linen", "optax", "sentencepiece",
-           "pretrain.core.cli", "pretrain.core.errors", "pretrain.core.validation")
+           "pretrain.runtime.cli", "pretrain.runtime.errors", "pretrain.training.validation")
 ABSL_OWN = {"absl.app", "absl.flags", "absl.logging"}
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from models.gpt import GPT, GPTConfig
 from models.t5 import T5, T5Config
-from pretrain.core.train_state import unbox
+from pretrain.training.train_state import unbox
 
 
 @functools.lru_cache(maxsize=None)

@@ -145,7 +145,7 @@ def test_parameter_count_equals_transformers_and_the_docstring_for_every_size(si
 
 
 def test_a_hugging_face_albert_directory_initialises_a_bert_family_fine_tuning(tmp_path):
-    from pretrain.core import pretrained
+    from pretrain.training import pretrained
     random_hf().save_pretrained(tmp_path / "hf")
     (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
     init = pretrained.load_pretrained(str(tmp_path / "hf"))

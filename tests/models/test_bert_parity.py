@@ -13,7 +13,7 @@ import transformers
 from models import stack
 from models.bert import BertConfig, BertForPreTraining, BertModel
 from models.convert.hf_bert import bert_params_from_hf
-from pretrain.core.train_state import unbox
+from pretrain.training.train_state import unbox
 
 
 def reference_and_ours(seed=0, fused_qkv=False):

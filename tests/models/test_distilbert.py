@@ -1,4 +1,4 @@
-"""DistilBERT (our BERT without token types and pooler, the student models/distillation.py trains) against
+"""DistilBERT (our BERT without token types and pooler, the student models/distillation/model.py trains) against
 transformers' DistilBertForMaskedLM: the same logits on the same weights, both conversion directions, the
 parameter count of every student configs/distil.py ships, and one-line errors for what we do not implement."""
 from __future__ import annotations
@@ -17,8 +17,13 @@ from configs import distil as distil_configs
 from models import model_config, stack
 from models.bert import BertConfig, BertForPreTraining
 from models.convert import hf_bert
-from models.convert.hf_distilbert import (distilbert_params_from_hf, hf_config_to_distilbert,
-                                          hf_state_dict_from_distilbert, load_hf_distilbert, save_hf_distilbert)
+from models.convert.hf_distilbert import (
+    distilbert_params_from_hf,
+    hf_config_to_distilbert,
+    hf_state_dict_from_distilbert,
+    load_hf_distilbert,
+    save_hf_distilbert,
+)
 from models.errors import ModelInputError
 from tests.helpers import bert_reference
 from tests.helpers.bert_reference import count_params, init_params, randomised, state_dict
@@ -141,7 +146,7 @@ def test_student_parameter_count_equals_transformers_and_the_docstring_for_every
 
 
 def test_a_hugging_face_distilbert_directory_initialises_a_bert_family_fine_tuning(tmp_path):
-    from pretrain.core import pretrained
+    from pretrain.training import pretrained
     random_hf().save_pretrained(tmp_path / "hf")
     init = pretrained.load_pretrained(str(tmp_path / "hf"))
     assert init.family == "bert" and init.source == f"huggingface:{tmp_path / 'hf'}"

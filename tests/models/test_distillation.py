@@ -1,4 +1,4 @@
-"""The distillation module (models/distillation.py): TinyBERT's layer mapping, students narrower than their teacher
+"""The distillation module (models/distillation/model.py): TinyBERT's layer mapping, students narrower than their teacher
 (sizes against transformers and the config's docstring), and the internals it returns when its objective asks."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import models
 from configs import distil
 from models import attention, stack
 from models.bert import BertModel
-from models.distillation import INTERNALS, DistilConfig, DistillationModel, mapped_layers
+from models.distillation.model import INTERNALS, DistilConfig, DistillationModel, mapped_layers
 from models.errors import ModelInputError
 
 # A student half its teacher's width, with the teacher's heads (what the attention losses pair up).

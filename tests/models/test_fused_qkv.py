@@ -17,7 +17,7 @@ from models import decoding, gpt, layers, peft, qkv_layout, stack, t5
 from models.bert import BertConfig
 from models.convert import peft_io
 from models.finetuning import BertForFineTuning
-from pretrain.core import pretrained
+from pretrain.training import pretrained
 from tests.helpers.tiny_families import FAMILIES, IDS, build, tree_max_difference
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from models import decoding
 from models.gpt import GPT, GPTConfig, attention_mask, init_cache, make_tokens_to_logits
-from pretrain.core.train_state import unbox
+from pretrain.training.train_state import unbox
 from tests.helpers.random_weights import gpt_random_params, gpt_shapes
 
 CONFIG = GPTConfig(vocab_size=96, n_positions=32, d_model=32, num_layers=2, num_heads=4, d_ff=64,

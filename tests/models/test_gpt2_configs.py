@@ -17,8 +17,8 @@ from configs import gpt2 as gpt2_configs
 from models.gpt import GPT, GPTConfig
 from pretrain.data.documents import load_documents
 from pretrain.data.tokenizers import load_tokenizer
-from pretrain.core.optimizers import learning_rate_schedule
-from pretrain.core.train_state import unbox
+from pretrain.training.optimizers import learning_rate_schedule
+from pretrain.training.train_state import unbox
 from tests.helpers.paths import REPO
 
 # Released sizes as nanoGPT's README counts them (the GPT-2 paper's Table 2 miscounts: 117M, 345M, ...).

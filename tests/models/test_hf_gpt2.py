@@ -17,8 +17,8 @@ import transformers
 from models import decoding
 from models.convert.hf_gpt2 import gpt_params_from_hf, hf_config_to_gpt, load_hf_gpt2, save_hf_gpt2
 from models.convert.hf_io import read_weights
-from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
 from models.errors import ModelInputError
+from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
 from tests.helpers.random_weights import gpt_random_params
 
 SIZES = dict(vocab_size=128, n_positions=32, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,

@@ -16,8 +16,8 @@ import transformers
 
 from models.convert.hf_io import read_weights
 from models.convert.hf_t5 import hf_config_to_t5, load_hf_t5, save_hf_t5, t5_params_from_hf
-from models.t5 import T5, T5Config
 from models.errors import ModelInputError
+from models.t5 import T5, T5Config
 from tests.helpers.random_weights import t5_random_params
 
 SIZES = dict(vocab_size=128, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_decoder_layers=2, num_heads=4,

@@ -13,7 +13,7 @@ import transformers
 from models.convert import load_hf_bert
 from models.finetuning import BertForFineTuning
 from objectives.finetuning import best_spans, context_mask
-from pretrain.core.train_state import unbox
+from pretrain.training.train_state import unbox
 
 TOLERANCE = 1e-5
 NUM_TAGS = 7

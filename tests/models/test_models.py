@@ -8,7 +8,7 @@ import pytest
 from configs import bert as bert_configs
 from models import build_model
 from models.bert import BertConfig, BertForPreTraining, BertModel
-from pretrain.core import partitioning
+from pretrain.runtime import partitioning
 
 # Published sizes (Devlin et al., 2019) and the exact counts of Hugging Face's BertForPreTraining.
 PUBLISHED = {"base": 110e6, "large": 340e6}

@@ -19,9 +19,9 @@ import models
 from models import registry
 from models.errors import ModelInputError
 from models.registry import Body, HfCheckpoint, ModelFamily
-from pretrain.core import freezing, pretrained, validation
-from pretrain.core.errors import ConfigError, UserError
-from pretrain.families import registry as families
+from pretrain.finetuners import registry as families
+from pretrain.runtime.errors import ConfigError, UserError
+from pretrain.training import freezing, pretrained, validation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -191,8 +191,8 @@ def test_the_readers_keep_no_list_of_their_own():
     table = {name for family in registry.FAMILIES.values() for name in (
         family.name, family.params_subtree, *(c.model_type for c in family.hf),
         *((family.body.key, *family.body.embeddings, *family.body.top) if family.body else ()))} - {None}
-    for path in ("models/__init__.py", "pretrain/core/pretrained.py", "pretrain/core/validation.py",
-                 "pretrain/core/freezing.py", "pretrain/families/registry.py"):
+    for path in ("models/__init__.py", "pretrain/training/pretrained.py", "pretrain/training/validation.py",
+                 "pretrain/training/freezing.py", "pretrain/finetuners/registry.py"):
         with open(os.path.join(ROOT, path)) as f:
             tree = ast.parse(f.read())
         strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)}

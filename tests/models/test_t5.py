@@ -14,7 +14,7 @@ from transformers.models.t5.modeling_t5 import T5Attention
 
 from models import layers
 from models.t5 import T5, T5Config, init_cache, make_tokens_to_logits
-from pretrain.core.train_state import unbox
+from pretrain.training.train_state import unbox
 from tests.helpers.random_weights import t5_random_params
 
 VERSIONS = {  # small T5 1.0 and 1.1 models; head_dim * heads != d_model on purpose (as in T5-3B / 11B)

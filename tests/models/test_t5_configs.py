@@ -10,8 +10,8 @@ import transformers
 
 from configs import t5 as t5_configs
 from models.t5 import T5, T5Config
-from pretrain.core.optimizers import learning_rate_schedule
-from pretrain.core.train_state import unbox
+from pretrain.training.optimizers import learning_rate_schedule
+from pretrain.training.train_state import unbox
 
 # Published sizes. 1.0: Raffel et al. (2020), Section 3.7 (rounded there; Large's "770M" is 4.2%
 # above its released checkpoint, hence 5%). 1.1: the T5 repository's released_checkpoints.md.
@@ -86,7 +86,7 @@ def test_paper_recipe():
         "tfds", "c4/en", "span_corruption", "span_corruption")
     assert (c.objective.noise_density, c.objective.mean_noise_span_length) == (0.15, 3.0)
     assert (c.tokenizer.kind, c.tokenizer.extra_ids, c.model.vocab_size) == ("sentencepiece", 100, 32128)
-    # Adafactor with 1/sqrt(max(n, 10^4)) (Section 3.1.2), as pretrain/core/optimizers.py computes it
+    # Adafactor with 1/sqrt(max(n, 10^4)) (Section 3.1.2), as pretrain/training/optimizers.py computes it
     schedule = learning_rate_schedule(c.optimizer, c.num_train_steps)
     for step, expected in ((0, 0.01), (10_000, 0.01), (40_000, 0.005), (2 ** 19, 2 ** -9.5)):
         assert float(schedule(step)) == pytest.approx(expected, rel=1e-6)

@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from objectives import causal_lm, prefix_lm
+from objectives import causal_lm, packing, prefix_lm
 from objectives.causal_lm import CausalLM, causal_lm_loss
-from objectives.prefix_lm import PrefixLM
-from objectives import packing
 from objectives.interface import ObjectiveError
+from objectives.prefix_lm import PrefixLM
 from pretrain.data.tokenizers import MissingTokenError
 
 EOS, PAD, BASE, STRIDE = 1, 3, 10, 1000

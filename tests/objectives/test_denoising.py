@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from objectives.denoising import BATCH_KEYS, MODEL_INPUT_KEYS, EncoderDecoderDenoising, denoising_loss
 from objectives import packing
+from objectives.denoising import BATCH_KEYS, MODEL_INPUT_KEYS, EncoderDecoderDenoising, denoising_loss
 from objectives.interface import ObjectiveError
 
 V, EOS = 32_100, 1

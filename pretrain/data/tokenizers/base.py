@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pretrain.core.errors import UserError
+from pretrain.runtime.errors import UserError
 
 CLS, SEP, MASK, EOS = "[CLS]", "[SEP]", "[MASK]", "</s>"
 

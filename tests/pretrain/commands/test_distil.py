@@ -33,7 +33,7 @@ def _leaves(tree) -> list[np.ndarray]:
 
 @pytest.mark.slow
 def test_distil_a_tiny_bert_then_finetune_the_student(tmp_path, tiny_bert_workdir, corpus_and_tokenizer):
-    from pretrain.core import checkpoints
+    from pretrain.workdir import checkpoints
     workdir = tmp_path / "distil"
     run_train(workdir, _distil_flags(*corpus_and_tokenizer, tiny_bert_workdir), config=DISTIL)
     records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
@@ -49,6 +49,7 @@ def test_distil_a_tiny_bert_then_finetune_the_student(tmp_path, tiny_bert_workdi
 
     # The student exports as transformers' DistilBertForMaskedLM, its weights as trained.
     import transformers
+
     from pretrain.tools import export_hf_bert
     export_hf_bert.export(str(workdir), str(tmp_path / "hf"))
     exported = transformers.DistilBertForMaskedLM.from_pretrained(str(tmp_path / "hf")).state_dict()
@@ -82,8 +83,10 @@ def _distil_a_narrow_student_and_load_it(workdir, teacher: str, corpus_and_token
     `student/bert` loads as a BERT of its own width, with every weight a BERT of that width has."""
     import flax.linen as nn
     import jax
+
     from models.bert import BertConfig, BertModel
-    from pretrain.core import checkpoints, pretrained
+    from pretrain.training import pretrained
+    from pretrain.workdir import checkpoints
     run_train(workdir, _distil_flags(*corpus_and_tokenizer, teacher, **NARROW), config=DISTIL_NARROW)
     trained = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     trained = [r for r in trained if "loss" in r]

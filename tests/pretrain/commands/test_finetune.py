@@ -101,7 +101,7 @@ def test_mrpc_from_minilm_beats_majority_and_keeps_best_epoch(tmp_path):
 def test_finetune_from_pretrain_workdir_with_frozen_lower_layers(tmp_path, tiny_bert_workdir):
     """A pretrain.train checkpoint (the session's tiny BERT) feeds the fine-tuning loop; frozen weights stay
     bitwise equal."""
-    from pretrain.core import checkpoints
+    from pretrain.workdir import checkpoints
     pre = tiny_bert_workdir
     workdir = tmp_path / "wnli"
     _finetune(workdir, "wnli", str(pre), "--config.data.max_train_examples=64", "--config.num_epochs=1",
@@ -130,7 +130,7 @@ def test_finetune_from_pretrain_workdir_with_frozen_lower_layers(tmp_path, tiny_
 def test_init_weights_random_keeps_the_architecture_and_tokenizer_with_fresh_weights(tmp_path, tiny_bert_workdir):
     """The random-init control: the init's architecture and tokenizer, none of its weights (the encoder frozen,
     so the stored one is the fresh initialization itself)."""
-    from pretrain.core import checkpoints
+    from pretrain.workdir import checkpoints
     flags = ("--config.data.max_train_examples=32", "--config.num_epochs=1", "--config.batch_size=16",
              "--config.data.max_seq_length=32", "--config.write_test_predictions=false")
     runs = {}

@@ -21,9 +21,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from pretrain.core import storage
-from tests.helpers.commands import run_module, run_train, subprocess_env
+from pretrain.workdir import storage
 from scripts.bench.gcs_server import Proxy
+from tests.helpers.commands import run_module, run_train, subprocess_env
 from tests.helpers.paths import REPO, SHARED_DATA
 from tests.helpers.tiny_bert import prepare_tiny_corpus, tiny_overrides
 

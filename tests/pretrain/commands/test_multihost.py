@@ -183,7 +183,7 @@ def one_line(proc) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("flags, expected", [  # every rule: tests/pretrain/core/test_distributed.py, in-process
+@pytest.mark.parametrize("flags, expected", [  # every rule: tests/pretrain/runtime/test_distributed.py, in-process
     (["--num_processes=2"], "--num_processes also needs --coordinator_address and --process_id"),
     (["--coordinator_address=127.0.0.1:1234", "--num_processes=2", "--process_id=2"],
      "--process_id=2 must be below --num_processes=2"),

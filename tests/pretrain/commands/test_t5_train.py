@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from pretrain.glue import tasks as glue
-from pretrain.glue import text_to_text
+from pretrain.tasks.glue import data as glue
+from pretrain.tasks.glue import text_to_text
 from tests.helpers.commands import run_module, run_train
 from tests.helpers.paths import SHARED_DATA
 

@@ -76,7 +76,7 @@ def test_loss_falls_and_checkpoints_keep_last_k(tmp_path, corpus_and_tokenizer):
 
 def test_checkpoint_round_trip_is_exact(tmp_path, corpus_and_tokenizer):
     """Save (async) -> restore through the Checkpointer gives bitwise the same state and data position."""
-    from pretrain.core import checkpoints
+    from pretrain.workdir import checkpoints
     workdir = tmp_path / "run"
     run_train(workdir, tiny_overrides(*corpus_and_tokenizer, num_train_steps=3, checkpoint_every=3))
     step, saved = final_params(workdir)

@@ -18,7 +18,6 @@ from pretrain.tools.corpus_sources import sentences_of
 from tests.helpers.asserts import assert_one_line_error
 from tests.helpers.data import WORDPIECE_VOCAB, tfds_builder_class
 
-
 # ------------------------------------------------------------------------------------- text files
 
 

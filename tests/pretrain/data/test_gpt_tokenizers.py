@@ -191,7 +191,7 @@ def test_tokenizer_json_and_transformers_save_pretrained_dirs(gpt2_dir, ours, hf
 
 
 def test_hugging_face_gpt2_directory_loads_as_a_language_model(gpt2_dir, ours, hf, tmp_path):
-    """pretrain.core.pretrained's HF branch names kind='gpt2_bpe' with the model's directory: the real loader works."""
+    """pretrain.training.pretrained's HF branch names kind='gpt2_bpe' with the model's directory: the real loader works."""
     import torch
 
     from pretrain.lm.language_model import load_language_model

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from absl import flags
 
-from pretrain.core.errors import ConfigError
 from pretrain.data.streaming import StreamingData
+from pretrain.runtime.errors import ConfigError
 from tests.helpers.data import bert_objective, random_documents
 
 flags.FLAGS.mark_as_parsed()  # Grain reads absl flags; pytest does not parse them

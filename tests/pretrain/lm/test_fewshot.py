@@ -1,4 +1,4 @@
-"""Few-shot prompting (pretrain/lm/fewshot.py, pretrain/glue/prompts.py): the prompt format of the polarity
+"""Few-shot prompting (pretrain/lm/fewshot.py, pretrain/tasks/glue/prompts.py): the prompt format of the polarity
 example of Xiao & Zhu 2025 (Foundations of Large Language Models, Section 1.1.2), the demonstration sampler,
 candidate scores against transformers' GPT2LMHeadModel, a planted scorer through the metric path, the
 context-overflow rule, user errors and the command."""
@@ -18,13 +18,13 @@ import transformers
 
 from models.convert.hf_gpt2 import gpt_config_to_hf, hf_state_dict_from_gpt
 from models.gpt import GPT, GPTConfig
-from pretrain.lm import fewshot
-from pretrain.glue import tasks as glue
-from pretrain.glue import prompts
-from pretrain.glue.tasks import Example
 from pretrain.data.tokenizers import CharTokenizer
-from pretrain.core.errors import UserError
+from pretrain.lm import fewshot
 from pretrain.lm.language_model import LanguageModel
+from pretrain.runtime.errors import UserError
+from pretrain.tasks.glue import data as glue
+from pretrain.tasks.glue import prompts
+from pretrain.tasks.glue.data import Example
 from tests.helpers.commands import run_module, subprocess_env
 from tests.helpers.paths import REPO, SHARED_DATA
 from tests.helpers.random_weights import gpt_random_params

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from models.gpt import GPT, GPTConfig
-from pretrain.lm import generation as gen
 from pretrain.data.tokenizers import CharTokenizer
-from pretrain.core.errors import UserError
+from pretrain.lm import generation as gen
 from pretrain.lm.language_model import LanguageModel, load_language_model
+from pretrain.runtime.errors import UserError
 from tests.helpers.commands import run_module
 from tests.helpers.paths import SHARED_DATA
 from tests.helpers.random_weights import gpt_random_params

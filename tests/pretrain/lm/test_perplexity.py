@@ -14,11 +14,11 @@ import transformers
 
 from models.convert.hf_gpt2 import gpt_config_to_hf, hf_state_dict_from_gpt
 from models.gpt import GPT, GPTConfig
-from pretrain.core import checkpoints
-from pretrain.lm import perplexity as ppl
 from pretrain.data.tokenizers import CharTokenizer
-from pretrain.core.errors import UserError
+from pretrain.lm import perplexity as ppl
 from pretrain.lm.language_model import LanguageModel
+from pretrain.runtime.errors import UserError
+from pretrain.workdir import checkpoints
 from tests.helpers.commands import run_module
 from tests.helpers.random_weights import gpt_random_params
 

@@ -11,11 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from models.gpt import GPT, GPTConfig
 from configs import bert
-from pretrain.core import partitioning, train_state, validation
-from pretrain.core.errors import ConfigError
+from models.gpt import GPT, GPTConfig
 from pretrain.loops.steps import shard_map_train_step, train_step
+from pretrain.runtime import partitioning
+from pretrain.runtime.errors import ConfigError
+from pretrain.training import train_state, validation
 
 B, L, V = 16, 12, 50
 

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from configs import glue
-from pretrain.core.errors import UserError
 from pretrain.loops import evaluation
+from pretrain.runtime.errors import UserError
 
 
 @pytest.mark.parametrize("splits", [[], [""], [" ", ""]])

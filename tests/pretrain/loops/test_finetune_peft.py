@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from pretrain.core import checkpoints, preemption
-from pretrain.core.errors import UserError
-from pretrain.core.pretrained import load_pretrained
+from pretrain.runtime.errors import UserError
+from pretrain.training.pretrained import load_pretrained
+from pretrain.workdir import checkpoints, preemption
 from tests.helpers.paths import SHARED_DATA
 
 
@@ -99,8 +99,8 @@ def test_lora_run_freezes_the_base_and_stores_only_what_trains(tmp_path, monkeyp
 
 
 def test_peft_config_errors_are_one_line(tmp_path):
-    from pretrain.core import validation
-    from pretrain.core.errors import ConfigError
+    from pretrain.runtime.errors import ConfigError
+    from pretrain.training import validation
     cases = [({"freezing.strategy": "lowest"}, "already freezes all but its own parameters"),
              ({"init": ""}, "adapts a pretrained model: give --config.init"),
              ({"peft.lora.targets": "query,gate"}, "peft.lora_targets"),

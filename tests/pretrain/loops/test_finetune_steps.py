@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from configs import glue
-from pretrain.core.errors import ConfigError
 from pretrain.loops import finetuning, setup
+from pretrain.runtime.errors import ConfigError
 from tests.helpers.paths import SHARED_DATA
 
 STEPS = 2  # 16 examples, batches of 8, one epoch
@@ -72,6 +72,6 @@ def test_accumulated_and_shard_map_steps_train_as_the_plain_step(tmp_path, tiny_
 def test_accumulation_must_divide_the_fine_tuning_batch():
     config = glue.get_config("task=sst2")
     config.update_from_flattened_dict({"batch_size": 8, "grad_accum_steps": 3})
-    from pretrain.core import validation
+    from pretrain.training import validation
     with pytest.raises(ConfigError, match="config.batch_size=8 is not divisible by config.grad_accum_steps=3"):
         validation.check_relations(config)

@@ -10,9 +10,9 @@ import numpy as np
 
 import models
 from models import stack
-from pretrain.core import pretrained
-from pretrain.families.base import merge_pretrained
+from pretrain.finetuners.base import merge_pretrained
 from pretrain.lm import language_model
+from pretrain.training import pretrained
 from tests.helpers.tiny_bert import tiny_config
 
 

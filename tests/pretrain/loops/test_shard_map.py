@@ -8,8 +8,9 @@ import jax
 import pytest
 
 from configs import bert
-from pretrain.core import partitioning, validation
-from pretrain.core.errors import ConfigError
+from pretrain.runtime import partitioning
+from pretrain.runtime.errors import ConfigError
+from pretrain.training import validation
 from tests.helpers.commands import run_module
 
 TOLERANCE = 1e-5  # float32, two Adam updates: only the order of the cross-device sums differs

@@ -33,7 +33,7 @@ def test_glue_source_holds_training_sentences_and_no_dev_or_test_sentence(glue_c
     assert not lines & held_out
     # WNLI repeats dev premises in train: those are the sentences the filter drops.
     assert stats["held_out_dropped"] > 0
-    from pretrain.glue import tasks as glue
+    from pretrain.tasks.glue import data as glue
     cola_train = {corpus_sources.normalized(e.text_a) for e in glue.read_glue_dir(glue.get_task("cola"), "train",
                                                                                    GLUE_DIR)}
     assert len(cola_train & lines) > 0.9 * len(cola_train - held_out)

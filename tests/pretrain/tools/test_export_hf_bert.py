@@ -6,7 +6,7 @@ import os
 import pytest
 
 from configs import glue, gpt2, t5
-from pretrain.core.errors import UserError
+from pretrain.runtime.errors import UserError
 from pretrain.tools import export_hf_bert
 
 
@@ -34,8 +34,8 @@ def test_a_shared_layers_pretraining_run_exports_as_albert_for_pretraining(tmp_p
 
     from configs import albert
     from models import build_model
-    from pretrain.core import checkpoints
-    from pretrain.core.train_state import unbox
+    from pretrain.training.train_state import unbox
+    from pretrain.workdir import checkpoints
 
     config = albert.get_config("size=tiny")
     spiece = tmp_path / "spm.model"

@@ -105,12 +105,13 @@ def test_lora_run_exports_merged_and_as_peft(lora_run, base_dir, tmp_path):
     import ml_collections
     import peft
     import transformers
+
     from pretrain.data import tokenizers
-    from pretrain.families import registry
-    from pretrain.families.base import model_config
-    from pretrain.core import parameter_efficient
+    from pretrain.finetuners import registry
+    from pretrain.finetuners.base import model_config
     from pretrain.loops import evaluation
     from pretrain.tools import export_hf_bert
+    from pretrain.training import peft as parameter_efficient
     with open(os.path.join(lora_run, "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
     family = registry.for_config(config, registry.task_for_config(config), tokenizers.from_config(config.tokenizer))
@@ -142,7 +143,7 @@ def test_lora_run_exports_merged_and_as_peft(lora_run, base_dir, tmp_path):
 
 
 def test_lora_export_errors_are_one_line(lora_run, tmp_path):
-    from pretrain.core.errors import UserError
+    from pretrain.runtime.errors import UserError
     from pretrain.tools import export_hf_bert
 
     def refused(workdir, message, **kw):
@@ -187,11 +188,13 @@ def test_peft_directories_give_our_logits(base_dir, tmp_path, method, settings):
     """peft_io.save_peft_bert on random PEFT weights and head over the tiny base: every LoRA target's module
     name and layout, the prefix table's slot order (with and without the MLP) and the prompt's embeddings."""
     import dataclasses
+
     import peft
+
     from models import peft as peft_modules
     from models.convert import load_hf_bert, peft_io
     from models.finetuning import BertForFineTuning
-    from pretrain.core import parameter_efficient
+    from pretrain.training import peft as parameter_efficient
     config, base = load_hf_bert(base_dir)
     config = dataclasses.replace(config, peft=peft_modules.PeftConfig(method=method, **settings))
     inputs = _inputs(base_dir)

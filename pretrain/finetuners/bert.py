@@ -1,0 +1,88 @@
+"""The BERT family for fine-tuning: the pretrained encoder + a fresh classification / regression head
+on the pooled [CLS] vector (models/finetuning.py), inputs `[CLS] a [SEP] (b [SEP])`."""
+from __future__ import annotations
+
+import ml_collections
+import numpy as np
+
+from models.finetuning import BertForFineTuning
+from objectives.finetuning import FineTuningObjective
+from pretrain.data import finetune_data
+from pretrain.finetuners.base import merge_pretrained, model_config, one_per_example
+from pretrain.runtime.errors import UserError
+from pretrain.tasks.glue import data as glue
+from pretrain.training.pretrained import Pretrained
+
+
+class BertFamily:
+    """BERT encoder (params['bert']) + a fresh task head (params['head']) on the pooled [CLS] vector."""
+    name = "bert"
+
+    def __init__(self, config: ml_collections.ConfigDict, task: glue.GlueTask, tokenizer):
+        self.config, self.task, self.tokenizer = config, task, tokenizer
+        self.objective = self.make_objective()
+
+    def make_objective(self) -> FineTuningObjective:
+        """The head's kind and size (GLUE: classification or regression on the pooled vector)."""
+        return FineTuningObjective("regression" if self.task.is_regression else "classification",
+                                   self.task.num_labels)
+
+    @property
+    def kind(self) -> str:
+        return self.objective.kind
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.model.num_layers
+
+    def check(self) -> None:
+        c = self.config
+        if c.data.max_seq_length > c.model.max_position_embeddings:
+            raise UserError(f"config.data.max_seq_length={c.data.max_seq_length} exceeds the model's "
+                            f"{c.model.max_position_embeddings} positions")
+
+    def encode(self, examples: list[glue.Example], batch_size: int) -> finetune_data.FineTuningData:
+        """[CLS] a [SEP] (b [SEP]) features with the label as a per-example field."""
+        task, c = self.task, self.config
+        features = finetune_data.encode_texts(self.tokenizer, [e.text_a for e in examples],
+                                              [e.text_b for e in examples] if task.is_pair else None,
+                                              c.data.max_seq_length)
+        labels = task.label_array(examples)
+        return finetune_data.FineTuningData(features, {"label": labels}, batch_size, self.tokenizer.pad_id,
+                                            **finetune_data.padding(c.data))
+
+    def build_model(self) -> BertForFineTuning:
+        return BertForFineTuning(model_config(self.config), self.kind, self.objective.num_labels,
+                                 self.config.model.classifier_dropout, **self.head_options())
+
+    def head_options(self) -> dict:
+        """BertForFineTuning's options of this family's head (none for the plain heads)."""
+        return {}
+
+    def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
+        merged = dict(params)
+        merged["bert"], fresh = merge_pretrained(params["bert"], init.params, init.source, prefix="bert/")
+        return merged, fresh  # the task head is always fresh: only surprises in the encoder are listed
+
+    def predict_fn(self, model):
+        """(params, batch) -> `predictions` of a forward pass."""
+        def predict(params, batch):
+            outputs = model.apply({"params": params}, **self.objective.model_inputs(batch), deterministic=True)
+            return self.predictions(outputs, batch)
+        return predict
+
+    def predictions(self, outputs: dict, batch: dict) -> dict:
+        """The model's outputs -> what the host needs of a batch (here {'label' [B]} or {'score' [B]}: the
+        argmax or the regression output); traced inside the jitted predict."""
+        return self.objective.predictions(outputs, batch)
+
+    def to_labels(self, predictions: dict[str, np.ndarray]) -> np.ndarray:
+        return next(iter(predictions.values()))
+
+    decode = staticmethod(one_per_example)
+
+    def for_metrics(self, predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        return predictions  # always a class id / score
+
+    def for_submission(self, predictions: np.ndarray) -> np.ndarray:
+        return predictions

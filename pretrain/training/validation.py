@@ -1,0 +1,274 @@
+"""Every config value checked up front, before anything is loaded, compiled or written.
+
+`validate(config)` runs for pretrain.train and pretrain.finetune right after the flags are parsed. It
+checks each key a config has against the range table below (sizes positive, probabilities in their
+interval, names among the known ones), then the relations of the model family (heads dividing the
+width, the sequence within the positions) and the mesh against the visible devices. Each failure is
+one ConfigError naming the key, the value and what is allowed, e.g.
+
+  config.objective.mask_prob=1.5 is invalid: it must be a probability in (0, 1) (--config.objective.mask_prob=...)
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import ml_collections
+
+from pretrain.runtime import profiling
+from pretrain.runtime.errors import ConfigError
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _int(low: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low,
+            "a positive integer" if low == 1 else f"an integer >= {low}")
+
+
+def _float(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = False, what: str = ""):
+    def ok(v) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return False
+        return (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    return ok, what or (f"a finite number {'>' if low_open else '>='} {low:g}" if high == math.inf
+                        else f"a number in {interval}")
+
+
+POSITIVE, NON_NEGATIVE = _int(1), _int(0)
+POSITIVE_FLOAT, NON_NEGATIVE_FLOAT = _float(0, low_open=True), _float(0)
+PROBABILITY = _float(0, 1, low_open=True, high_open=True, what="a probability in (0, 1)")
+SHARE = _float(0, 1, what="a number in [0, 1]")
+DROPOUT = _float(0, 1, high_open=True, what="a dropout rate in [0, 1)")
+
+
+def _choice(*names: str):
+    return (lambda v: v in names), "one of " + ", ".join(map(repr, names))
+
+
+def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
+    """Names the code defines, imported on demand (the registries live in their rooms)."""
+    if kind == "model":
+        import models
+        return _choice(*models.FAMILIES)
+    if kind == "attention":
+        from models import attention
+        return _choice(*attention.IMPLEMENTATIONS)
+    if kind == "remat":
+        from models import stack
+        return _choice(*stack.REMAT_POLICIES)
+    if kind == "objective":
+        import objectives
+        return _choice(*objectives.NAMES)
+    if kind == "masking":
+        from objectives import bert_pretraining
+        return _choice(*bert_pretraining.MASKINGS)
+    if kind == "optimizer":
+        from pretrain.training import optimizers
+        return _choice(*optimizers.OPTIMIZERS)
+    if kind == "schedule":
+        from pretrain.training import optimizers
+        return _choice(*optimizers.SCHEDULES)
+    if kind == "peft":
+        from models import peft
+        return _choice(*peft.METHODS)
+    if kind == "freezing":
+        from pretrain.training import freezing
+        return _choice(*freezing.STRATEGIES)
+    raise KeyError(kind)
+
+
+# key -> (check, what is allowed); a key the config does not have is not checked.
+RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
+    # the loop
+    "batch_size": POSITIVE, "grad_accum_steps": POSITIVE, "num_train_steps": POSITIVE, "num_epochs": POSITIVE,
+    "log_every": POSITIVE, "keep_checkpoints": POSITIVE, "eval_batches": POSITIVE, "eval_batch_size": POSITIVE,
+    "checkpoint_every": NON_NEGATIVE, "eval_every": NON_NEGATIVE, "prefetch": NON_NEGATIVE, "seed": NON_NEGATIVE,
+    "warmup_fraction": SHARE, "z_loss": NON_NEGATIVE_FLOAT, "head_learning_rate": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
+    # optimizer
+    "optimizer.name": "optimizer", "optimizer.schedule": "schedule",
+    "optimizer.learning_rate": POSITIVE_FLOAT, "optimizer.end_learning_rate": NON_NEGATIVE_FLOAT,
+    "optimizer.warmup_steps": _int(-1), "optimizer.b1": _float(0, 1, high_open=True),
+    "optimizer.b2": _float(0, 1, high_open=True), "optimizer.eps": POSITIVE_FLOAT,
+    "optimizer.weight_decay": NON_NEGATIVE_FLOAT, "optimizer.grad_clip_norm": NON_NEGATIVE_FLOAT,
+    "optimizer.clipping_threshold": NON_NEGATIVE_FLOAT, "optimizer.decay_rate": _float(0, 1, low_open=True),
+    # model (every family's field names)
+    "model.name": "model", "model.dtype": _choice(*DTYPES), "model.param_dtype": _choice(*DTYPES),
+    **{f"model.{k}": POSITIVE for k in (
+        "vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
+        "d_model", "d_ff", "head_dim", "num_encoder_layers", "num_decoder_layers", "n_positions",
+        "relative_attention_num_buckets", "relative_attention_max_distance", "max_span_tokens")},
+    "model.type_vocab_size": NON_NEGATIVE,  # 0: no token-type table (DistilBERT)
+    **{f"model.{k}": DROPOUT for k in ("dropout_rate", "attention_dropout_rate", "classifier_dropout")},
+    "model.layer_norm_eps": POSITIVE_FLOAT, "model.initializer_range": POSITIVE_FLOAT,
+    "model.initializer_factor": POSITIVE_FLOAT, "model.attention": "attention", "model.remat": "remat",
+    "model.scan_layers": _choice(True, False), "model.fused_qkv": _choice(True, False),
+    "model.teacher_layers": POSITIVE,  # distillation (models/distillation/model.py); a teacher width of 0 is the student's
+    **{f"model.teacher_{k}": NON_NEGATIVE for k in ("hidden_size", "num_heads", "intermediate_size")},
+    # objective
+    "objective.name": "objective", "objective.mask_prob": PROBABILITY, "objective.noise_density": PROBABILITY,
+    "objective.replace_with_mask": SHARE, "objective.replace_with_random": SHARE, "objective.short_seq_prob": SHARE,
+    "objective.geometric_p": _float(0, 1, low_open=True, what="a probability in (0, 1]"),
+    "objective.mean_noise_span_length": _float(1, what="a number >= 1"),
+    "objective.max_predictions_per_seq": POSITIVE, "objective.long_max_predictions_per_seq": POSITIVE,
+    "objective.max_span_length": POSITIVE, "objective.targets_length": NON_NEGATIVE,
+    "objective.masking": "masking", "objective.ngram_max": POSITIVE,
+    "objective.z_loss": NON_NEGATIVE_FLOAT,
+    # data and tokenizer
+    "data.max_seq_length": POSITIVE, "data.window_documents": POSITIVE, "data.pad_to_multiple_of": POSITIVE,
+    "data.length_buckets": NON_NEGATIVE,
+    "data.streams": NON_NEGATIVE, "data.workers": NON_NEGATIVE, "data.eval_documents": NON_NEGATIVE,
+    "data.max_documents": NON_NEGATIVE, "data.long_seq_length": NON_NEGATIVE,
+    "data.long_seq_start_step": NON_NEGATIVE, "data.max_train_examples": NON_NEGATIVE,
+    "data.eval_fraction": _float(0, 1, high_open=True, what="a number in [0, 1)"),
+    "data.source": _choice("text", "raw_text", "tfds", "prepared", "dir"),
+    "tokenizer.extra_ids": NON_NEGATIVE,  # tokenizer.kind: pretrain/data/tokenizers names the kinds it loads
+    # fine-tuning
+    "init_weights": _choice("pretrained", "random"),
+    "freezing.strategy": "freezing", "freezing.num_frozen_layers": NON_NEGATIVE,
+    "freezing.unfreeze_every_epochs": POSITIVE,
+    "peft.method": "peft", "peft.adapters.size": POSITIVE, "peft.adapters.placement": _choice("houlsby", "pfeiffer"),
+    "peft.adapters.train_norms": _choice(True, False), "peft.lora.rank": POSITIVE, "peft.lora.alpha": POSITIVE_FLOAT,
+    "peft.lora.dropout": DROPOUT, "peft.prefix.length": POSITIVE, "peft.prefix.hidden_size": NON_NEGATIVE,
+    "peft.prompt.length": POSITIVE, "peft.prompt.init": _choice("vocab", "random"),
+}
+
+
+def _flatten(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _fail(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"config.{key}={value!r} is invalid: it must be {allowed} (--config.{key}=...)")
+
+
+def check_ranges(config: ml_collections.ConfigDict) -> None:
+    """Every key of `config` that RANGES knows, against its range."""
+    for key, value in _flatten(config).items():
+        rule = RANGES.get(key)
+        if rule is None:
+            continue
+        ok, allowed = _known(rule) if isinstance(rule, str) else rule
+        if not ok(value):
+            raise _fail(key, value, allowed)
+
+
+# ----- The relations within one model family (config.model.name), as models/registry.py registers them. -----
+def _heads_divide(width_key: str, config) -> None:
+    width, heads = config.model[width_key], config.model.num_heads
+    if width % heads:
+        raise ConfigError(f"config.model.{width_key}={width} is not a multiple of config.model.num_heads={heads};"
+                          " change one of them")
+
+
+def _family_relations(config) -> None:
+    import models
+    family = models.family(config.model.name)
+    if family.width_key is not None:
+        _heads_divide(family.width_key, config)
+    if family.positions_key is not None:
+        _fits(family.positions_key, config)
+    for key, names in family.choices.items():
+        allowed = models.registry.resolve(names)
+        if key in config.model and config.model[key] not in allowed:
+            raise _fail(f"model.{key}", config.model[key], "one of " + ", ".join(map(repr, allowed)))
+
+
+def _fits(positions_key: str, config) -> None:
+    """The longest sequence the data makes fits the model's position table."""
+    positions = config.model.get(positions_key)
+    longest = max(config.data.get("max_seq_length", 0), config.data.get("long_seq_length", 0))
+    if positions is not None and longest > positions:
+        key = "data.long_seq_length" if longest == config.data.get("long_seq_length", 0) else "data.max_seq_length"
+        raise ConfigError(f"config.{key}={longest} exceeds config.model.{positions_key}={positions}: lower it, "
+                          f"or raise --config.model.{positions_key}")
+
+
+def check_relations(config: ml_collections.ConfigDict) -> None:
+    """Keys that must agree with each other."""
+    if "grad_accum_steps" in config and config.batch_size % config.grad_accum_steps:
+        raise ConfigError(f"config.batch_size={config.batch_size} is not divisible by config.grad_accum_steps="
+                          f"{config.grad_accum_steps}; make it a multiple")
+    objective = config.get("objective")
+    if objective is not None and objective.get("replace_with_mask", 0) + objective.get("replace_with_random", 0) > 1:
+        raise ConfigError(f"config.objective.replace_with_mask={objective.replace_with_mask} + replace_with_random="
+                          f"{objective.replace_with_random} exceeds 1 (BERT: 0.8 + 0.1, the rest kept)")
+    _family_relations(config)
+    _fused_attention_without_dropout(config)
+    profiling.parse_steps(config.get("profile_steps", ""))
+    _layerwise_freezing_needs_looped_layers(config)
+    _peft_fits(config)
+
+
+def _peft_fits(config) -> None:
+    """PEFT adapts a pretrained model, alone (no freezing strategy on top), and its virtual tokens need room."""
+    peft = config.get("peft")
+    if peft is None or peft.method == "none":
+        return
+    if config.freezing.strategy != "none":
+        raise ConfigError(f"config.peft.method={peft.method!r} already freezes all but its own parameters and the "
+                          f"head: drop config.freezing.strategy={config.freezing.strategy!r} (use none)")
+    if not config.get("init") or config.get("init_weights") == "random":
+        raise ConfigError(f"config.peft.method={peft.method!r} adapts a pretrained model: give --config.init "
+                          "(a pretrain.train workdir or a Hugging Face directory) with config.init_weights=pretrained")
+    from pretrain.training import peft as parameter_efficient
+    virtual = parameter_efficient.peft_config(config).virtual_positions  # and the method's own checks, one line
+    import models
+    positions_key = models.family(config.model.name).positions_key
+    positions = config.model.get(positions_key) if positions_key else None
+    if virtual and positions is not None and config.data.max_seq_length + virtual > positions:
+        raise ConfigError(f"config.peft.{peft.method}.length={virtual} + config.data.max_seq_length="
+                          f"{config.data.max_seq_length} exceed the model's {positions} positions: shorten one")
+
+
+def _fused_attention_without_dropout(config) -> None:
+    """The fused kernels keep no attention matrix to drop out (models/attention.py)."""
+    model = config.model
+    from models.attention import FUSED
+    if model.get("attention") in FUSED and model.get("attention_dropout_rate", 0) > 0:
+        raise ConfigError(f"config.model.attention={model.attention!r} cannot drop attention probabilities out but "
+                          f"config.model.attention_dropout_rate={model.attention_dropout_rate}: set it to 0, or "
+                          "--config.model.attention=auto (the reference einsum while dropout is on)")
+
+
+def _layerwise_freezing_needs_looped_layers(config) -> None:
+    freezing = config.get("freezing")
+    if freezing is not None and freezing.strategy in ("lowest", "gradual") and config.model.get("scan_layers"):
+        raise ConfigError(f"config.freezing.strategy={freezing.strategy!r} freezes layer by layer, which a scanned "
+                          "stack (config.model.scan_layers=True) holds as one weight: set --config.model.scan_layers"
+                          "=False")
+
+
+def check_mesh(config: ml_collections.ConfigDict) -> None:
+    """config.mesh_shape against the devices this process sees (after jax.distributed is initialized)."""
+    from pretrain.runtime import partitioning
+    mesh = partitioning.create_mesh(config.mesh_shape)  # ConfigError naming the shape and the device count
+    if config.get("mesh_mode") == "shard_map" and (mesh.shape["fsdp"], mesh.shape["tensor"]) != (1, 1):
+        raise ConfigError(f"config.mesh_mode='shard_map' replicates the state on every device, but config.mesh_shape="
+                          f"{tuple(config.mesh_shape)} shards it: use --config.mesh_shape=-1,1,1 or mesh_mode=jit")
+
+
+def check_devices(config: ml_collections.ConfigDict) -> None:
+    """What the config asks of the hardware: cuDNN attention needs a GPU, Pallas' kernel a TPU."""
+    import jax
+    model = config.get("model")
+    wants = {"cudnn": "gpu", "pallas": "tpu"}.get(model.get("attention") if model is not None else None)
+    if wants and jax.default_backend() != wants:
+        raise ConfigError(f"config.model.attention={model.attention!r} needs a {wants.upper()}, and this process runs "
+                          f"on {jax.default_backend()}: use --config.model.attention=auto (XLA's kernel here)")
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """All of the above, in order; the first problem found is raised."""
+    check_ranges(config)
+    check_relations(config)
+    check_mesh(config)
+    check_devices(config)

@@ -1,0 +1,392 @@
+"""Orbax checkpoints: asynchronous save every N steps, keep the last K, resume from the latest.
+
+A checkpoint holds the train state (params, optimizer state, step) and the data position as JSON.
+Orbax writes each step into a temporary directory and renames it only once complete, so a run
+killed mid-save never leaves a half-written checkpoint as the latest. A step folder can still be
+damaged afterwards (a disk that filled up, a copy cut short, a file removed by hand): `restore`
+skips such a latest checkpoint with a one-line warning and takes the one before it. A restore never
+deletes or moves anything; the first save of the resumed run sets the skipped folders aside as
+`<step>.unusable`, so that its own saves of those steps cannot collide with them.
+
+The directory may be in a bucket (gs://): Orbax writes the arrays there itself (TensorStore) and marks a
+finished step with commit_success.txt; the step folders and marker files read here go through
+pretrain.workdir.storage (etils.epath), where setting a folder aside copies and deletes its objects (not atomic).
+
+A save that the storage refuses (a full disk, a quota, a file-size limit: pretrain.workdir.write_failures) stops the
+run with one CheckpointWriteError naming the step, the cause, the checkpoint that stays the latest and the fix,
+wherever the asynchronous save's error comes out (the next save, wait or close); Orbax's and asyncio's
+tracebacks of it are not printed, and its unfinished temporary folder goes.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import sys
+import types
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+from etils import epath
+
+from pretrain.runtime.errors import UserError
+from pretrain.workdir import storage, write_failures
+
+
+class CheckpointError(UserError):
+    """A checkpoint that cannot be used with this config (one-line message)."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint the storage refused to hold (one line: the step, the cause, what stays the latest, the fix).
+    A UserError (exit status 2), not a preemption (75): a launcher's automatic rerun would fail the same way until
+    a person frees space."""
+
+
+ITEMS = ("state", "data")
+_TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's unfinished saves (atomic rename on a local disk)
+
+
+class Checkpointer:
+    def __init__(self, directory: str, *, save_every: int, keep: int, async_save: bool = True):
+        self.directory = storage.absolute(directory)
+        self.save_every = save_every
+        self._unusable: list[int] = []   # steps restore() skipped; set aside by the first save
+        self._writing = False
+        self._in_flight: int | None = None  # the step of the asynchronous save not waited for yet
+        self._failed = False                # a CheckpointWriteError was raised: Orbax repeats it on every wait
+        # cleanup_tmp_directories=False: where Orbax marks commits with a file (GCS) it would delete
+        # every step folder without that file when the manager is created, a damaged one included.
+        # Leftover temporary folders are removed by the first save instead (`_prepare_to_write`).
+        with _quiet_absl():  # "Metadata file does not exist" for a damaged step: restore() says it better
+            self.manager = ocp.CheckpointManager(
+                self.directory, item_names=ITEMS,
+                item_handlers={"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()},
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=keep, enable_async_checkpointing=async_save, create=True,
+                    cleanup_tmp_directories=False))
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def should_save(self, step: int, last_step: int) -> bool:
+        return step == last_step or (self.save_every > 0 and step % self.save_every == 0)
+
+    def save(self, step: int, state: Any, data_position: dict, force: bool = False) -> None:
+        """Starts an asynchronous save; training continues while it is written. The previous save is waited for
+        first (as Orbax would), so that its failure is reported as its own step's."""
+        if not self._writing:
+            self._prepare_to_write()
+        self.wait()
+        # _quiet_absl: Orbax's "Waiting for previous save to complete took N seconds" reports the wait above,
+        # ours, at every save once a save outlasts the steps between saves (a bucket under load).
+        with self._reporting(step), _quiet_absl():
+            self._in_flight = step
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)), force=force)
+
+    def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict, int]:
+        """Restores onto the shardings in `abstract_state` (jax.ShapeDtypeStruct leaves).
+
+        Without `step`: the latest usable checkpoint. A damaged one (no commit marker, a missing item,
+        an empty folder, a truncated file) is skipped with a one-line warning naming it; a checkpoint
+        of another model is an error, never skipped: an older one would not fit either.
+        """
+        steps = [step] if step is not None else sorted(self.manager.all_steps(), reverse=True)
+        if not steps:
+            raise CheckpointError(f"no checkpoint in {self.directory}")
+        skipped = []
+        for candidate in steps:
+            restored, problem = self._try_restore(abstract_state, candidate)
+            if problem is None:
+                return restored["state"], dict(restored["data"]), candidate
+            skipped.append(f"{candidate} ({problem})")
+            self._unusable.append(candidate)
+            if candidate != steps[-1]:
+                print(f"warning: skipping checkpoint {self.directory}/{candidate}: {problem}; trying the one "
+                      "before it", file=sys.stderr, flush=True)
+        what = f"checkpoint {self.directory}/{step} is unusable" if step is not None else \
+            f"no usable checkpoint in {self.directory}"
+        raise CheckpointError(f"{what}: {'; '.join(skipped)}; move the damaged step folders away or use a new "
+                              "--workdir")
+
+    def _try_restore(self, abstract_state: Any, step: int) -> tuple[Any, str | None]:
+        """-> (restored items, None), or (None, why this step is damaged); CheckpointError for a
+        checkpoint of another model."""
+        problem = step_problem(self.directory, step)
+        if problem is not None:
+            return None, problem
+        try:
+            with _quiet_absl(logging.FATAL):  # our warning names the problem instead
+                stored = self.manager.item_metadata(step)["state"]
+        except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise plain Exceptions
+            return None, f"unreadable metadata ({_first_line(e)})"
+        if stored is None:
+            return None, "unreadable metadata of item state"
+        self._check_shapes(abstract_state, stored, step)
+        _drop_late_callbacks()  # a damaged file fails one read; the others' callbacks come back later
+        try:
+            with _quiet_absl(logging.FATAL), _quiet_unraisable():
+                return self.manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore())), None
+        except Exception as e:  # noqa: BLE001
+            if _shapes_by_name(stored) != _shapes_by_name(abstract_state):  # e.g. another optimizer
+                raise CheckpointError(
+                    f"checkpoint {self.directory}/{step} does not fit this config's model ({_first_line(e)}); "
+                    "resume with the config that wrote it or use a new --workdir") from None
+            return None, f"unreadable ({_first_line(e)})"
+
+    def _prepare_to_write(self) -> None:
+        """Before the first save: the damaged steps restore() skipped move aside (Orbax would refuse
+        to save those steps again, or skip saves below them), and Orbax's temporary folders of
+        unfinished saves go. Nothing else in the directory is touched."""
+        self._writing = True
+        write_failures.drop_from_logs()
+        _drop_late_callbacks()
+        if jax.process_index() == 0:
+            set_aside(self.directory, self._unusable)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            multihost_utils.sync_global_devices("checkpoints: prepared to write")
+        if self._unusable:
+            self.manager.reload()
+            self._unusable = []
+
+    def discard_after(self, step: int) -> list[int]:
+        """Deletes the checkpoints after `step` (those of a run that was killed and is redone from
+        `step`, so that the redone saves neither collide with them nor get pruned in their favour)."""
+        later = [s for s in self.manager.all_steps() if s > step]
+        for s in later:
+            self.manager.delete(s)
+        return later
+
+    def _check_shapes(self, abstract_state: Any, stored_meta: Any, step: int) -> None:
+        """Compare parameter names and shapes with the checkpoint's metadata before restoring, so
+        that a checkpoint of another model is a one-line error instead of an Orbax traceback."""
+        params = getattr(abstract_state, "params", None)
+        if params is None:
+            return
+        try:
+            stored = _shapes_by_name(stored_meta["params"])
+        except (KeyError, TypeError):
+            stored = {}
+        wanted = _shapes_by_name(params)
+        where = f"checkpoint {self.directory}/{step}"
+        fix = "resume with the config that wrote it or use a new --workdir"
+        for name in sorted(set(stored) ^ set(wanted)):
+            side = "only in the checkpoint" if name in stored else "missing from the checkpoint"
+            raise CheckpointError(f"{where} does not fit this config's model: {name} is {side}; {fix}")
+        for name, shape in wanted.items():
+            if stored[name] != shape:
+                raise CheckpointError(f"{where} does not fit this config's model: {name} has shape "
+                                      f"{stored[name]} there but {shape} here; {fix}")
+
+    def wait(self) -> None:
+        """Blocks until the save in flight is complete; CheckpointWriteError if the storage refused it."""
+        if self._in_flight is not None:
+            with self._reporting(self._in_flight):
+                self.manager.wait_until_finished()
+            self._in_flight = None
+
+    def close(self) -> None:
+        if self._failed:  # reported already; Orbax's threads are done, and its close() would raise it again
+            with contextlib.suppress(Exception):
+                self.manager.close()
+            return
+        self.wait()
+        self.manager.close()
+
+    @contextlib.contextmanager
+    def _reporting(self, step: int) -> Iterator[None]:
+        """Around a save of `step` or a wait for it: write_failures_as_errors, and then the save's temporary
+        folder removed (on one process: with several, another may still write into it; the next start's first
+        save removes it then). On a full disk that is the space the rerun needs."""
+        try:
+            with write_failures_as_errors(step, self.directory):
+                yield
+        except CheckpointWriteError:
+            self._failed, self._in_flight = True, None
+            if jax.process_count() == 1:
+                for name in storage.listdir(self.directory):
+                    if name.startswith(f"{step}{_TMP_SUFFIX}"):
+                        storage.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+            raise
+
+    def close_when_unwound(self, stack: contextlib.ExitStack) -> None:
+        """close() when `stack` unwinds (Orbax's threads stop before the process exits; the saves in flight hold
+        good states and complete), except on KeyboardInterrupt: a second Ctrl-C stops now, without waiting."""
+        stack.push(lambda exc_type, exc, tb: None if exc_type is KeyboardInterrupt else self.close())
+
+
+def set_aside(directory: str, unusable: list[int]) -> None:
+    """DIR/<step> of each `unusable` step -> DIR/<step>.unusable (or .unusable1, ...), and Orbax's temporary
+    folders of unfinished saves removed. In a bucket a folder's move is a copy + delete per object."""
+    if not storage.isdir(directory):
+        return
+    for step in unusable:
+        source = os.path.join(directory, str(step))
+        if storage.isdir(source):
+            target, n = f"{source}.unusable", 1
+            while storage.exists(target):
+                target, n = f"{source}.unusable{n}", n + 1
+            storage.rename(source, target)
+            print(f"Moved the unusable checkpoint {source} aside to {target}", file=sys.stderr)
+    for name in storage.listdir(directory):
+        if _TMP_SUFFIX in name:
+            storage.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def write_failures_as_errors(step: int, directory: str) -> Iterator[None]:
+    """Around a write of checkpoint `step` into `directory` (or a wait for one): a failure that
+    write_failures.write_failure recognises becomes one CheckpointWriteError naming the step, the cause, the
+    checkpoint that stays the latest and the fix; any other exception passes through."""
+    try:
+        yield
+    except Exception as e:
+        failure = write_failures.write_failure(e)
+        if failure is None:
+            raise
+        latest = latest_complete_step(directory)
+        kept = f"checkpoint {latest} stays the latest" if latest is not None else "no earlier checkpoint there"
+        rerun = "rerun the same command to resume" if latest is not None else "rerun the same command"
+        raise CheckpointWriteError(f"checkpoint {step} could not be written to {directory}: {failure.what}; "
+                                   f"{kept}: {failure.fix} and {rerun}") from e
+
+
+def latest_complete_step(directory: str) -> int | None:
+    """The newest step folder of `directory` that holds a complete checkpoint (step_problem), or None."""
+    if not storage.isdir(directory):
+        return None
+    steps = sorted((int(name) for name in storage.listdir(directory) if name.isdigit()), reverse=True)
+    return next((step for step in steps if step_problem(directory, step) is None), None)
+
+
+def step_problem(directory: str, step: int, items: tuple[str, ...] = ITEMS) -> str | None:
+    """Why DIR/<step> cannot be a complete checkpoint, or None. Reads only the small marker files:
+    a save cut short leaves no commit marker (Orbax's commit_success.txt, or the commit time in
+    _CHECKPOINT_METADATA) or misses an item folder."""
+    path = os.path.join(directory, str(step))
+    if not storage.isdir(path):
+        return "no such folder"
+    if not storage.listdir(path):
+        return "the folder is empty"
+    try:
+        metadata = json.loads(storage.read_text(os.path.join(path, "_CHECKPOINT_METADATA")))
+    except FileNotFoundError:
+        return "no _CHECKPOINT_METADATA (the save did not finish)"
+    except (OSError, ValueError):
+        return "_CHECKPOINT_METADATA is unreadable"
+    committed = isinstance(metadata, dict) and metadata.get("commit_timestamp_nsecs")
+    if not committed and not storage.exists(os.path.join(path, "commit_success.txt")):
+        return "no commit marker (the save did not finish)"
+    missing = [item for item in items if not storage.isdir(os.path.join(path, item))]
+    if missing:
+        return f"item folder {missing[0]}/ is missing"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:120] if text else type(e).__name__
+
+
+def _shapes_by_name(tree: Any) -> dict[str, tuple[int, ...]]:
+    def name(path) -> str:
+        return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+    return {name(path): tuple(getattr(leaf, "shape", ()))
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def abstract_with_shardings(tree: Any, shardings: Any) -> Any:
+    """Abstract arrays that tell Orbax where each restored leaf should live."""
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
+    """Only the `params` of a checkpoint written by Checkpointer (no optimizer state is read).
+
+    directory: the checkpoints/ folder (latest step, or `step`) or one step's folder inside it.
+    Returns (params as host-side arrays, step).
+    """
+    directory = storage.absolute(directory)
+    if os.path.basename(directory).isdigit() and storage.isdir(os.path.join(directory, "state")):
+        directory, step = os.path.dirname(directory), int(os.path.basename(directory))
+    steps = ocp.utils.checkpoint_steps(directory) if storage.isdir(directory) else []
+    if step is None:
+        for candidate in sorted(steps, reverse=True):  # the latest complete one
+            problem = step_problem(directory, candidate, items=("state",))
+            if problem is None:
+                step = candidate
+                break
+            print(f"warning: skipping checkpoint {directory}/{candidate}: {problem}", file=sys.stderr, flush=True)
+    if step is None or step not in steps:
+        where = f"at step {step} in" if step is not None else "in"
+        raise CheckpointError(f"no checkpoint {where} {directory} (give a checkpoints/ folder written by "
+                              "pretrain.train or pretrain.finetune)")
+    path = os.path.join(directory, str(step), "state")
+    checkpointer = ocp.PyTreeCheckpointer()
+    with warnings.catch_warnings(), _quiet_absl():  # "no _CHECKPOINT_METADATA" for a bare item folder
+        warnings.simplefilter("ignore")
+        stored = checkpointer.metadata(path).item_metadata.tree
+    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), stored["params"])
+    # As host numpy arrays: valid whatever mesh wrote the checkpoint; the caller places them.
+    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
+    restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
+        item={"params": abstract}, restore_args={"params": as_numpy}, partial_restore=True))
+    return jax.device_get(restored["params"]), step
+
+
+def restore_data(directory: str, step: int) -> Any:
+    """The JSON `data` item saved beside a checkpoint's state (the data position, or what a loop recorded)."""
+    path = os.path.join(storage.absolute(directory), str(step), "data")
+    try:
+        return ocp.JsonCheckpointHandler().restore(epath.Path(path))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: unreadable ({_first_line(e)})") from None
+
+
+@contextlib.contextmanager
+def _quiet_unraisable():
+    """A truncated file makes each of Orbax's other read coroutines fail unobserved, and Python would
+    print every one (with TensorStore's whole spec) after our one-line warning; drop those."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda u: None if isinstance(u.object, types.CoroutineType) else previous(u)
+    try:
+        yield
+    finally:
+        gc.collect()  # the failed coroutines are reported when collected: here, not later
+        sys.unraisablehook = previous
+
+
+def _drop_late_callbacks() -> None:
+    """When a restore fails on a damaged file, or a save on a full disk, TensorStore's other reads or writes still
+    finish, some later, and each one's callback finds Orbax's event loop closed: Python would print dozens of
+    "RuntimeError: Event loop is closed" tracebacks around the one line. Drop exactly those; every other
+    unraisable is shown."""
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_late_callbacks", False):
+        return
+
+    def hook(unraisable) -> None:
+        if not (unraisable.object is None and isinstance(unraisable.exc_value, RuntimeError)
+                and str(unraisable.exc_value) == "Event loop is closed"):
+            previous(unraisable)
+    hook.drops_late_callbacks = True
+    sys.unraisablehook = hook
+
+
+@contextlib.contextmanager
+def _quiet_absl(quiet_below: int = logging.ERROR):
+    level = logging.get_verbosity()
+    logging.set_verbosity(min(level, quiet_below))  # absl: a lower verbosity shows less
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)

@@ -1,0 +1,77 @@
+"""pretrain/runtime/hlo_report.py: the kernels of an optimized HLO module, their bytes and run counts, and the report's
+groups (bf16/f32 converts, layout changes), on a module written here and on one XLA compiled."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from pretrain.runtime import hlo_report
+
+MODULE = """HloModule step
+
+%fused_convert (p: bf16[4,8]) -> f32[4,8] {
+  %p = bf16[4,8]{1,0} parameter(0)
+  ROOT %c = f32[4,8]{1,0} convert(%p)
+}
+
+%body (t: (s32[], bf16[4,8])) -> (s32[], bf16[4,8]) {
+  %t = (s32[], bf16[4,8]{1,0}) parameter(0)
+  %x = bf16[4,8]{1,0} get-tuple-element(%t), index=1
+  %convert_fusion.3 = f32[4,8]{1,0} fusion(%x), kind=kLoop, calls=%fused_convert, metadata={op_name="jit(step)/while/body/layer/mlp/convert_element_type"}
+  %copy.1 = f32[8,4]{0,1} copy(%convert_fusion.3)
+  ROOT %r = (s32[], bf16[4,8]{1,0}) tuple(%t, %x)
+}
+
+%body2 (t: (s32[], bf16[4,8])) -> (s32[], bf16[4,8]) {
+  %t = (s32[], bf16[4,8]{1,0}) parameter(0)
+  %x = bf16[4,8]{1,0} get-tuple-element(%t), index=1
+  %negate.9 = bf16[4,8]{1,0} negate(%x)
+  ROOT %r = (s32[], bf16[4,8]{1,0}) tuple(%t, %negate.9)
+}
+
+%cond (t: (s32[], bf16[4,8])) -> pred[] {
+  %t = (s32[], bf16[4,8]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %n = s32[]{:T(128)} constant(7)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+ENTRY %main (a: bf16[4,8], b: f32[16]) -> f32[16] {
+  %a = bf16[4,8]{1,0} parameter(0)
+  %b = f32[16]{0} parameter(1)
+  %w = (s32[], bf16[4,8]{1,0}) while(%a), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"12"}}
+  %w2 = (s32[], bf16[4,8]{1,0}) while(%a), condition=%cond, body=%body2
+  %copy-start.1 = (f32[16]{0}, f32[16]{0}) copy-start(%b)
+  %copy-done.1 = f32[16]{0} copy-done(%copy-start.1)
+  ROOT %add.2 = f32[16]{0} add(%b, %b)
+}
+"""
+
+
+def test_kernels_bytes_and_trip_counts_of_a_module():
+    ops = {op.name: op for op in hlo_report.parse(MODULE)}
+    # not the fused computation's own instructions; an async copy once (its start)
+    assert set(ops) == {"convert_fusion.3", "copy.1", "negate.9", "copy-start.1", "add.2"}
+    assert ops["negate.9"].runs == 7  # no known_trip_count (TPU programs): the condition's bound
+    convert, copy, add = ops["convert_fusion.3"], ops["copy.1"], ops["add.2"]
+    assert (convert.out_bytes, convert.in_bytes, convert.runs) == (128, 64, 12)  # f32[4,8] out, bf16[4,8] in
+    assert convert.moved == 12 * 192 and convert.kind == "convert_fusion" and convert.source.endswith("convert_element_type")
+    assert (copy.out_bytes, copy.in_bytes, copy.runs) == (128, 128, 12)
+    assert (add.out_bytes, add.in_bytes, add.runs) == (64, 128, 1)
+    assert hlo_report.is_precision_change(convert) and not hlo_report.is_precision_change(copy)
+    assert hlo_report.is_layout_change(copy) and not hlo_report.is_layout_change(add)
+
+
+def test_report_groups_what_it_found():
+    report = hlo_report.summarize(hlo_report.parse(MODULE))
+    assert report.startswith("5 kernels")
+    assert "bf16 <-> f32 converts: 1 kernels" in report and "copies and transposes: 2 kernels" in report
+
+
+def test_a_compiled_programs_bytes_count_its_arrays():
+    def step(x, w):  # [64, 256] . [256, 512] -> sum
+        return jnp.sum(jnp.tanh(x @ w))
+    text = jax.jit(step).lower(jnp.ones((64, 256)), jnp.ones((256, 512))).compile().as_text()
+    ops = hlo_report.parse(text)
+    assert ops and sum(op.moved for op in ops) >= 4 * (64 * 256 + 256 * 512)  # at least the matmul's operands
+    assert any(op.in_bytes >= 4 * 256 * 512 for op in ops)  # the kernel that reads w
