@@ -2,7 +2,7 @@
 
 `model_config(config.model)` turns the config's fields into the family's frozen dataclass (BertConfig,
 T5Config, GPTConfig); `build_model(config.model)` wraps it in the pretraining module. Fine-tuning
-modules (models/finetuning.py, models/gpt_heads.py) take the same dataclass. The families themselves,
+modules (models/bert_tasks.py, models/gpt_heads.py) take the same dataclass. The families themselves,
 with everything else that differs per family, are registered in models/registry.py.
 """
 from __future__ import annotations

@@ -55,7 +55,7 @@ class ModelFamily:
     positions_key: str | None = None     # the position table the data's longest sequence must fit
     choices: Mapping[str, str] = dataclasses.field(default_factory=dict)  # key -> 'module:NAMES' it must be in
     body: Body | None = None             # for freezing (None: no pretrained body the strategies act on)
-    finetuning: Mapping[str, str] = dataclasses.field(default_factory=dict)  # task kind -> 'module:Family'
+    finetuners: Mapping[str, str] = dataclasses.field(default_factory=dict)  # head kind -> 'module:Finetuner'
     finetunes_as: str | None = None      # the family its checkpoints fine-tune as (ELECTRA: its discriminator, a BERT)
     finetuned_config: str | None = None  # the config method giving what fine-tunes, where it differs (distil: student)
     frozen: tuple[str, ...] = ()         # params subtrees ("a/b" paths) pretraining never updates (a distillation teacher)
@@ -68,9 +68,12 @@ class ModelFamily:
 
 
 def resolve(name: str) -> Any:
-    """'package.module:attribute' -> the attribute, its module imported on demand."""
-    module, _, attribute = name.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+    """'package.module:attribute' (or 'module:Class.attribute') -> the attribute, its module imported on demand."""
+    module, _, attributes = name.partition(":")
+    found = importlib.import_module(module)
+    for attribute in attributes.split("."):
+        found = getattr(found, attribute)
+    return found
 
 
 FAMILIES: dict[str, ModelFamily] = {}  # config.model.name -> its family, in registration order
@@ -154,23 +157,23 @@ register(ModelFamily(
     width_key="hidden_size", positions_key="max_position_embeddings",
     # embeddings_project: the E -> H projection of factorised embeddings (ALBERT, ELECTRA), part of the embeddings
     body=Body("bert", embeddings=("embeddings", "embeddings_project"), top=("pooler",)),
-    finetuning={**_sequence("pretrain.finetuners.bert:BertFamily"),
-                "tagging": "pretrain.finetuners.bert_tagging:BertTaggingFamily",
-                "span": "pretrain.finetuners.bert_spans:BertSpanFamily",
-                "qa": "pretrain.finetuners.bert_qa:BertQaFamily"}))
+    finetuners={**_sequence("pretrain.finetuners.bert:BertFinetuner"),
+                "tagging": "pretrain.finetuners.bert_tagging:BertTaggingFinetuner",
+                "span": "pretrain.finetuners.bert_spans:BertSpanFinetuner",
+                "qa": "pretrain.finetuners.bert_qa:BertQaFinetuner"}))
 
 register(ModelFamily(
     "t5", "models.t5", "T5Config", "T5",
     hf=(HfCheckpoint("t5", "T5", "models.convert.hf_t5:load_hf_t5", _t5_sentencepiece),),
     choices={"feed_forward": "models.t5:FEED_FORWARDS"},
-    finetuning={**_sequence("pretrain.finetuners.t5:T5Family"), "qa": "pretrain.finetuners.t5_qa:T5QaFamily"}))
+    finetuners={**_sequence("pretrain.finetuners.t5:T5Finetuner"), "qa": "pretrain.finetuners.t5_qa:T5QaFinetuner"}))
 
 register(ModelFamily(
     "gpt", "models.gpt", "GPTConfig", "GPT",
     hf=(HfCheckpoint("gpt2", "GPT-2", "models.convert.hf_gpt2:load_hf_gpt2", _gpt2_bpe),),
     width_key="d_model", positions_key="n_positions",
     body=Body("gpt", embeddings=("token_embedding", "position_embedding"), top=("final_norm",)),
-    finetuning=_sequence("pretrain.finetuners.gpt:GPTFamily")))
+    finetuners=_sequence("pretrain.finetuners.gpt:GPTFinetuner")))
 
 register(ModelFamily(
     "electra", "models.electra", "ElectraConfig", "Electra",

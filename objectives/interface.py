@@ -25,7 +25,7 @@ class ObjectiveError(ValueError):
 @runtime_checkable
 class StepObjective(Protocol):
     """What the jitted train and eval steps (pretrain/loops/steps.py) need: pretraining objectives and
-    the fine-tuning ones (objectives/finetuning.py, the T5 and GPT families') alike."""
+    the fine-tuning ones (objectives/task_heads/objective.py, the T5 and GPT finetuners') alike."""
 
     def model_inputs(self, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
         """The module's keyword arguments, taken from the batch; besides arrays, an objective may add a static

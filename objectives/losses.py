@@ -36,7 +36,7 @@ def soft_target_kl(student_logits: jax.Array, teacher_logits: jax.Array, weights
     """Hinton et al. (2015)'s soft-target loss: T^2 * KL(softmax(teacher / T) || softmax(student / T)), the weighted
     mean over positions. The T^2 keeps its gradients' scale independent of T (Section 2). logits [..., C] (computed
     in float32), weights [...] (0: padding) -> scalar; all-zero weights give 0. Shared by DistilBERT's objective
-    (objectives/distillation/objective.py) and task distillation in fine-tuning (objectives/finetuning.py)."""
+    (objectives/distillation/objective.py) and task distillation in fine-tuning (objectives/task_heads/classification.py)."""
     log_p_student = jax.nn.log_softmax(student_logits.astype(jnp.float32) / temperature, axis=-1)
     log_p_teacher = jax.nn.log_softmax(teacher_logits.astype(jnp.float32) / temperature, axis=-1)
     kl = (jnp.exp(log_p_teacher) * (log_p_teacher - log_p_student)).sum(axis=-1)

@@ -24,7 +24,9 @@ flags.mark_flags_as_required(["workdir"])
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
-    from pretrain.loops import evaluation  # imported late so that --help and flag errors stay fast
+    from pretrain.loops import (
+        evaluation,  # imported late so that --help and flag errors stay fast
+    )
     with errors.one_line_errors():
         distributed.initialize()  # before any JAX computation
         out = evaluation.evaluate_workdir(_WORKDIR.value, _SPLITS.value, _GLUE_DIR.value)

@@ -37,7 +37,9 @@ flags.mark_flags_as_required(["init", "task"])
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
-    from pretrain.lm import fewshot  # imported late so that --help and flag errors stay fast
+    from pretrain.lm import (
+        fewshot,  # imported late so that --help and flag errors stay fast
+    )
     with errors.one_line_errors():
         result, summary = fewshot.run(
             _INIT.value, _TASK.value, k=_K.value, seed=_SEED.value, glue_dir=_GLUE_DIR.value,

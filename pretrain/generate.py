@@ -32,7 +32,10 @@ flags.mark_flags_as_required(["init"])
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
-    from pretrain.lm import generation, language_model  # imported late so that --help and flag errors stay fast
+    from pretrain.lm import (  # imported late so that --help and flag errors stay fast
+        generation,
+        language_model,
+    )
     with errors.one_line_errors():
         # the settings first: a bad value fails before the model is loaded
         generation.check_max_new_tokens(_MAX_NEW_TOKENS.value)

@@ -27,7 +27,9 @@ import time
 
 from pretrain.jobs import remote_job, run_logs, shipping, tpu_vm
 from pretrain.runtime import errors
-from pretrain.runtime.cli import EXIT_INTERRUPTED  # 128 + SIGINT, as the other entry points
+from pretrain.runtime.cli import (
+    EXIT_INTERRUPTED,  # 128 + SIGINT, as the other entry points
+)
 
 GCLOUD_MISSING = ("gcloud not found on PATH: install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install) "
                   "or use --dry_run")

@@ -27,7 +27,10 @@ flags.mark_flags_as_required(["init", "data"])
 
 def main(argv: list[str]) -> None:
     cli.begin(argv)
-    from pretrain.lm import language_model, perplexity  # imported late so that --help and flag errors stay fast
+    from pretrain.lm import (  # imported late so that --help and flag errors stay fast
+        language_model,
+        perplexity,
+    )
     with errors.one_line_errors():
         lm = language_model.load_language_model(_INIT.value, tokenizer_path=_TOKENIZER_PATH.value)
         result = perplexity.perplexity(lm, _DATA.value, raw_text=_RAW_TEXT.value, eval_fraction=_EVAL_FRACTION.value,

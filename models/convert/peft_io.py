@@ -26,7 +26,12 @@ import numpy as np
 from models import peft
 from models.bert import BertConfig
 from models.convert.hf_bert import bert_config_to_hf, hf_state_dict_from_bert
-from models.convert.hf_io import bert_tokenizer_files, check_export_target, replace_directory, write_export
+from models.convert.hf_io import (
+    bert_tokenizer_files,
+    check_export_target,
+    replace_directory,
+    write_export,
+)
 from models.errors import ModelInputError
 from models.qkv_layout import hf_layout
 
@@ -58,27 +63,27 @@ def classification_config(config: BertConfig, labels: tuple[str, ...],
             **({} if labels else {"problem_type": "regression"})}
 
 
-# fine-tuning head kind -> the transformers class that holds the same head
-ARCHITECTURES = {"classification": "BertForSequenceClassification", "regression": "BertForSequenceClassification",
-                 "tagging": "BertForTokenClassification", "qa": "BertForQuestionAnswering"}
+# The transformers classes a fine-tuned BERT exports as (a head kind names its own: objectives/task_heads/).
+ARCHITECTURES = ("BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering")
 
 
 def save_hf_bert_classifier(directory: str, params: dict, config: BertConfig, labels: tuple[str, ...], *,
-                            kind: str = "classification", vocab_file: str | None = None, lowercase: bool = True) -> None:
+                            architecture: str = "BertForSequenceClassification", vocab_file: str | None = None,
+                            lowercase: bool = True) -> None:
     """params {'bert' (with its pooler), 'head'} of a plain BERT (LoRA merged) -> a directory that the
-    transformers class of `kind` (ARCHITECTURES) loads whole, head included. Token classification and QA
-    have no pooler there, so it is left out."""
+    transformers class `architecture` (one of ARCHITECTURES) loads whole, head included. Token classification
+    and QA have no pooler there, so it is left out."""
     if peft.is_peft_path(_keys(params)):
         raise ModelInputError("the parameters still hold PEFT weights: merge LoRA (models.peft.merge_lora) or "
                               "export them with save_peft_bert")
-    if kind not in ARCHITECTURES:
-        raise ModelInputError(f"a {kind!r} head has no transformers class; exportable: {', '.join(ARCHITECTURES)}")
+    if architecture not in ARCHITECTURES:
+        raise ModelInputError(f"{architecture!r} is no BERT task class this exports; use one of "
+                              f"{', '.join(ARCHITECTURES)}")
     directory = check_export_target(directory)
-    architecture = ARCHITECTURES[kind]
     state_dict = hf_state_dict_from_bert({"bert": params["bert"]}, config)
-    if kind in ("tagging", "qa"):
+    if architecture != "BertForSequenceClassification":
         state_dict = {k: v for k, v in state_dict.items() if not k.startswith("bert.pooler.")}
-    if kind == "qa":
+    if architecture == "BertForQuestionAnswering":
         outputs = params["head"]["qa_outputs"]
         state_dict["qa_outputs.weight"] = np.ascontiguousarray(np.asarray(outputs["kernel"], np.float32).T)
         state_dict["qa_outputs.bias"] = np.asarray(outputs["bias"], np.float32)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-IGNORE = -100  # the label loss functions skip (objectives/finetuning.py)
+IGNORE = -100  # the label loss functions skip (objectives/task_heads/base.py)
 
 
 def align_word_labels(tokenizer, words: list[str], word_labels: list[int], max_seq_length: int, *,

@@ -4,7 +4,7 @@
 size: its own config.json, tokenizer and best checkpoint). Its logits are computed once, on the host's devices
 before training, for every training example (encoded with the teacher's own tokenizer and length) and travel as
 the batch field 'teacher_logits' [B, C]; the classification loss then mixes them in
-(objectives/finetuning.py `distilled`: alpha * T^2 KL(teacher/T || student/T) + (1 - alpha) * CE). Precomputing
+(objectives/task_heads/objective.py `distilled`: alpha * T^2 KL(teacher/T || student/T) + (1 - alpha) * CE). Precomputing
 costs one forward pass of the teacher per example instead of one per example and epoch, and keeps the teacher out
 of the jitted step, the train state and the checkpoints; the price is no dropout-varied teacher outputs, which
 Hinton et al. do not use either (their teacher is evaluated deterministically).
@@ -22,6 +22,7 @@ from pretrain.data import tokenizers
 from pretrain.finetuners import registry
 from pretrain.runtime import partitioning
 from pretrain.runtime.errors import UserError
+from pretrain.tasks import registry as task_registry
 from pretrain.training import peft as parameter_efficient
 from pretrain.workdir import checkpoints, storage
 from pretrain.workdir import run_files as workdirs
@@ -33,18 +34,18 @@ def enabled(config: ml_collections.ConfigDict) -> bool:
     return bool(config.get("distillation", {}).get("teacher"))
 
 
-def attach(config: ml_collections.ConfigDict, family, train_data, examples: list) -> None:
+def attach(config: ml_collections.ConfigDict, finetuner, train_data, examples: list) -> None:
     """The teacher's logits for `examples` (the training split, in train_data's order) as train_data's field
-    'teacher_logits', and family.objective the distilled one."""
+    'teacher_logits', and finetuner.objective the distilled one."""
     d = config.distillation
-    if not hasattr(family.objective, "distilled"):
+    if not hasattr(finetuner.objective, "distilled"):
         raise UserError(f"{FLAG}: task distillation trains a BERT-family classifier; model "
                         f"{config.model.name!r} fine-tunes another way")
-    family.objective = family.objective.distilled(d.alpha, d.temperature)
+    finetuner.objective = finetuner.objective.distilled(d.alpha, d.temperature)
     logits = teacher_logits(d.teacher, config, examples)
-    if logits.shape != (len(train_data), family.objective.num_labels):
+    if logits.shape != (len(train_data), finetuner.objective.num_labels):
         raise UserError(f"{FLAG}={d.teacher} gives logits of shape {logits.shape}; the student's training data wants "
-                        f"({len(train_data)}, {family.objective.num_labels})")
+                        f"({len(train_data)}, {finetuner.objective.num_labels})")
     train_data.fields["teacher_logits"] = logits
     agreement = np.mean(np.argmax(logits, -1) == train_data.fields["label"])
     print(f"Teacher {d.teacher}: logits of {len(examples)} training examples (its accuracy on them {agreement:.3f}); "
@@ -67,18 +68,18 @@ def teacher_logits(workdir: str, config: ml_collections.ConfigDict, examples: li
     """The teacher's logits [N, C] for `examples`, one deterministic forward pass each, in their order."""
     tconfig = teacher_config(workdir, config.task)
     tconfig.data.update({k: v for k, v in config.data.items() if k in ("glue_dir", "dir")})  # this run's files
-    task = registry.task_for_config(tconfig)
-    family = registry.for_config(tconfig, task, tokenizers.from_config(tconfig.tokenizer))
+    task = task_registry.task_for_config(tconfig)
+    finetuner = registry.for_config(tconfig, task, tokenizers.from_config(tconfig.tokenizer))
     params, _ = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
     if parameter_efficient.is_peft(tconfig):
         raise UserError(f"{FLAG}={workdir} is a PEFT run; give a fully fine-tuned teacher")
-    model = family.build_model()
-    data = family.encode(examples, config.eval_batch_size)
-    apply = jax.jit(lambda p, b: model.apply({"params": p}, **family.objective.model_inputs(b),
+    model = finetuner.build_model()
+    data = finetuner.encode(examples, config.eval_batch_size)
+    apply = jax.jit(lambda p, b: model.apply({"params": p}, **finetuner.objective.model_inputs(b),
                                              deterministic=True)["logits"])
     mesh = partitioning.create_mesh(config.mesh_shape)
     params = jax.device_put(params, partitioning.replicated(mesh))
-    out = np.zeros((len(data), family.objective.num_labels), np.float32)
+    out = np.zeros((len(data), finetuner.objective.num_labels), np.float32)
     with mesh:
         for batch in data.batches():
             logits = multihost_utils.process_allgather(  # every process's rows (a device_get in one process)

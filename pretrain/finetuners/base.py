@@ -1,11 +1,12 @@
-"""What the fine-tuning loop needs from a model family, and how pretrained weights fill a fresh model.
+"""What the fine-tuning loop needs from a finetuner, and how pretrained weights fill a fresh model.
 
-The loop in pretrain/loops/finetuning.py is the same for every family; a family says how a task's
+A finetuner is one model family's side of fine-tuning on one head kind (objectives/task_heads/). The loop in
+pretrain/loops/finetuning.py is the same for every family; a finetuner says how a task's
 examples become batches, which module and objective train on them, how a pretrained checkpoint fills the
 fresh parameters, and how a prediction batch becomes one prediction per example (a label id, an STS-B
 score, a tag per word). The task (pretrain/tasks/base.py) reads the files and scores the predictions.
-The families are in this room, one file each, chosen in registry.py by the task's kind and
-config.model.name:
+The finetuners are in this room, one file each, chosen in registry.py by the task's head kind and
+config.model.name (each model family names its finetuners in models/registry.py):
 
   bert          an encoder with a classification / regression head on the pooled [CLS] vector (bert.py)
   t5            text to text: task prefix + fields in, label word out (t5.py)
@@ -32,7 +33,7 @@ from pretrain.training import pretrained
 from pretrain.training.pretrained import Pretrained
 
 
-class Family(Protocol):
+class Finetuner(Protocol):
     """One model family's side of fine-tuning (see the module docstring)."""
     name: str
     task: Task
@@ -43,7 +44,7 @@ class Family(Protocol):
         """Layers that freezing strategies count (the encoder's, for T5)."""
 
     def check(self) -> None:
-        """Raises UserError for a config this family cannot fine-tune."""
+        """Raises UserError for a config this finetuner cannot fine-tune."""
 
     def encode(self, examples: list, batch_size: int) -> finetune_data.FineTuningData:
         """Examples -> padded batches with the label as a per-example field."""
@@ -68,7 +69,7 @@ class Family(Protocol):
 
 
 def one_per_example(predictions: np.ndarray, data, examples: list) -> np.ndarray:
-    """`Family.decode` of a family whose features are its examples (GLUE: one row, one label)."""
+    """`Finetuner.decode` of a finetuner whose features are its examples (GLUE: one row, one label)."""
     return predictions
 
 

@@ -1,31 +1,31 @@
-"""The BERT family for fine-tuning: the pretrained encoder + a fresh classification / regression head
-on the pooled [CLS] vector (models/finetuning.py), inputs `[CLS] a [SEP] (b [SEP])`."""
+"""The BERT finetuner for fine-tuning: the pretrained encoder + a fresh classification / regression head
+on the pooled [CLS] vector (models/bert_tasks.py), inputs `[CLS] a [SEP] (b [SEP])`. The BERT finetuners of
+the other head kinds (tagging, spans, QA) subclass it; the head itself is the task's kind (objectives/task_heads/)."""
 from __future__ import annotations
 
 import ml_collections
 import numpy as np
 
-from models.finetuning import BertForFineTuning
-from objectives.finetuning import FineTuningObjective
+from models.bert_tasks import BertForFineTuning
+from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data
 from pretrain.finetuners.base import merge_pretrained, model_config, one_per_example
 from pretrain.runtime.errors import UserError
-from pretrain.tasks.glue import data as glue
+from pretrain.tasks.classification import ClassificationTask, Example
 from pretrain.training.pretrained import Pretrained
 
 
-class BertFamily:
+class BertFinetuner:
     """BERT encoder (params['bert']) + a fresh task head (params['head']) on the pooled [CLS] vector."""
     name = "bert"
 
-    def __init__(self, config: ml_collections.ConfigDict, task: glue.GlueTask, tokenizer):
+    def __init__(self, config: ml_collections.ConfigDict, task: ClassificationTask, tokenizer):
         self.config, self.task, self.tokenizer = config, task, tokenizer
         self.objective = self.make_objective()
 
     def make_objective(self) -> FineTuningObjective:
-        """The head's kind and size (GLUE: classification or regression on the pooled vector)."""
-        return FineTuningObjective("regression" if self.task.is_regression else "classification",
-                                   self.task.num_labels)
+        """The task's head kind and size (GLUE: classification or regression on the pooled vector)."""
+        return FineTuningObjective(self.task.kind, self.task.num_labels)
 
     @property
     def kind(self) -> str:
@@ -41,7 +41,7 @@ class BertFamily:
             raise UserError(f"config.data.max_seq_length={c.data.max_seq_length} exceeds the model's "
                             f"{c.model.max_position_embeddings} positions")
 
-    def encode(self, examples: list[glue.Example], batch_size: int) -> finetune_data.FineTuningData:
+    def encode(self, examples: list[Example], batch_size: int) -> finetune_data.FineTuningData:
         """[CLS] a [SEP] (b [SEP]) features with the label as a per-example field."""
         task, c = self.task, self.config
         features = finetune_data.encode_texts(self.tokenizer, [e.text_a for e in examples],
@@ -52,11 +52,11 @@ class BertFamily:
                                             **finetune_data.padding(c.data))
 
     def build_model(self) -> BertForFineTuning:
-        return BertForFineTuning(model_config(self.config), self.kind, self.objective.num_labels,
-                                 self.config.model.classifier_dropout, **self.head_options())
+        return BertForFineTuning(model_config(self.config), self.objective.head, self.objective.num_labels,
+                                 self.config.model.classifier_dropout, tuple(sorted(self.head_options().items())))
 
     def head_options(self) -> dict:
-        """BertForFineTuning's options of this family's head (none for the plain heads)."""
+        """The head kind's options (none for the plain heads)."""
         return {}
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:

@@ -18,9 +18,9 @@ import re
 
 import numpy as np
 
-from objectives.finetuning import FineTuningObjective
+from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data
-from pretrain.finetuners.bert import BertFamily
+from pretrain.finetuners.bert import BertFinetuner
 from pretrain.finetuners.bert_tagging import check_token_length
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.squad import Prediction, QaExample, SquadTask
@@ -44,13 +44,13 @@ def split_words(context: str) -> tuple[list[str], list[int], list[int]]:
     return [w for w, _, _ in spans], [s for _, s, _ in spans], [e for _, _, e in spans]
 
 
-class BertQaFamily(BertFamily):
+class BertQaFinetuner(BertFinetuner):
     """params['bert'] + params['head'] (QuestionAnsweringHead); predictions are answer texts (squad.Prediction)."""
 
     task: SquadTask
 
     def make_objective(self) -> FineTuningObjective:
-        return FineTuningObjective("qa", 2, max_answer_length=self.config.data.max_answer_length,
+        return FineTuningObjective(self.task.kind, 2, max_answer_length=self.config.data.max_answer_length,
                                    allow_null_answer=self.task.version_2)
 
     def check(self) -> None:

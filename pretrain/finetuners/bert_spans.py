@@ -14,15 +14,16 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from objectives.finetuning import IGNORE, FineTuningObjective
+from objectives.task_heads.base import IGNORE
+from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data, tagging
-from pretrain.finetuners.bert import BertFamily
+from pretrain.finetuners.bert import BertFinetuner
 from pretrain.tasks.conll import ConllTask, Sentence
 
 NULL = "NULL"
 
 
-class BertSpanFamily(BertFamily):
+class BertSpanFinetuner(BertFinetuner):
     """params['bert'] + params['head'] (SpanClassificationHead); predictions are BIO tags per word."""
 
     task: ConllTask
@@ -33,11 +34,11 @@ class BertSpanFamily(BertFamily):
         return (NULL, *sorted({tag[2:] for tag in self.task.labels if tag != "O"}))
 
     def make_objective(self) -> FineTuningObjective:
-        return FineTuningObjective("span", len(self.types))
+        return FineTuningObjective(self.task.kind, len(self.types))
 
     def head_options(self) -> dict:
         head = self.config.span_head
-        return {"span_boundaries": head.boundaries, "span_summary": head.summary}
+        return {"boundaries": head.boundaries, "summary": head.summary}
 
     def sentence_spans(self, sentence: Sentence) -> tuple[list[int], list[tuple[int, int]], list[tuple[int, int]],
                                                           list[int]]:

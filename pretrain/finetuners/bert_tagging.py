@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from objectives.finetuning import FineTuningObjective
+from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data, tagging
-from pretrain.finetuners.bert import BertFamily
+from pretrain.finetuners.bert import BertFinetuner
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.conll import ConllTask, Sentence
 
 
-class BertTaggingFamily(BertFamily):
+class BertTaggingFinetuner(BertFinetuner):
     """params['bert'] + params['head'] (TokenClassificationHead); predictions are tag names per word."""
 
     task: ConllTask
 
     def make_objective(self) -> FineTuningObjective:
-        return FineTuningObjective("tagging", self.task.num_labels)
+        return FineTuningObjective(self.task.kind, self.task.num_labels)
 
     def check(self) -> None:
         super().check()

@@ -8,7 +8,7 @@ pad = eos the same way); a tokenizer without an EOS (the char vocabulary) separa
 newline, or a space if its vocabulary lacks one, and ends with the last character of the text.
 Inputs are truncated to max_seq_length (longer text first for pairs), the separator and EOS kept.
 
-Training is the shared classification / regression objective (objectives/finetuning.py: cross
+Training is the shared classification / regression objective (objectives/task_heads/: cross
 entropy, or MSE for STS-B) on the head's logits; only the model inputs differ from BERT's.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ from __future__ import annotations
 import ml_collections
 
 from models.gpt_heads import GPTForSequenceClassification
-from objectives.finetuning import FineTuningObjective
+from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data, tokenizers
 from pretrain.finetuners.base import merge_pretrained, model_config
-from pretrain.finetuners.bert import BertFamily
+from pretrain.finetuners.bert import BertFinetuner
 from pretrain.runtime.errors import UserError
-from pretrain.tasks.glue import data as glue
+from pretrain.tasks.classification import ClassificationTask, Example
 from pretrain.training.pretrained import Pretrained
 
 
@@ -47,12 +47,12 @@ def special_ids(tokenizer) -> tuple[list[int], list[int]]:
                     "build the tokenizer from a text that contains newlines")
 
 
-class GPTFamily(BertFamily):
+class GPTFinetuner(BertFinetuner):
     """GPT body (params['gpt']) + a fresh `score` layer on the last real token. Predictions, labels and
     metrics are those of BERT's classification / regression head, so they are inherited."""
     name = "gpt"
 
-    def __init__(self, config: ml_collections.ConfigDict, task: glue.GlueTask, tokenizer):
+    def __init__(self, config: ml_collections.ConfigDict, task: ClassificationTask, tokenizer):
         super().__init__(config, task, tokenizer)
         self.separator, self.end = special_ids(tokenizer)
 
@@ -68,7 +68,7 @@ class GPTFamily(BertFamily):
         if c.data.max_seq_length <= len(self.separator) + len(self.end):
             raise UserError(f"config.data.max_seq_length={c.data.max_seq_length} leaves no room for text")
 
-    def features(self, examples: list[glue.Example]) -> list[tuple[list[int], list[int]]]:
+    def features(self, examples: list[Example]) -> list[tuple[list[int], list[int]]]:
         """-> per example (ids, segment ids 0 on text_a, 1 on the separator and text_b), at most
         max_seq_length long. The segment ids are informational: the model reads only ids and their length."""
         budget = self.config.data.max_seq_length - len(self.end)
@@ -83,7 +83,7 @@ class GPTFamily(BertFamily):
                                                                                + len(self.end))))
         return out
 
-    def encode(self, examples: list[glue.Example], batch_size: int) -> finetune_data.FineTuningData:
+    def encode(self, examples: list[Example], batch_size: int) -> finetune_data.FineTuningData:
         labels = self.task.label_array(examples)
         return finetune_data.FineTuningData(self.features(examples), {"label": labels}, batch_size,
                                             self.tokenizer.pad_id, **finetune_data.padding(self.config.data))

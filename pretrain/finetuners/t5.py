@@ -17,7 +17,7 @@ from objectives.denoising import denoising_loss
 from pretrain.data import finetune_data
 from pretrain.finetuners.base import merge_pretrained, model_config, one_per_example
 from pretrain.runtime.errors import UserError
-from pretrain.tasks.glue import data as glue
+from pretrain.tasks.classification import ClassificationTask, Example
 from pretrain.tasks.glue import text_to_text
 from pretrain.training.pretrained import Pretrained
 
@@ -38,11 +38,11 @@ class TextToTextObjective:
         return loss, metrics
 
 
-class T5Family:
+class T5Finetuner:
     """T5ForConditionalGeneration fine-tuned whole (no new head): the label is a word it writes."""
     name = "t5"
 
-    def __init__(self, config: ml_collections.ConfigDict, task: glue.GlueTask, tokenizer):
+    def __init__(self, config: ml_collections.ConfigDict, task: ClassificationTask, tokenizer):
         self.config, self.task, self.tokenizer = config, task, tokenizer
         self.objective = TextToTextObjective(config.get("z_loss", 0.0))
         # The longest target plus EOS: the target length of every batch and the decoding budget.
@@ -67,7 +67,7 @@ class T5Family:
             raise UserError(f"the tokenizer's pad id is {self.tokenizer.pad_id}; T5 needs pad = 0 (it is also "
                             "the decoder's start token): train it with python -m pretrain.tools.train_tokenizer")
 
-    def encode(self, examples: list[glue.Example], batch_size: int) -> finetune_data.Seq2SeqData:
+    def encode(self, examples: list[Example], batch_size: int) -> finetune_data.Seq2SeqData:
         """(input ids + EOS truncated to max_seq_length, label-word ids + EOS) per example."""
         return self.seq2seq_data(text_to_text.text_pairs(self.task, examples),
                                  {"label": self.task.label_array(examples)}, batch_size)

@@ -17,6 +17,7 @@ from pretrain.finetuners import registry
 from pretrain.loops.scoring import load_split, score_splits
 from pretrain.runtime import distributed, partitioning
 from pretrain.runtime.errors import UserError
+from pretrain.tasks import registry as task_registry
 from pretrain.tasks.glue import data as glue
 from pretrain.training import peft as parameter_efficient
 from pretrain.workdir import checkpoints, storage
@@ -32,7 +33,7 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
             raise UserError(f"--glue_dir applies to GLUE runs; {workdir} fine-tuned {config.task}, which reads the "
                             "data named in its config.json (data.dir or data.source=tfds)")
         config.data.glue_dir = glue_dir
-    task = registry.task_for_config(config)
+    task = task_registry.task_for_config(config)
     splits = [s.strip() for s in splits if s.strip()]
     if not splits:  # an empty --splits would score nothing and overwrite eval_results.json with no metrics
         valid = ", ".join(task.dev_splits + task.test_splits)
@@ -46,17 +47,17 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
             raise UserError(f"--splits: {unknown[0]!r} is not a split of {task.name} "
                             f"(use dev, test or one of {task.dev_splits + task.test_splits})")
         wanted += expanded
-    family = registry.for_config(config, task, tokenizers.from_config(config.tokenizer))
+    finetuner = registry.for_config(config, task, tokenizers.from_config(config.tokenizer))
     options = glue.DataOptions(glue_dir="--glue_dir", tfds=None, skip_malformed=None)
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"))
     if parameter_efficient.is_peft(config):  # `params` are the trained part: the base comes from its reference
-        params = with_peft_base(config, family, params, parameter_efficient.load_base(
+        params = with_peft_base(config, finetuner, params, parameter_efficient.load_base(
             os.path.join(workdir, "checkpoints"), step), wanted[0])
     mesh = partitioning.create_mesh(config.mesh_shape)
     params = jax.device_put(params, partitioning.replicated(mesh))  # on every device of every process
-    jit_predict = jax.jit(family.predict_fn(family.build_model()))
+    jit_predict = jax.jit(finetuner.predict_fn(finetuner.build_model()))
     with mesh:
-        results = score_splits(config, family, jit_predict, params, mesh, wanted, workdir, required=True,
+        results = score_splits(config, finetuner, jit_predict, params, mesh, wanted, workdir, required=True,
                                options=options)
     out = {"task": task.name, "checkpoint_step": step, "metrics": results}
     if distributed.is_primary():
@@ -64,12 +65,12 @@ def evaluate_workdir(workdir: str, splits: list[str], glue_dir: str | None = Non
     return out
 
 
-def with_peft_base(config, family, part: dict, init, split: str) -> dict:
+def with_peft_base(config, finetuner, part: dict, init, split: str) -> dict:
     """A PEFT checkpoint's trained parameters over its base: the whole tree of the fine-tuned model. `split`
     gives one example for the model's shapes."""
-    data, _ = load_split(config, family, split, 1, subset=1)
-    example = {k: v[:1] for k, v in family.objective.model_inputs(data.batch(np.arange(1))).items()}
-    return parameter_efficient.rebuild(family.build_model(), example, part, init, family.merge_pretrained)
+    data, _ = load_split(config, finetuner, split, 1, subset=1)
+    example = {k: v[:1] for k, v in finetuner.objective.model_inputs(data.batch(np.arange(1))).items()}
+    return parameter_efficient.rebuild(finetuner.build_model(), example, part, init, finetuner.merge_pretrained)
 
 
 def _finetuning_config(workdir: str) -> ml_collections.ConfigDict:

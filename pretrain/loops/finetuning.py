@@ -1,18 +1,17 @@
 """The fine-tuning loop: a task's data (GLUE, CoNLL), a pretrained model, epochs with dev evaluation.
 
-The model family (pretrain/finetuners/: BERT + a task head, T5 text to text, GPT + a last-token head) says how
-examples become batches, what trains and how predictions become labels; the loop is shared.
-`finetune(config, workdir)` reads top to bottom: the init checkpoint and its tokenizer, the task's
+The finetuner (pretrain/finetuners/) says how examples become batches, what trains and how predictions
+become labels; the loop is shared. `finetune(config, workdir)` reads top to bottom: the init and tokenizer, the task's
 splits, the model and sharded state (pretrained weights + a fresh head), the optimizer with the
 freezing strategy, then epochs of `steps.train_step` (the pretraining step, shared) with a dev
 evaluation after each. The best epoch by the task's main metric is the one checkpoint kept; its
 dev and test predictions and DIR/results.json are written at the end.
 
 A run resumes like pretraining: on SIGTERM / SIGINT (pretrain/workdir/preemption.py), and every
-`config.checkpoint_every` steps if set, DIR/resume/ receives the whole train state and the loop's
-position (epoch, batches done in it, best so far, every finished epoch's record, the losses and
-metrics not logged yet), and the same command continues from there to the results.json of an
-uninterrupted run. DIR/resume/ goes once results.json is written.
+`config.checkpoint_every` steps if set, DIR/resume/ receives the whole train state and the loop's position (epoch,
+batches done in it, best so far, every finished epoch's record, the losses and metrics not logged yet), and the
+same command continues from there to the results.json of an uninterrupted run. DIR/resume/ goes once results.json
+is written.
 """
 from __future__ import annotations
 
@@ -30,7 +29,6 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
-from models import peft
 from pretrain.data import tokenizers
 from pretrain.data.prefetch import prefetch
 from pretrain.distillation import task_teacher
@@ -40,6 +38,7 @@ from pretrain.loops.scoring import dev_score, load_split, predict, score_splits
 from pretrain.loops.steps import micro_batches
 from pretrain.runtime import distributed, partitioning, profiling
 from pretrain.runtime.errors import ConfigError, UserError
+from pretrain.tasks import registry as task_registry
 from pretrain.training import freezing, guards, optimizers, pretrained, train_state, validation
 from pretrain.training import peft as parameter_efficient
 from pretrain.workdir import checkpoints, preemption, storage, lock as workdir_lock, run_files as workdirs
@@ -70,7 +69,7 @@ def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.Co
     return config, init
 
 
-def make_optimizer(config, params, steps_per_epoch: int, family, fresh: Collection[str] = ()):
+def make_optimizer(config, params, steps_per_epoch: int, finetuner, fresh: Collection[str] = ()):
     """-> (tx, schedule, each parameter's first training step, the PEFT trainable mask or None). fresh: the body's
     weights the pretrained checkpoint lacks, which train from the start (freezing.train_fresh)."""
     total = config.num_epochs * steps_per_epoch
@@ -82,9 +81,9 @@ def make_optimizer(config, params, steps_per_epoch: int, family, fresh: Collecti
     if config.get("head_learning_rate", 0.0) > 0:
         tx = optimizers.with_head_learning_rate(tx, params, config.head_learning_rate, opt.learning_rate)
     if parameter_efficient.is_peft(config):
-        mask = parameter_efficient.trainable(params, family.name, config)
+        mask = parameter_efficient.trainable(params, finetuner.name, config)
         return parameter_efficient.optimizer(tx, mask), schedule, parameter_efficient.unfreeze_steps(mask), mask
-    unfreeze_at = freezing.unfreeze_steps(params, config.freezing, num_layers=family.num_layers,
+    unfreeze_at = freezing.unfreeze_steps(params, config.freezing, num_layers=finetuner.num_layers,
                                           steps_per_epoch=steps_per_epoch)
     unfreeze_at = freezing.train_fresh(unfreeze_at, fresh)
     return freezing.freeze(tx, unfreeze_at), schedule, unfreeze_at, None
@@ -102,17 +101,17 @@ class Model:
     peft_base: dict | None = None  # stored in a PEFT checkpoint: the weights its trained parameters adapt
 
 
-def build(config, family, train_data, init: pretrained.Pretrained | None) -> Model:
+def build(config, finetuner, train_data, init: pretrained.Pretrained | None) -> Model:
     """The optimizer (freezing or PEFT), the trainer and the state: random init, then the pretrained weights put
     onto the same shardings. With PEFT the frozen parameters are held out of the gradient."""
-    model, objective = family.build_model(), family.objective
+    model, objective = finetuner.build_model(), finetuner.objective
     rows = train_data.batch(np.arange(1))
     example = {k: v[:1] for k, v in objective.model_inputs(rows).items()}
     abstract_params = train_state.unbox(jax.eval_shape(
         lambda: model.init(jax.random.key(0), **example, deterministic=True)["params"]))
-    fresh = family.merge_pretrained(abstract_params, init)[1] if init is not None else []  # names only: shapes
-    tx, schedule, unfreeze_at, peft_mask = make_optimizer(config, abstract_params, train_data.steps_per_epoch, family,
-                                                          fresh)
+    fresh = finetuner.merge_pretrained(abstract_params, init)[1] if init is not None else []  # names only: shapes
+    tx, schedule, unfreeze_at, peft_mask = make_optimizer(config, abstract_params, train_data.steps_per_epoch,
+                                                          finetuner, fresh)
     trainer = setup.build_trainer(
         config, model=model, objective=objective, example_rows=rows, tx=tx, schedule=schedule,
         init_rng=jax.random.key(config.seed), dropout_rng=jax.random.key(config.seed + 1),
@@ -120,10 +119,7 @@ def build(config, family, train_data, init: pretrained.Pretrained | None) -> Mod
         wrap_apply=None if peft_mask is None else lambda apply: parameter_efficient.hold_frozen(apply, peft_mask))
     state = trainer.init_state()
     if init is not None:
-        params, fresh = family.merge_pretrained(state.params, init)
-        fresh = [name for name in fresh if not peft.is_peft_path(name.split("/"))]  # new by design, as the head
-        if config.peft.method == "prompt" and config.peft.prompt.init == "vocab":
-            params = parameter_efficient.prompt_from_vocabulary(params, config.seed)
+        params, fresh = parameter_efficient.settle_pretrained(config, *finetuner.merge_pretrained(state.params, init))
         state = state.replace(params=jax.device_put(params, trainer.shardings.params))
         print(f"Weights from {init.source}" + (f"; freshly initialised: {', '.join(fresh)}" if fresh else ""))
     base = parameter_efficient.base_reference(config, init.params, init.source) if peft_mask is not None else None
@@ -151,28 +147,29 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, watcher: preempti
     """finetune's set-up, epochs and results, inside its preemption watcher."""
     results_path = os.path.join(workdir, "results.json")
     config, init = resolve_config(config)
-    task, family = task_and_family(config)
-    train_data, examples = load_split(config, family, "train", config.batch_size,
+    task, finetuner = task_and_finetuner(config)
+    train_data, examples = load_split(config, finetuner, "train", config.batch_size,
                                       subset=config.data.max_train_examples)
     if task_teacher.enabled(config):  # the teacher's logits as a field of the training batches
-        task_teacher.attach(config, family, train_data, examples)
+        task_teacher.attach(config, finetuner, train_data, examples)
     windows = f" in {len(train_data)} windows" if len(train_data) != len(examples) else ""  # QA's long contexts
     print(f"Task {task.name}: {len(examples)} training examples{windows}, {train_data.steps_per_epoch} steps/epoch x "
           f"{config.num_epochs} epochs")
-    built = build(config, family, train_data, init)
+    built = build(config, finetuner, train_data, init)
     mesh = built.trainer.mesh
     trainable = freezing.trainable_fraction(built.state.params, built.unfreeze_at, 0)
     print(f"Model: {train_state.count_params(built.state.params):,} parameters, {trainable:.2%} trainable at step 0 "
           f"(freezing: {config.freezing.strategy}, peft: {config.peft.method}); mesh {dict(mesh.shape)}; "
           f"workdir {storage.absolute(workdir)}")
-    jit_predict = jax.jit(family.predict_fn(built.trainer.model),
+    jit_predict = jax.jit(finetuner.predict_fn(built.trainer.model),
                           in_shardings=(built.trainer.shardings.params, partitioning.batch_sharding(mesh)))
     with workdir_lock.hold(workdir):  # one writer per workdir, until results.json is written
-        run = _Epochs(config, workdir, task, family, train_data, built, jit_predict)  # resumable: DIR/resume
+        run = _Epochs(config, workdir, task, finetuner, train_data, built, jit_predict)  # resumable: DIR/resume
         state, train_time = run.train(run.resume_or_start(built.state), watcher)
         results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": run.position.best.epoch,
                    "best_score": run.position.best.score,
-                   "metrics": {**run.position.best.dev, **_score_best(config, task, family, run, state, jit_predict)},
+                   "metrics": {**run.position.best.dev,
+                               **_score_best(config, task, finetuner, run, state, jit_predict)},
                    "epochs": run.position.epochs, "wall_time_sec": time.perf_counter() - started,
                    "train_time_sec": train_time, "seed": config.seed, "learning_rate": config.optimizer.learning_rate,
                    "freezing": config.freezing.strategy, "peft": config.peft.method,
@@ -185,22 +182,22 @@ def _finetune(config: ml_collections.ConfigDict, workdir: str, watcher: preempti
     return results
 
 
-def task_and_family(config) -> tuple:
-    """The task of config.task and the model family that fine-tunes on it (config.data gains what the task read
+def task_and_finetuner(config) -> tuple:
+    """The task of config.task and the finetuner that fine-tunes a model on it (config.data gains what the task read
     from its data, a tag set, so config.json keeps it); the whole config is validated here."""
-    task = registry.task_for_config(config)
+    task = task_registry.task_for_config(config)
     config.data.update(task.settings)
     validation.validate(config)
     tokenizer = tokenizers.from_config(config.tokenizer)
     if tokenizer.vocab_size > config.model.vocab_size:
         raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary "
                           f"has {config.model.vocab_size}; use the tokenizer the checkpoint was trained with")
-    family = registry.for_config(config, task, tokenizer)
-    family.check()
-    return task, family
+    finetuner = registry.for_config(config, task, tokenizer)
+    finetuner.check()
+    return task, finetuner
 
 
-def _score_best(config, task, family, run: "_Epochs", state, jit_predict) -> dict:
+def _score_best(config, task, finetuner, run: "_Epochs", state, jit_predict) -> dict:
     """The best epoch's checkpoint scored again on dev, and on the labelled test splits (CoNLL); its dev and
     test predictions written."""
     best_params, _ = checkpoints.restore_params(os.path.join(run.workdir, "checkpoints"))
@@ -209,7 +206,7 @@ def _score_best(config, task, family, run: "_Epochs", state, jit_predict) -> dic
     params = jax.device_put(best_params, run.model.trainer.shardings.params)
     splits = list(task.dev_splits) + (list(task.test_splits) if config.write_test_predictions else [])
     with run.mesh:
-        return score_splits(config, family, jit_predict, params, run.mesh, splits, run.workdir)
+        return score_splits(config, finetuner, jit_predict, params, run.mesh, splits, run.workdir)
 
 
 @dataclasses.dataclass
@@ -253,11 +250,11 @@ class _Epochs:
     """The epochs of one run: steps, one-sync-per-log metrics, resume saves, dev after each epoch, the best epoch's
     checkpoint; `position` is what DIR/resume keeps."""
 
-    def __init__(self, config, workdir: str, task, family, train_data, model: Model, jit_predict):
-        self.config, self.workdir, self.task, self.family = config, workdir, task, family
+    def __init__(self, config, workdir: str, task, finetuner, train_data, model: Model, jit_predict):
+        self.config, self.workdir, self.task, self.family = config, workdir, task, finetuner
         self.train_data, self.model, self.jit_predict = train_data, model, jit_predict
         self.mesh, self.jit_train = model.trainer.mesh, model.trainer.train_step
-        self.dev_data = {s: load_split(config, family, s, config.eval_batch_size) for s in task.dev_splits}
+        self.dev_data = {s: load_split(config, finetuner, s, config.eval_batch_size) for s in task.dev_splits}
         self.ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=0, keep=1)
         self.resume = checkpoints.Checkpointer(os.path.join(workdir, "resume"), save_every=config.checkpoint_every,
                                                keep=1)

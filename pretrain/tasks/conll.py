@@ -176,8 +176,9 @@ class ConllTask:
     def from_config(cls, config) -> ConllTask:
         d = config.data
         location = data_location(d, config.task, ", ".join(SPLIT_FILES.values()), "conll2003", ConllDataError)
-        kind = "span" if config.get("head") == "span" else "tagging"
-        if kind == "span" and not d.bio:
+        head = config.get("head", "bio")  # bio: a tag per word | span: entity spans
+        kind = "span" if head == "span" else "tagging"
+        if head == "span" and not d.bio:
             raise ConllDataError(f"head=span classifies entity spans: it needs BIO tags (tags=ner or chunk), not "
                                  f"tags={d.tag_column}")
         task = cls(config.task, location, d.tag_column, d.bio, (), kind, d.source)
@@ -222,14 +223,14 @@ class ConllTask:
                   "type); read as B-, as conlleval does")
         return read.sentences
 
-    def score(self, family, predictions: list[list[str]], examples: list[Sentence]) -> dict[str, float]:
+    def score(self, finetuner, predictions: list[list[str]], examples: list[Sentence]) -> dict[str, float]:
         gold = [list(s.tags) for s in examples]
         if self.bio:
             return entity_scores(gold, [list(p) for p in predictions])
         hits = [g == p for gs, ps in zip(gold, predictions) for g, p in zip(gs, ps)]
         return {"accuracy": sum(hits) / max(len(hits), 1)}
 
-    def write_predictions(self, directory: str, split: str, family, predictions: list[list[str]],
+    def write_predictions(self, directory: str, split: str, finetuner, predictions: list[list[str]],
                           examples: list[Sentence]) -> str:
         """The input's columns with the predicted tag appended (conlleval's input: gold then predicted last)."""
         path = os.path.join(directory, f"{split}.txt")

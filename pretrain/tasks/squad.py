@@ -197,14 +197,14 @@ class SquadTask:
             return read_squad_tfds(self.name, split, self.data_dir)
         return read_squad(os.path.join(self.data_dir, files[split]))
 
-    def score(self, family, predictions: list[Prediction], examples: list[QaExample]) -> dict[str, float]:
+    def score(self, finetuner, predictions: list[Prediction], examples: list[QaExample]) -> dict[str, float]:
         answers = {e.id: p.answer(self.null_threshold) for e, p in zip(examples, predictions)}
         scores = squad_scores(examples, answers)
         if self.version_2:
             scores.update(best_threshold(examples, predictions))
         return scores
 
-    def write_predictions(self, directory: str, split: str, family, predictions: list[Prediction],
+    def write_predictions(self, directory: str, split: str, finetuner, predictions: list[Prediction],
                           examples: list[QaExample]) -> str:
         """{question id: answer}, the official script's predictions file."""
         path = os.path.join(directory, f"{split}.json")

@@ -128,7 +128,9 @@ def _stdlib_files(stdlib: str) -> list[str]:
 
 def cpython_documents() -> Iterator[list[str]]:
     """Documents (lists of sentences), topics first, then stdlib modules by sorted path."""
-    from pydoc_data.topics import topics  # a data module: a dict of strings, safe to import
+    from pydoc_data.topics import (
+        topics,  # a data module: a dict of strings, safe to import
+    )
 
     for key in sorted(topics):
         yield sentences_of(topics[key])

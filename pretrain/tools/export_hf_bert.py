@@ -51,11 +51,19 @@ import numpy as np
 
 import models
 from models import peft as peft_modules
-from models.convert import hf_distilbert, hf_electra, peft_io, save_hf_albert, save_hf_bert
+from models.convert import (
+    hf_distilbert,
+    hf_electra,
+    peft_io,
+    save_hf_albert,
+    save_hf_bert,
+)
 from models.qkv_layout import hf_layout
+from objectives import task_heads
 from pretrain.finetuners import registry
 from pretrain.finetuners.base import model_config
 from pretrain.runtime import errors
+from pretrain.tasks import registry as task_registry
 from pretrain.tasks.base import Task
 from pretrain.training import peft as parameter_efficient
 from pretrain.workdir import checkpoints
@@ -125,12 +133,13 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
     if config.model.get("shared_layers"):
         raise errors.UserError(f"{workdir} fine-tuned an ALBERT (model.shared_layers): only its pretraining run "
                                "exports (as AlbertForPreTraining), not a fine-tuned ALBERT")
-    task = registry.task_for_config(config)
-    if task.kind not in peft_io.ARCHITECTURES or (peft and task.kind not in ("classification", "regression")):
+    task = task_registry.task_for_config(config)
+    head = task_heads.head_kind(task.kind)
+    if _export_form(task.kind, peft) is None:
+        exportable = [name for name in task_heads.HEAD_KINDS if _export_form(name, peft)]
         raise errors.UserError(f"{workdir} fine-tuned a {task.kind!r} head, which has no "
                                f"{'peft task type here' if peft else 'transformers class'}: exportable are "
-                               f"{', '.join(peft_io.ARCHITECTURES)}" + (" (classification only with --peft)"
-                                                                        if peft else ""))
+                               f"{', '.join(exportable)}" + (" (with --peft)" if peft else ""))
     if method == "none":
         params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
         base = None
@@ -146,16 +155,22 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
     if method == "lora":
         params = peft_modules.merge_lora(hf_layout(params), model.peft.lora_alpha / model.peft.lora_rank)
     vocab, lowercase = _vocab(config.tokenizer.to_dict())
-    peft_io.save_hf_bert_classifier(output, params, model, getattr(task, "labels", ()), kind=task.kind,
+    peft_io.save_hf_bert_classifier(output, params, model, getattr(task, "labels", ()), architecture=head.hf_class,
                                     vocab_file=vocab, lowercase=lowercase)
     merged = " (LoRA merged)" if method == "lora" else ""
     return (f"exported {workdir} step {step} (bert, head{merged}) to {output} as "
-            f"{peft_io.ARCHITECTURES[task.kind]}")
+            f"{head.hf_class}")
 
 
-def _check_exportable(workdir: str, family: str, method: str, peft: bool) -> None:
+def _export_form(kind: str, peft: bool) -> str | None:
+    """A head kind's transformers class, or with `peft` its peft task type; None where it has none."""
+    head = task_heads.head_kind(kind)
+    return head.peft_task_type if peft else head.hf_class
+
+
+def _check_exportable(workdir: str, model_name: str, method: str, peft: bool) -> None:
     """One line for what has no Hugging Face form, before any weight is read."""
-    _check_bert(workdir, family)
+    _check_bert(workdir, model_name)
     if method == "adapters":
         raise errors.UserError(f"{workdir} trained peft.method=adapters: the peft library has no bottleneck "
                                "adapters (no --peft export), and adapters add layers rather than weight updates, "
@@ -168,10 +183,10 @@ def _check_exportable(workdir: str, family: str, method: str, peft: bool) -> Non
                                "(peft.method=none): export it without --peft")
 
 
-def _check_bert(workdir: str, family: str) -> None:
-    if family != "bert":
+def _check_bert(workdir: str, model_name: str) -> None:
+    if model_name != "bert":
         raise errors.UserError(f"pretrain.tools.export_hf_bert exports BERT runs only, and {workdir} holds a "
-                               f"{family} model")
+                               f"{model_name} model")
 
 
 def with_base(config: ml_collections.ConfigDict, task: Task, workdir: str,
@@ -180,10 +195,10 @@ def with_base(config: ml_collections.ConfigDict, task: Task, workdir: str,
     Hugging Face directory or None, the step). The model's shapes come from a dummy input rather than a GLUE
     split: an export needs no task data."""
     part, init, step = parameter_efficient.load_stored(workdir, step)
-    family = registry.for_config(config, task, tokenizer=None)  # only its model: no tokenizer needed
+    finetuner = registry.for_config(config, task, tokenizer=None)  # only its model: no tokenizer needed
     ids = np.zeros((1, 8), np.int32)                              # [B, L]: any shape builds the same weights
     example = dict(input_ids=ids, segment_ids=ids, input_mask=ids)
-    params = parameter_efficient.rebuild(family.build_model(), example, part, init, family.merge_pretrained)
+    params = parameter_efficient.rebuild(finetuner.build_model(), example, part, init, finetuner.merge_pretrained)
     hf_base = init.source.removeprefix("huggingface:") if init.source.startswith("huggingface:") else None
     return params, hf_base, step
 

@@ -90,6 +90,15 @@ def hold_frozen(apply_fn: Callable, mask: Any) -> Callable:
 VOCABULARY_TABLES = (("embeddings", "word_embeddings"), ("token_embedding",), ("shared",))  # BERT, GPT, T5
 
 
+def settle_pretrained(config, params: dict, fresh: list[str]) -> tuple[dict, list[str]]:
+    """Pretrained weights just filled a fresh model: PEFT's own weights are not reported as fresh (new by design,
+    as the head), and prompt tuning's prompt starts from vocabulary embeddings with config.peft.prompt.init=vocab."""
+    fresh = [name for name in fresh if not peft_modules.is_peft_path(name.split("/"))]
+    if config.peft.method == "prompt" and config.peft.prompt.init == "vocab":
+        params = prompt_from_vocabulary(params, config.seed)
+    return params, fresh
+
+
 def prompt_from_vocabulary(params: dict, seed: int) -> dict:
     """Prompt tuning's embeddings replaced by copies of distinct vocabulary entries drawn with `seed`
     (Lester et al. 2021, Section 3; peft's SAMPLE_VOCAB). The vocabulary is the model's own table."""

@@ -61,7 +61,7 @@ def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
         return _choice(*stack.REMAT_POLICIES)
     if kind == "objective":
         import objectives
-        return _choice(*objectives.NAMES)
+        return _choice(*objectives.names())
     if kind == "masking":
         from objectives import bert_pretraining
         return _choice(*bert_pretraining.MASKINGS)

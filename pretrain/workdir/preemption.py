@@ -102,7 +102,9 @@ class Watcher:
     def _stop_set_up(self, signum: int, frame) -> None:
         """SIGTERM before the first step: stop where the main thread is (see the module's docstring)."""
         self._restore()  # a second SIGTERM while the set-up unwinds stops the process at once
-        from pretrain.workdir import checkpoints  # here, not at the top: Orbax is a heavy import for a watcher
+        from pretrain.workdir import (
+            checkpoints,  # here, not at the top: Orbax is a heavy import for a watcher
+        )
         try:
             latest = checkpoints.latest_complete_step(self.setting_up)
         except OSError:  # a bucket that cannot be listed now: the line says less

@@ -17,7 +17,8 @@ from peft import LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType, g
 from models.convert.hf_bert import bert_params_from_hf, hf_config_to_bert
 from models.convert.hf_gpt2 import gpt_params_from_hf, hf_config_to_gpt
 from models.convert.hf_t5 import hf_config_to_t5, t5_params_from_hf
-from models.finetuning import BertForFineTuning
+from models.bert_tasks import BertForFineTuning
+from objectives.task_heads import head_kind
 from models.gpt_heads import GPTForSequenceClassification
 from models.peft import PeftConfig, is_peft_path
 from models.t5 import T5
@@ -80,7 +81,7 @@ def ours_bert(hf, peft: PeftConfig | None) -> tuple[BertForFineTuning, dict]:
     state = numpy_state(hf)
     params = bert_params_from_hf(state, config)
     params["head"] = {"classifier": {"kernel": state["classifier.weight"].T, "bias": state["classifier.bias"]}}
-    return BertForFineTuning(config, "classification", LABELS), params
+    return BertForFineTuning(config, head_kind("classification"), LABELS), params
 
 
 def ours_gpt2(hf, peft: PeftConfig | None) -> tuple[GPTForSequenceClassification, dict]:

@@ -16,7 +16,8 @@ import safetensors.numpy
 from models import decoding, gpt, layers, peft, qkv_layout, stack, t5
 from models.bert import BertConfig
 from models.convert import peft_io
-from models.finetuning import BertForFineTuning
+from models.bert_tasks import BertForFineTuning
+from objectives.task_heads import head_kind
 from pretrain.training import pretrained
 from tests.helpers.tiny_families import FAMILIES, IDS, build, tree_max_difference
 
@@ -75,7 +76,7 @@ def _lora_model(family: str, targets: tuple[str, ...], fused: bool):
     if family == "bert":
         config = BertConfig(vocab_size=101, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
                             max_position_embeddings=32, peft=spec, fused_qkv=fused)
-        return BertForFineTuning(config, "classification", 3), (IDS, IDS * 0, (IDS != 0).astype(jnp.int32))
+        return BertForFineTuning(config, head_kind("classification"), 3), (IDS, IDS * 0, (IDS != 0).astype(jnp.int32))
     model, args = build("t5", peft=spec, fused_qkv=fused)
     return model, args
 

@@ -13,7 +13,10 @@ import pytest
 
 from models import heads
 from models.bert import BertConfig, BertModel
-from objectives.finetuning import TASK_KINDS, FineTuningObjective
+from objectives.task_heads import HEAD_KINDS, head_kind
+from objectives.task_heads.objective import FineTuningObjective
+
+TASK_KINDS = tuple(HEAD_KINDS)
 
 
 def numpy_span_representation(h, spans):
@@ -246,22 +249,15 @@ CONFIG = BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=2, num_heads=2,
                     max_position_embeddings=32, dropout_rate=0.0, attention_dropout_rate=0.0)
 
 
-
-
 class Finetuner(nn.Module):
-    """BertModel + a head, returning what FineTuningObjective reads."""
+    """BertModel + a head, returning what FineTuningObjective reads (the registered head kind's outputs)."""
     kind: str
     head: nn.Module
 
     @nn.compact
-    def __call__(self, input_ids, segment_ids, input_mask, spans=None, deterministic=True):
-        seq, _ = BertModel(CONFIG, name="bert")(input_ids, segment_ids, input_mask, deterministic)
-        if self.kind == "tagging":
-            return {"logits": self.head(seq, deterministic)}
-        if self.kind == "span":
-            return {"logits": self.head(seq, spans, deterministic)}
-        start, end = self.head(seq)
-        return {"start_logits": start, "end_logits": end}
+    def __call__(self, input_ids, segment_ids, input_mask, deterministic=True, **inputs):
+        seq, pooled = BertModel(CONFIG, name="bert")(input_ids, segment_ids, input_mask, deterministic)
+        return head_kind(self.kind).outputs(self.head, seq, pooled, inputs, deterministic)
 
 
 @functools.cache

@@ -11,8 +11,9 @@ import torch
 import transformers
 
 from models.convert import load_hf_bert
-from models.finetuning import BertForFineTuning
-from objectives.finetuning import best_spans, context_mask
+from models.bert_tasks import BertForFineTuning
+from objectives.task_heads import head_kind
+from objectives.task_heads.qa import best_spans, context_mask
 from pretrain.training.train_state import unbox
 
 TOLERANCE = 1e-5
@@ -74,7 +75,7 @@ def our_params(config, encoder_params: dict, kind: str, num_labels: int, dense: 
     """Our initialised tree with the encoder replaced by the import, and the head's Dense `dense`
     replaced by the torch Linear (weight [out, in] -> kernel [in, out]) unless linear is None."""
     ids = jnp.zeros((1, 8), jnp.int32)
-    model = BertForFineTuning(config, kind, num_labels)
+    model = BertForFineTuning(config, head_kind(kind), num_labels)
     params = unbox(model.init(jax.random.key(0), ids, ids, ids + 1, deterministic=True))["params"]
     assert set(params) == {"bert", "head"} and set(params["head"]) == {dense}
     assert jax.tree.structure(params["bert"]) == jax.tree.structure(encoder_params["bert"])
@@ -88,7 +89,7 @@ def our_params(config, encoder_params: dict, kind: str, num_labels: int, dense: 
 
 
 def run_ours(config, kind: str, num_labels: int, params: dict, ids, segments, mask) -> dict:
-    model = BertForFineTuning(config, kind, num_labels)
+    model = BertForFineTuning(config, head_kind(kind), num_labels)
     out = model.apply({"params": params}, jnp.asarray(ids), jnp.asarray(segments), jnp.asarray(mask),
                       deterministic=True)
     return {k: np.asarray(v) for k, v in out.items()}
@@ -170,19 +171,19 @@ def test_best_spans_on_transformers_qa_logits_match_brute_force(minilm, max_answ
 
 @pytest.mark.parametrize("kind", ["tagging", "qa"])
 def test_exported_token_and_qa_heads_load_in_transformers_with_the_same_logits(tmp_path, kind):
-    """save_hf_bert_classifier(kind=...) -> BertForTokenClassification / BertForQuestionAnswering directories that
+    """save_hf_bert_classifier(architecture=...) -> BertForTokenClassification / BertForQuestionAnswering directories that
     from_pretrained loads whole (no missing or unexpected tensor) and that compute our logits."""
     from models.bert import BertConfig
     from models.convert.peft_io import save_hf_bert_classifier
     config = BertConfig(vocab_size=120, hidden_size=48, num_layers=2, num_heads=4, intermediate_size=96,
                         max_position_embeddings=64, initializer_range=0.2)
-    model = BertForFineTuning(config, kind, 5)
+    model = BertForFineTuning(config, head_kind(kind), 5)
     ids = np.random.default_rng(0).integers(1, 120, (3, 10))
     mask = np.array([[1] * 10, [1] * 7 + [0] * 3, [1] * 4 + [0] * 6])
     segments = np.array([[0] * 5 + [1] * 5] * 3)
     params = unbox(model.init(jax.random.key(0), ids, segments, mask)["params"])
     tags = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
-    save_hf_bert_classifier(str(tmp_path / kind), params, config, tags, kind=kind)
+    save_hf_bert_classifier(str(tmp_path / kind), params, config, tags, architecture=head_kind(kind).hf_class)
     cls = transformers.BertForTokenClassification if kind == "tagging" else transformers.BertForQuestionAnswering
     reference, info = cls.from_pretrained(str(tmp_path / kind), output_loading_info=True)
     assert not any(info.values()), info  # nothing missing, unexpected or mismatched

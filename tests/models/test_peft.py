@@ -14,7 +14,8 @@ import pytest
 from models import peft, stack, t5
 from models.bert import BertConfig
 from models.errors import ModelInputError
-from models.finetuning import BertForFineTuning
+from models.bert_tasks import BertForFineTuning
+from objectives.task_heads import head_kind
 from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
 from models.gpt_heads import GPTForSequenceClassification
 
@@ -26,7 +27,7 @@ MASK = (IDS != 0).astype(jnp.int32)
 def bert(method="none", **kw):
     config = BertConfig(vocab_size=99, hidden_size=D, num_layers=LAYERS, num_heads=HEADS, intermediate_size=FF,
                         max_position_embeddings=40, peft=peft.PeftConfig(method=method, **kw))
-    return BertForFineTuning(config, "classification", 3)
+    return BertForFineTuning(config, head_kind("classification"), 3)
 
 
 def gpt(method="none", **kw):
@@ -206,7 +207,7 @@ def test_token_level_heads_see_the_inputs_positions_only(method):
     config = bert(method, prompt_length=3, prefix_length=3, prefix_hidden_size=0).config
     spans = jnp.array([[[1, 2], [3, 5]], [[0, 0], [2, 7]]], jnp.int32)
     for kind, args, shape in [("tagging", (), (2, 8, 5)), ("span", (spans,), (2, 2, 5)), ("qa", (), (2, 8))]:
-        model = BertForFineTuning(config, kind, 5)
+        model = BertForFineTuning(config, head_kind(kind), 5)
         params = init(model, IDS, IDS * 0, MASK, *args)
         out = model.apply({"params": params}, IDS, IDS * 0, MASK, *args)
         assert next(iter(out.values())).shape == shape, (kind, out)

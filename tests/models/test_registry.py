@@ -68,7 +68,7 @@ TOY = ModelFamily(
     hf=(HfCheckpoint("toy_lm", "Toy", f"{__name__}:load_toy", lambda d: dict(kind="wordpiece", path=d)),),
     params_subtree="toy", width_key="width", positions_key="positions", choices={"act": f"{__name__}:ACTS"},
     body=Body("toy", embeddings=("embed",), top=("top_norm",)),
-    finetuning={"classification": f"{__name__}:ToyFamily", "tagging": f"{__name__}:ToyFamily"})
+    finetuners={"classification": f"{__name__}:ToyFamily", "tagging": f"{__name__}:ToyFamily"})
 
 
 @pytest.fixture
@@ -179,7 +179,7 @@ def test_every_registered_name_resolves():
             assert callable(registry.resolve(checkpoint.loader))
         for names in family.choices.values():
             assert all(isinstance(value, str) for value in registry.resolve(names))  # a tuple or dict of names
-        for target in family.finetuning.values():
+        for target in family.finetuners.values():
             assert isinstance(registry.resolve(target), type), target
     with pytest.raises(ValueError, match="'bert' is registered twice"):
         registry.register(registry.FAMILIES["bert"])

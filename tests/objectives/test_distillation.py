@@ -88,8 +88,8 @@ def test_bad_settings_are_one_line_errors(overrides, words):
 
 
 def test_task_distillation_mixes_soft_targets_and_labels_by_hand():
-    """objectives/finetuning.py's distilled classification loss: alpha * T^2 KL + (1 - alpha) * CE over real rows."""
-    from objectives.finetuning import FineTuningObjective
+    """objectives/task_heads/classification.py's distilled classification loss: alpha * T^2 KL + (1 - alpha) * CE over real rows."""
+    from objectives.task_heads.objective import FineTuningObjective
     rng = np.random.default_rng(3)
     logits, teacher = rng.normal(size=(4, 3)), rng.normal(size=(4, 3)) * 2
     batch = {"label": np.array([0, 2, 1, 0]), "weight": np.array([1, 1, 1, 0], np.float32), "teacher_logits": teacher}
@@ -141,7 +141,7 @@ def _scores(seed, layers=None, heads=3, scale=2.0):
 
 
 def test_minilm_attention_kl_by_hand():
-    from objectives.distillation.objective.layer_losses import attention_kl
+    from objectives.distillation.layer_losses import attention_kl
     student, teacher = _scores(0), _scores(1, scale=3.0)
     ours = attention_kl(jnp.asarray(student, jnp.float32), jnp.asarray(teacher, jnp.float32), jnp.asarray(PADDING))
     assert float(ours) == pytest.approx(_kl_by_hand(student, teacher), rel=1e-5)
@@ -150,7 +150,7 @@ def test_minilm_attention_kl_by_hand():
 
 
 def test_minilm_value_relation_kl_by_hand_with_its_own_head_size_per_model():
-    from objectives.distillation.objective.layer_losses import value_relation_kl
+    from objectives.distillation.layer_losses import value_relation_kl
     rng = np.random.default_rng(2)
     values, teacher_values = rng.normal(size=(2, 5, 3, 4)), rng.normal(size=(2, 5, 3, 8))  # [B, L, H, K]: K 4 and 8
     values[1, 3:], teacher_values[1, 3:] = 50.0, -50.0  # padded tokens: neither a query nor a key
@@ -162,7 +162,7 @@ def test_minilm_value_relation_kl_by_hand_with_its_own_head_size_per_model():
 
 
 def test_tinybert_attention_mse_by_hand_and_as_the_released_code_without_padding():
-    from objectives.distillation.objective.layer_losses import attention_mse
+    from objectives.distillation.layer_losses import attention_mse
     student, teacher = _scores(3, layers=2), _scores(4, layers=2)
     expected = 0.0
     for m in range(2):  # summed over the layer pairs; per pair, the mean over heads and real (query, key) pairs
@@ -179,7 +179,7 @@ def test_tinybert_attention_mse_by_hand_and_as_the_released_code_without_padding
 
 
 def test_tinybert_hidden_mse_by_hand_over_layers_and_for_the_embeddings():
-    from objectives.distillation.objective.layer_losses import hidden_mse
+    from objectives.distillation.layer_losses import hidden_mse
     rng = np.random.default_rng(5)
     states, teacher = rng.normal(size=(3, 2, 5, 6)), rng.normal(size=(3, 2, 5, 6))  # [M, B, L, D_teacher]
     states[:, 1, 3:] = 1e3  # padded tokens

@@ -14,7 +14,7 @@ import pytest
 import models
 import objectives
 from configs import bert, electra, gpt2, spanbert, t5
-from objectives import finetuning
+from objectives.task_heads.objective import FineTuningObjective
 from objectives.interface import Objective, ObjectiveError, PhasedObjective, StepObjective, eos_id_or_none
 from tests.helpers.data import random_documents
 
@@ -143,7 +143,7 @@ def test_bert_long_phase_masks_more(name):
 @pytest.mark.parametrize("kind, labels", [("classification", 3), ("regression", 1), ("tagging", 5), ("span", 4),
                                           ("qa", 2)])
 def test_fine_tuning_objectives_are_step_objectives(kind, labels):
-    objective = finetuning.FineTuningObjective(kind, labels)
+    objective = FineTuningObjective(kind, labels)
     assert_implements(objective, StepObjective)
     assert not isinstance(objective, Objective)
     # called as the steps call them, on uniform logits: the loss is log(classes), the mean square for regression
@@ -169,7 +169,7 @@ def test_unknown_names_raise_the_layer_error():
     with pytest.raises(ObjectiveError, match="config.objective.name='nope' is unknown"):
         objectives.build_objective(types.SimpleNamespace(name="nope"), fake_tokenizer())
     with pytest.raises(ObjectiveError, match="unknown fine-tuning task kind"):
-        finetuning.FineTuningObjective("nope", 2)
+        FineTuningObjective("nope", 2)
 
 
 def test_eos_id_or_none_reads_a_missing_token_as_none():

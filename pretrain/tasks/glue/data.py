@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pretrain.runtime.errors import UserError
+from pretrain.tasks.classification import Example, Labels
 from pretrain.workdir import storage
 
 
@@ -41,7 +42,7 @@ class GlueDataError(UserError):
 
 
 @dataclasses.dataclass(frozen=True)
-class GlueTask:
+class GlueTask(Labels):
     name: str  # TFDS config name: 'cola', 'sst2', ...
     directory: str  # folder of the official download: 'CoLA', 'SST-2', ...
     labels: tuple[str, ...]  # label names in TFDS id order; () for regression (STS-B)
@@ -51,24 +52,12 @@ class GlueTask:
     test_splits: tuple[str, ...] = ("test",)
 
     @property
-    def is_regression(self) -> bool:
-        return not self.labels
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.labels) or 1
-
-    @property
     def is_pair(self) -> bool:
         return _COLUMNS[self.name].text_b is not None
 
     @property
     def splits(self) -> tuple[str, ...]:
         return ("train", *self.dev_splits, *self.test_splits)
-
-    def label_array(self, examples: Sequence[Example]) -> np.ndarray:
-        """[N] labels of `examples`: int32 class ids, or float32 scores for regression (STS-B)."""
-        return np.array([e.label for e in examples], np.float32 if self.is_regression else np.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,14 +117,6 @@ def get_task(name: str) -> GlueTask:
     if key not in TASKS:
         raise GlueDataError(f"unknown GLUE task {name!r} (the tasks are {', '.join(TASKS)})")
     return TASKS[key]
-
-
-@dataclasses.dataclass(frozen=True)
-class Example:
-    text_a: str
-    text_b: str | None
-    label: int | float  # class id, or STS-B score; -1 for unlabeled (test) rows
-    idx: int  # test: the file's index column (what the leaderboard matches); else the row number
 
 
 def _check_split(task: GlueTask, split: str) -> None:

@@ -19,13 +19,13 @@ class GlueFineTuningTask(glue.GlueTask):
     settings = {}  # nothing in config.data depends on the data
 
     @classmethod
+    def from_config(cls, config) -> GlueFineTuningTask:
+        return cls.named(config.task)
+
+    @classmethod
     def named(cls, name: str) -> GlueFineTuningTask:
         task = glue.get_task(name)
         return cls(**{f.name: getattr(task, f.name) for f in dataclasses.fields(task)})
-
-    @property
-    def kind(self) -> str:
-        return "regression" if self.is_regression else "classification"
 
     def labelled(self, split: str) -> bool:
         return split in self.dev_splits  # test labels are hidden (the server scores them)
@@ -35,16 +35,16 @@ class GlueFineTuningTask(glue.GlueTask):
         return glue.load_split(self, split, source=config.data.source, data_dir=data_dir, options=options,
                                skip_malformed=config.data.get("skip_malformed", False))
 
-    def score(self, family, predictions: np.ndarray, examples: list[glue.Example]) -> dict[str, float]:
+    def score(self, finetuner, predictions: np.ndarray, examples: list[glue.Example]) -> dict[str, float]:
         labels = self.label_array(examples)
-        return glue_metrics.compute_metrics(self, family.for_metrics(predictions, labels), labels)
+        return glue_metrics.compute_metrics(self, finetuner.for_metrics(predictions, labels), labels)
 
-    def write_predictions(self, directory: str, split: str, family, predictions: np.ndarray,
+    def write_predictions(self, directory: str, split: str, finetuner, predictions: np.ndarray,
                           examples: list[glue.Example]) -> str:
         """Test splits: the gluebenchmark.com file. Dev: index, prediction, label (label names)."""
         ids = [e.idx for e in examples]
         if split in self.test_splits:
-            return glue.write_submission(self, split, family.for_submission(predictions).tolist(), ids, directory)
+            return glue.write_submission(self, split, finetuner.for_submission(predictions).tolist(), ids, directory)
         path = os.path.join(directory, f"{split}.tsv")
         write_dev_predictions(path, self, ids, predictions, self.label_array(examples))
         return path

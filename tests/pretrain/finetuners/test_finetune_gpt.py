@@ -20,7 +20,7 @@ from models.gpt import GPT, GPTConfig
 from models.gpt_heads import GPTForSequenceClassification
 from pretrain.data.tokenizers import CharTokenizer
 from pretrain.finetuners import registry
-from pretrain.finetuners.gpt import GPTFamily, LastTokenObjective
+from pretrain.finetuners.gpt import GPTFinetuner, LastTokenObjective
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.glue import data as glue
 from pretrain.tasks.glue.task import GlueFineTuningTask
@@ -158,16 +158,16 @@ def _examples(*pairs) -> list[glue.Example]:
 
 def test_pair_inputs_are_separated_and_end_with_eos(char_tokenizer):
     mrpc, sst2 = glue.get_task("mrpc"), glue.get_task("sst2")
-    family = GPTFamily(_config(max_seq_length=9), mrpc, _EosTokenizer())
+    family = GPTFinetuner(_config(max_seq_length=9), mrpc, _EosTokenizer())
     # EOS separates and ends: a (2 words) + eos + b + eos; the longer text is cut first to fit 9.
     (ids, segments), (long_ids, _) = family.features(_examples(("ab c", "d"), ("a b c d e f", "g h")))
     assert ids == [12, 11, 1, 11, 1] and segments == [0, 0, 1, 1, 1]
     assert long_ids == [11, 11, 11, 11, 11, 1, 11, 11, 1]
-    single = GPTFamily(_config(max_seq_length=4), sst2, _EosTokenizer()).features(_examples(("a b c d", None)))
+    single = GPTFinetuner(_config(max_seq_length=4), sst2, _EosTokenizer()).features(_examples(("a b c d", None)))
     assert single[0][0] == [11, 11, 11, 1]
 
     # No EOS (the char vocabulary): a newline separates, nothing is appended.
-    family = GPTFamily(_config(max_seq_length=6), mrpc, char_tokenizer)
+    family = GPTFinetuner(_config(max_seq_length=6), mrpc, char_tokenizer)
     (ids, _), = family.features(_examples(("abcd", "xyz")))
     assert char_tokenizer.decode(ids) == "abc\nxy"
     data = family.encode(_examples(("ab", "c"), ("abcd", "xyz")), batch_size=2)
@@ -180,13 +180,13 @@ def test_pair_inputs_are_separated_and_end_with_eos(char_tokenizer):
 
 def test_context_longer_than_the_model_is_a_user_error(char_tokenizer):
     family = registry.for_config(_config(max_seq_length=64), GlueFineTuningTask.named("sst2"), char_tokenizer)
-    assert isinstance(family, GPTFamily)
+    assert isinstance(family, GPTFinetuner)
     with pytest.raises(UserError, match="max_seq_length=64 exceeds the model's 32 positions"):
         family.check()
 
 
 def test_merge_pretrained_keeps_the_body_bitwise_and_lists_only_the_head(char_tokenizer):
-    family = GPTFamily(_config(), glue.get_task("sst2"), char_tokenizer)
+    family = GPTFinetuner(_config(), glue.get_task("sst2"), char_tokenizer)
     model = family.build_model()
     ids = jnp.ones((1, 8), jnp.int32)
     fresh_params = unbox(jax.jit(model.init)(jax.random.key(0), ids, ids)["params"])
@@ -207,7 +207,7 @@ def test_freezing_strategies_name_the_gpt_body(char_tokenizer, strategy):
     embeddings last (pretrain/training/freezing.py)."""
     config = _config(strategy=strategy)
     config.freezing.num_frozen_layers = 1
-    family = GPTFamily(config, glue.get_task("sst2"), char_tokenizer)
+    family = GPTFinetuner(config, glue.get_task("sst2"), char_tokenizer)
     ids = jnp.ones((1, 8), jnp.int32)
     params = unbox(jax.eval_shape(family.build_model().init, jax.random.key(0), ids, ids)["params"])
     starts = freezing.unfreeze_steps(params, family.config.freezing, num_layers=family.num_layers,

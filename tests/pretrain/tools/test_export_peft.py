@@ -74,8 +74,9 @@ def _inputs(base: str, tokenizer: str | None = None) -> dict[str, np.ndarray]:
 
 def _ours(params: dict, model_config, inputs: dict) -> np.ndarray:
     """Our fine-tuned model's logits [B, C]."""
-    from models.finetuning import BertForFineTuning
-    model = BertForFineTuning(model_config, "classification", 2)
+    from models.bert_tasks import BertForFineTuning
+    from objectives.task_heads import head_kind
+    model = BertForFineTuning(model_config, head_kind("classification"), 2)
     out = model.apply({"params": params}, np.asarray(inputs["input_ids"], np.int32),
                       np.asarray(inputs["token_type_ids"], np.int32), np.asarray(inputs["attention_mask"], np.int32))
     return np.asarray(out["logits"])
@@ -193,13 +194,14 @@ def test_peft_directories_give_our_logits(base_dir, tmp_path, method, settings):
 
     from models import peft as peft_modules
     from models.convert import load_hf_bert, peft_io
-    from models.finetuning import BertForFineTuning
+    from models.bert_tasks import BertForFineTuning
+    from objectives.task_heads import head_kind
     from pretrain.training import peft as parameter_efficient
     config, base = load_hf_bert(base_dir)
     config = dataclasses.replace(config, peft=peft_modules.PeftConfig(method=method, **settings))
     inputs = _inputs(base_dir)
     ids = np.asarray(inputs["input_ids"], np.int32)
-    params = BertForFineTuning(config, "classification", 2).init(jax.random.key(1), ids, ids, ids)["params"]
+    params = BertForFineTuning(config, head_kind("classification"), 2).init(jax.random.key(1), ids, ids, ids)["params"]
     params = parameter_efficient.overlay(jax.tree.map(np.asarray, flax.core.meta.unbox(params)), {"bert": base["bert"]})
     rng = np.random.default_rng(0)
     moved = re.compile("lora_b|prefix_encoder|head")  # B away from zero, a prefix MLP and a head of some weight

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from models.bert import BertConfig
-from models.finetuning import BertForFineTuning
+from models.bert_tasks import BertForFineTuning
+from objectives.task_heads import head_kind
 from pretrain.runtime.errors import ConfigError
 from pretrain.training import freezing, optimizers, train_state
 
@@ -18,7 +19,7 @@ NUM_LAYERS, STEPS_PER_EPOCH = 3, 4
 def _model_and_params():
     config = BertConfig(vocab_size=40, hidden_size=16, num_layers=NUM_LAYERS, num_heads=2, intermediate_size=32,
                         max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0)
-    model = BertForFineTuning(config, "classification", 3, classifier_dropout=0.0)
+    model = BertForFineTuning(config, head_kind("classification"), 3, classifier_dropout=0.0)
     ids = jnp.ones((2, 8), jnp.int32)
     params = train_state.unbox(model.init(jax.random.key(0), ids, jnp.zeros_like(ids), jnp.ones_like(ids))["params"])
     return model, params
@@ -126,7 +127,7 @@ def _albert_params():
                         max_position_embeddings=16, dropout_rate=0.0, attention_dropout_rate=0.0,
                         embedding_size=8, shared_layers=True)
     ids = jnp.ones((2, 8), jnp.int32)
-    model = BertForFineTuning(config, "classification", 3, classifier_dropout=0.0)
+    model = BertForFineTuning(config, head_kind("classification"), 3, classifier_dropout=0.0)
     params = train_state.unbox(model.init(jax.random.key(0), ids, jnp.zeros_like(ids), jnp.ones_like(ids))["params"])
     assert {"shared_layer", "embeddings_project"} <= set(params["bert"]) and "layer_0" not in params["bert"]
     return params
