@@ -58,7 +58,7 @@ def load_toy(directory: str):
     return ToyConfig(width=12), toy_params()
 
 
-class ToyFamily:
+class ToyFinetuner:
     def __init__(self, config, task, tokenizer):
         self.config, self.task, self.tokenizer = config, task, tokenizer
 
@@ -68,7 +68,7 @@ TOY = ModelFamily(
     hf=(HfCheckpoint("toy_lm", "Toy", f"{__name__}:load_toy", lambda d: dict(kind="wordpiece", path=d)),),
     params_subtree="toy", width_key="width", positions_key="positions", choices={"act": f"{__name__}:ACTS"},
     body=Body("toy", embeddings=("embed",), top=("top_norm",)),
-    finetuners={"classification": f"{__name__}:ToyFamily", "tagging": f"{__name__}:ToyFamily"})
+    finetuners={"classification": f"{__name__}:ToyFinetuner", "tagging": f"{__name__}:ToyFinetuner"})
 
 
 @pytest.fixture
@@ -161,7 +161,7 @@ def test_fine_tuning_families_by_task_kind(toy):
     config = ml_collections.ConfigDict({"model": {"name": "toy"}})
     for kind in ("classification", "tagging"):
         family = families.for_config(config, types.SimpleNamespace(kind=kind, name="task"), "tokenizer")
-        assert isinstance(family, ToyFamily) and family.tokenizer == "tokenizer"
+        assert isinstance(family, ToyFinetuner) and family.tokenizer == "tokenizer"
     with pytest.raises(ConfigError, match="config.model.name='toy' cannot be fine-tuned on squad here; "
                                           "use one of 'bert', 't5'$"):
         families.for_config(config, types.SimpleNamespace(kind="qa", name="squad"), None)
