@@ -59,6 +59,7 @@ class ModelFamily:
     finetunes_as: str | None = None      # the family its checkpoints fine-tune as (ELECTRA: its discriminator, a BERT)
     finetuned_config: str | None = None  # the config method giving what fine-tunes, where it differs (distil: student)
     frozen: tuple[str, ...] = ()         # params subtrees ("a/b" paths) pretraining never updates (a distillation teacher)
+    teacher: str | None = None           # 'module:function' (config) -> the teacher pretraining starts from, if any
 
     def config_cls(self) -> type:
         return resolve(f"{self.module}:{self.config_class}")
@@ -187,4 +188,5 @@ register(ModelFamily(  # DistilBERT (models/distillation/model.py): a student BE
     params_subtree="student/bert", architecture_keys=BERT_ARCHITECTURE,
     width_key="hidden_size", positions_key="max_position_embeddings",
     finetunes_as="bert", finetuned_config="student",
-    frozen=("teacher", "student/bert/pooler")))  # a BERT-shaped student's pooler: no loss reaches it
+    frozen=("teacher", "student/bert/pooler"),  # a BERT-shaped student's pooler: no loss reaches it
+    teacher="pretrain.distillation.teacher:load_teacher"))

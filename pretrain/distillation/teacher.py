@@ -30,10 +30,9 @@ SHARED = ("hidden_size", "num_heads", "intermediate_size", "max_position_embeddi
 WIDTHS = ("hidden_size", "num_heads", "intermediate_size")  # the teacher's own in config.model.teacher_<key> if set
 
 
-def load_teacher(config: ml_collections.ConfigDict) -> pretrained.Pretrained | None:
-    """The teacher of a 'distil' run (None for any other model), checked against config.model and the objective."""
-    if config.model.name != "distil":
-        return None
+def load_teacher(config: ml_collections.ConfigDict) -> pretrained.Pretrained:
+    """The teacher of a 'distil' run (models/registry.py names this loader), checked against config.model and the
+    objective."""
     path = config.get("distillation", {}).get("teacher", "")
     if not path:
         raise ConfigError(f"model 'distil' needs a teacher: give {FLAG}=PATH (a pretrain.train BERT workdir or a "

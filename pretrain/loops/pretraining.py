@@ -17,6 +17,7 @@ import ml_collections
 import numpy as np
 from tqdm import tqdm
 
+import models
 import objectives
 from pretrain.data import documents, prefetch, statistics, streaming, tokenizers
 from pretrain.distillation import teacher as distillation
@@ -71,6 +72,12 @@ class Start:
     state: train_state.TrainState
     step: int = 0
     data_position: dict | None = None
+
+
+def load_teacher(config: ml_collections.ConfigDict) -> pretrained.Pretrained | None:
+    """The teacher the model family names (models/registry.py ModelFamily.teacher: DistilBERT's), or None."""
+    family = models.family(config.model.name)
+    return models.registry.resolve(family.teacher)(config) if family.teacher else None
 
 
 def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpoints.Checkpointer,
@@ -195,7 +202,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
 
 def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.Watcher) -> dict[str, float]:
     """train_and_evaluate's set-up and steps, inside its preemption watcher."""
-    teacher = distillation.load_teacher(config)  # model 'distil' only; before the tokenizer: it may be the teacher's
+    teacher = load_teacher(config)  # before the tokenizer: it may be the teacher's
     objective, train_data, eval_data = training_data(config)
     trainer = setup.pretraining_trainer(config, objective)
     with contextlib.ExitStack() as stack:  # unwinds in reverse: the profiler, the writers, Orbax, Grain, the lock

@@ -181,6 +181,7 @@ def test_every_registered_name_resolves():
             assert all(isinstance(value, str) for value in registry.resolve(names))  # a tuple or dict of names
         for target in family.finetuners.values():
             assert isinstance(registry.resolve(target), type), target
+        assert family.teacher is None or callable(registry.resolve(family.teacher))
     with pytest.raises(ValueError, match="'bert' is registered twice"):
         registry.register(registry.FAMILIES["bert"])
 
@@ -192,7 +193,7 @@ def test_the_readers_keep_no_list_of_their_own():
         family.name, family.params_subtree, *(c.model_type for c in family.hf),
         *((family.body.key, *family.body.embeddings, *family.body.top) if family.body else ()))} - {None}
     for path in ("models/__init__.py", "pretrain/training/pretrained.py", "pretrain/training/validation.py",
-                 "pretrain/training/freezing.py", "pretrain/finetuners/registry.py"):
+                 "pretrain/training/freezing.py", "pretrain/finetuners/registry.py", "pretrain/loops/pretraining.py"):
         with open(os.path.join(ROOT, path)) as f:
             tree = ast.parse(f.read())
         strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)}
