@@ -4,8 +4,8 @@
 the objective over a stand-in tokenizer, the optimizer, the sharded initializer and the jitted step with its
 shardings and donation) and lowers and compiles its two programs from abstract values only: no corpus, no
 tokenizer file, no weights. `devices`: this host's, or a TPU slice's compile-only devices from libtpu
-(`aot.tpu_devices("v5e:4x4")`, any host). XLA's per-device memory and cost analyses are read into an
-`aot.AotResult` (pretrain/runtime/chips.py: the chips, the FLOP count, the verdict).
+(`chips.tpu_devices("v5e:4x4")`, any host). XLA's per-device memory and cost analyses are read into an
+`chips.AotResult` (pretrain/runtime/chips.py: the chips, the FLOP count, the verdict).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 
 from pretrain.loops import setup
-from pretrain.runtime import chips as aot
+from pretrain.runtime import chips
 from pretrain.runtime.errors import ConfigError
 from pretrain.training import train_state, validation
 
@@ -31,7 +31,7 @@ def abstract_batch(rows: dict[str, np.ndarray], batch_size: int, accum: int) -> 
 
 def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | None = None, *,
                         hbm_bytes: int | None = None, peak_flops: float | None = None,
-                        hlo_path: str | None = None) -> aot.AotResult:
+                        hlo_path: str | None = None) -> chips.AotResult:
     """Compiles the initializer and the train step of `config` for a Mesh of `devices` (default: this host's)
     shaped config.mesh_shape. `hbm_bytes` / `peak_flops` replace the chip table's per-device figures (defaults
     for a CPU: the host's memory over the devices, no peak). `hlo_path`: the compiled step's optimized HLO text is
@@ -45,8 +45,8 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
     if batch_size % accum or (batch_size // accum) % shards:
         raise ConfigError(f"config.batch_size={batch_size} / config.grad_accum_steps={accum} micro-batches must "
                           f"split over the {shards} batch shards (data x fsdp) of the mesh {dict(mesh.shape)}")
-    chip = aot.chip_of(devices[0])
-    result = aot.AotResult(devices=len(devices), device_kind=devices[0].device_kind, mesh=dict(mesh.shape),
+    chip = chips.chip_of(devices[0])
+    result = chips.AotResult(devices=len(devices), device_kind=devices[0].device_kind, mesh=dict(mesh.shape),
                            params=train_state.count_params(trainer.abstract_state.params),
                            hbm_bytes=hbm_bytes or (chip.hbm_bytes if chip else _host_memory_per_device(devices)),
                            peak_flops_per_device=peak_flops or (chip.peak_bf16_flops if chip else None))
@@ -61,7 +61,7 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
         result.step_compile_seconds = time.perf_counter() - start  # trace + lower + compile
     result.init_total_bytes = _total(init.memory_analysis()) if init is not None else init_needed
     result.error = step_error or init_error
-    result.hardware_flops = aot.matmul_flops(traced.jaxpr)
+    result.hardware_flops = chips.matmul_flops(traced.jaxpr)
     if step is not None:
         _read_compiled(result, step, traced.jaxpr, chip, len(devices))
         if hlo_path:
@@ -69,7 +69,7 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
                 f.write(step.as_text())
     else:
         result.total_bytes = step_needed
-    return aot.judge(result)
+    return chips.judge(result)
 
 
 def _forward_flops(trainer: setup.Trainer, batch: dict[str, jax.ShapeDtypeStruct], rng) -> float:
@@ -81,7 +81,7 @@ def _forward_flops(trainer: setup.Trainer, batch: dict[str, jax.ShapeDtypeStruct
                                  deterministic=False, rngs={"dropout": dropout_rng})
         return objective.loss(outputs, micro_batch)[0]
     micro = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), batch)
-    return aot.matmul_flops(jax.make_jaxpr(forward)(state.params, micro, rng))
+    return chips.matmul_flops(jax.make_jaxpr(forward)(state.params, micro, rng))
 
 
 def _compile(lower: Callable[[], Any]) -> tuple[Any, str | None, int | None, float]:
@@ -93,10 +93,10 @@ def _compile(lower: Callable[[], Any]) -> tuple[Any, str | None, int | None, flo
     except Exception as e:  # noqa: BLE001 -- XLA's JaxRuntimeError; only RESOURCE_EXHAUSTED is reported
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
-        return (None, *aot.out_of_memory(e), time.perf_counter() - start)
+        return (None, *chips.out_of_memory(e), time.perf_counter() - start)
 
 
-def _read_compiled(result: aot.AotResult, compiled, jaxpr, chip: aot.Chip | None, num_devices: int) -> None:
+def _read_compiled(result: chips.AotResult, compiled, jaxpr, chip: chips.Chip | None, num_devices: int) -> None:
     """Memory, XLA's cost estimate and the step time of a compiled step, into `result`."""
     memory = compiled.memory_analysis()
     result.argument_bytes, result.output_bytes = memory.argument_size_in_bytes, memory.output_size_in_bytes
@@ -106,7 +106,7 @@ def _read_compiled(result: aot.AotResult, compiled, jaxpr, chip: aot.Chip | None
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
     result.xla_flops_per_device = cost.get("flops")
     result.xla_optimal_seconds = cost.get("optimal_seconds")
-    loops = result.hardware_flops / max(aot.matmul_flops(jaxpr, loops_once=True), 1.0)  # XLA's shortfall
+    loops = result.hardware_flops / max(chips.matmul_flops(jaxpr, loops_once=True), 1.0)  # XLA's shortfall
     if result.xla_optimal_seconds and result.xla_optimal_seconds > 0:
         result.step_seconds, result.step_seconds_source = result.xla_optimal_seconds * loops, "xla"
     elif chip and result.peak_flops_per_device and cost.get("bytes accessed"):

@@ -79,7 +79,7 @@ def _restart_with_unlimited_stack() -> None:
 
 def _compile() -> tuple[dict, object]:
     from pretrain.loops.aot import compile_pretraining
-    from pretrain.runtime import chips as aot
+    from pretrain.runtime import chips
     from pretrain.runtime.errors import ConfigError
     config = _CONFIG.value
     if _MESH.value:
@@ -90,13 +90,13 @@ def _compile() -> tuple[dict, object]:
         with config.unlocked():
             config.mesh_shape = shape
     topology = _TOPOLOGY.value.strip()
-    devices = None if topology in ("", "cpu", "local") else aot.tpu_devices(topology)
+    devices = None if topology in ("", "cpu", "local") else chips.tpu_devices(topology)
     hlo_path = None
     if _HLO_REPORT.value:
         os.makedirs(_HLO_REPORT.value, exist_ok=True)
         hlo_path = os.path.join(_HLO_REPORT.value, "step.hlo.txt")
     result = compile_pretraining(config, devices,
-                                 hbm_bytes=int(_HBM_GIB.value * aot.GIB) or None,
+                                 hbm_bytes=int(_HBM_GIB.value * chips.GIB) or None,
                                  peak_flops=_PEAK.value * 1e12 or None, hlo_path=hlo_path)
     if hlo_path and os.path.exists(hlo_path):
         _write_report(hlo_path, os.path.join(_HLO_REPORT.value, "report.txt"))
@@ -105,8 +105,8 @@ def _compile() -> tuple[dict, object]:
            "dtype": config.model.get("dtype"), "scan_layers": config.model.get("scan_layers"),
            "fused_qkv": config.model.get("fused_qkv"),
            "remat": config.model.get("remat"), **dataclasses.asdict(result)}
-    out["total_gib"] = None if result.total_bytes is None else round(result.total_bytes / aot.GIB, 3)
-    out["hbm_gib"] = round(result.hbm_bytes / aot.GIB, 3)
+    out["total_gib"] = None if result.total_bytes is None else round(result.total_bytes / chips.GIB, 3)
+    out["hbm_gib"] = round(result.hbm_bytes / chips.GIB, 3)
     return out, config
 
 

@@ -19,7 +19,7 @@ import models
 from models import registry
 from models.errors import ModelInputError
 from models.registry import Body, HfCheckpoint, ModelFamily
-from pretrain.finetuners import registry as families
+from pretrain.finetuners import registry as finetuners
 from pretrain.runtime.errors import ConfigError, UserError
 from pretrain.training import freezing, pretrained, validation
 
@@ -160,13 +160,13 @@ def test_freezing_knows_the_registered_body(monkeypatch):
 def test_fine_tuning_families_by_task_kind(toy):
     config = ml_collections.ConfigDict({"model": {"name": "toy"}})
     for kind in ("classification", "tagging"):
-        family = families.for_config(config, types.SimpleNamespace(kind=kind, name="task"), "tokenizer")
+        family = finetuners.for_config(config, types.SimpleNamespace(kind=kind, name="task"), "tokenizer")
         assert isinstance(family, ToyFinetuner) and family.tokenizer == "tokenizer"
     with pytest.raises(ConfigError, match="config.model.name='toy' cannot be fine-tuned on squad here; "
                                           "use one of 'bert', 't5'$"):
-        families.for_config(config, types.SimpleNamespace(kind="qa", name="squad"), None)
+        finetuners.for_config(config, types.SimpleNamespace(kind="qa", name="squad"), None)
     with pytest.raises(ConfigError, match="use one of 'bert', 'toy'$"):
-        families.for_config(ml_collections.ConfigDict({"model": {"name": "t5"}}),
+        finetuners.for_config(ml_collections.ConfigDict({"model": {"name": "t5"}}),
                             types.SimpleNamespace(kind="tagging", name="conll2003"), None)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from configs import bert
 from pretrain.loops.aot import compile_pretraining
-from pretrain.runtime import chips as aot
+from pretrain.runtime import chips
 from tests.helpers.commands import run_module
 
 # The tiny BERT, its vocabulary cut to 1,000 ids: small enough to compile in seconds.
@@ -72,9 +72,9 @@ def test_flops_match_the_analytic_count(tiny_result):
 
 def test_fits_against_the_capacity(tiny_result):
     r = tiny_result
-    assert aot.judge(dataclasses.replace(r, hbm_bytes=r.total_bytes - 1)).fits is False
-    assert aot.judge(dataclasses.replace(r, hbm_bytes=r.total_bytes)).fits is True
-    assert aot.judge(dataclasses.replace(r, error="RESOURCE_EXHAUSTED: ...")).fits is False
+    assert chips.judge(dataclasses.replace(r, hbm_bytes=r.total_bytes - 1)).fits is False
+    assert chips.judge(dataclasses.replace(r, hbm_bytes=r.total_bytes)).fits is True
+    assert chips.judge(dataclasses.replace(r, error="RESOURCE_EXHAUSTED: ...")).fits is False
 
 
 def test_matmul_flops_counts_every_scan_iteration_and_remat():
@@ -83,12 +83,12 @@ def test_matmul_flops_counts_every_scan_iteration_and_remat():
     def stacked(ws, x):  # [8, n, n], [n, n]
         return jax.lax.scan(lambda c, w: (jnp.tanh(c @ w), None), x, ws)[0]
     jaxpr = jax.make_jaxpr(stacked)(jnp.zeros((8, n, n)), jnp.zeros((n, n)))
-    assert aot.matmul_flops(jaxpr) == 8 * 2 * n ** 3
-    assert aot.matmul_flops(jaxpr, loops_once=True) == 2 * n ** 3  # as XLA's cost analysis counts a loop
+    assert chips.matmul_flops(jaxpr) == 8 * 2 * n ** 3
+    assert chips.matmul_flops(jaxpr, loops_once=True) == 2 * n ** 3  # as XLA's cost analysis counts a loop
 
     zeros = (jnp.zeros((n, n)), jnp.zeros((n, n)))
-    plain = aot.matmul_flops(jax.make_jaxpr(jax.grad(lambda w, x: jnp.sum(jnp.tanh(x @ w))))(*zeros))
-    remat = aot.matmul_flops(jax.make_jaxpr(jax.grad(lambda w, x: jnp.sum(jax.checkpoint(  # saves nothing
+    plain = chips.matmul_flops(jax.make_jaxpr(jax.grad(lambda w, x: jnp.sum(jnp.tanh(x @ w))))(*zeros))
+    remat = chips.matmul_flops(jax.make_jaxpr(jax.grad(lambda w, x: jnp.sum(jax.checkpoint(  # saves nothing
         lambda w: jnp.tanh(x @ w))(w))))(*zeros))
     assert plain == 2 * 2 * n ** 3 and remat == 3 * 2 * n ** 3  # forward + dW; remat recomputes the forward
 
@@ -105,28 +105,28 @@ def test_matmul_flops_counts_a_pallas_grid_and_every_shard_map_device():
     with pltpu.force_tpu_interpret_mode():
         jaxpr = jax.make_jaxpr(lambda q: attention.dot_product_attention(q, q, q, None, None, scale=1.0,
                                                                          implementation="pallas"))(q)
-    assert aot.matmul_flops(jaxpr) == 2 * 2 * batch * heads * length * length * head_dim  # q.k and p.v
+    assert chips.matmul_flops(jaxpr) == 2 * 2 * batch * heads * length * length * head_dim  # q.k and p.v
 
     mesh = AbstractMesh((4,), ("x",))  # traced only: no devices needed
     n, rows = 32, 64
     sharded = jax.shard_map(lambda x, w: x @ w, mesh=mesh, in_specs=(P("x"), P()), out_specs=P("x"))
     jaxpr = jax.make_jaxpr(sharded)(jnp.zeros((rows, n)), jnp.zeros((n, n)))
-    assert aot.matmul_flops(jaxpr) == 2 * rows * n * n  # every device's rows
+    assert chips.matmul_flops(jaxpr) == 2 * rows * n * n  # every device's rows
 
 
 def test_resource_exhausted_becomes_one_line():
     message = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm. "
                "Used 20.50G of 15.75G hbm. Exceeded hbm capacity by 4.75G.\n\nTotal hbm usage >= 21.1G:\n ...")
-    line, used = aot.out_of_memory(RuntimeError(message))
+    line, used = chips.out_of_memory(RuntimeError(message))
     assert line.startswith("RESOURCE_EXHAUSTED") and "\n" not in line
     assert used == int(20.5 * 2 ** 30)
 
 
 def test_topology_names_are_checked():
-    with pytest.raises(aot.ConfigError, match="GENERATION:SHAPE"):
-        aot.tpu_devices("v9:2x2")
-    with pytest.raises(aot.ConfigError, match="GENERATION:SHAPE"):
-        aot.tpu_devices("v5e-16")
+    with pytest.raises(chips.ConfigError, match="GENERATION:SHAPE"):
+        chips.tpu_devices("v9:2x2")
+    with pytest.raises(chips.ConfigError, match="GENERATION:SHAPE"):
+        chips.tpu_devices("v5e-16")
 
 
 def _aot(*flags, devices: int = 1):
@@ -163,7 +163,7 @@ def test_tiny_bert_compiles_for_a_tpu_slice():
     """Needs libtpu (the `tpu` extra): `make test-tpu` builds a venv of its own with it and runs the tests
     marked tpu; every other target deselects them (pytest.ini)."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    devices = aot.tpu_devices("v5e:2x2")
+    devices = chips.tpu_devices("v5e:2x2")
     assert len(devices) == 4 and devices[0].device_kind == "TPU v5 lite"
     config = tiny_config(**{"model.dtype": "bfloat16"})
     r = compile_pretraining(config, devices)
@@ -180,7 +180,7 @@ def test_pallas_attention_compiles_for_a_tpu_slice_sharded_over_the_batch():
     """The Pallas kernel lowers for TPU only (on a CPU target XLA has no Mosaic backend), per device under
     the data-parallel mesh (models/attention.py wraps it in shard_map)."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    devices = aot.tpu_devices("v5e:2x2")
+    devices = chips.tpu_devices("v5e:2x2")
     config = tiny_config(**{"model.dtype": "bfloat16", "model.attention": "pallas",
                             "model.attention_dropout_rate": 0.0, "mesh_shape": (4, 1, 1)})
     r = compile_pretraining(config, devices)
