@@ -81,8 +81,8 @@ def check(root: str) -> list[str]:
 # The real suite.
 # ---------------------------------------------------------------------------------------------
 def test_the_suite_mirrors_the_rooms_and_shares_through_helpers():
-    assert {"core", "data", "glue", "tasks", "families", "lm", "loops", "ops"} <= _folders(
-        os.path.join(REPO, "tests", "pretrain"))
+    rooms = {"runtime", "workdir", "training", "data", "tasks", "finetuners", "lm", "distillation", "loops", "jobs"}
+    assert rooms <= _folders(os.path.join(REPO, "tests", "pretrain"))
     assert check(REPO) == []
 
 

@@ -13,11 +13,11 @@ import pytest
 
 from models import peft, stack, t5
 from models.bert import BertConfig
-from models.errors import ModelInputError
 from models.bert_tasks import BertForFineTuning
-from objectives.task_heads import head_kind
+from models.errors import ModelInputError
 from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
 from models.gpt_heads import GPTForSequenceClassification
+from objectives.task_heads import head_kind
 
 D, LAYERS, HEADS, FF = 32, 2, 4, 37
 IDS = jnp.array([[5, 6, 7, 8, 9, 1, 0, 0], [3, 4, 5, 6, 7, 8, 9, 1]], jnp.int32)
@@ -206,8 +206,8 @@ def test_token_level_heads_see_the_inputs_positions_only(method):
     off the sequence output (and prefix-tuning adds none), so the heads' shapes and gathers are unchanged."""
     config = bert(method, prompt_length=3, prefix_length=3, prefix_hidden_size=0).config
     spans = jnp.array([[[1, 2], [3, 5]], [[0, 0], [2, 7]]], jnp.int32)
-    for kind, args, shape in [("tagging", (), (2, 8, 5)), ("span", (spans,), (2, 2, 5)), ("qa", (), (2, 8))]:
+    for kind, inputs, shape in [("tagging", {}, (2, 8, 5)), ("span", {"spans": spans}, (2, 2, 5)), ("qa", {}, (2, 8))]:
         model = BertForFineTuning(config, head_kind(kind), 5)
-        params = init(model, IDS, IDS * 0, MASK, *args)
-        out = model.apply({"params": params}, IDS, IDS * 0, MASK, *args)
+        params = nn.unbox(model.init(jax.random.key(0), IDS, IDS * 0, MASK, **inputs)["params"])
+        out = model.apply({"params": params}, IDS, IDS * 0, MASK, **inputs)
         assert next(iter(out.values())).shape == shape, (kind, out)

@@ -126,7 +126,7 @@ def test_head_reads_each_rows_last_real_token():
 
 
 # ---------------------------------------------------------------------------------------------
-# The family: input format, merging a pretrained GPT, freezing.
+# The finetuner: input format, merging a pretrained GPT, freezing.
 # ---------------------------------------------------------------------------------------------
 class _EosTokenizer:
     """A word-level stand-in with an end-of-sequence id (GPT-2's BPE has <|endoftext|>)."""
@@ -158,19 +158,19 @@ def _examples(*pairs) -> list[glue.Example]:
 
 def test_pair_inputs_are_separated_and_end_with_eos(char_tokenizer):
     mrpc, sst2 = glue.get_task("mrpc"), glue.get_task("sst2")
-    family = GPTFinetuner(_config(max_seq_length=9), mrpc, _EosTokenizer())
+    finetuner = GPTFinetuner(_config(max_seq_length=9), mrpc, _EosTokenizer())
     # EOS separates and ends: a (2 words) + eos + b + eos; the longer text is cut first to fit 9.
-    (ids, segments), (long_ids, _) = family.features(_examples(("ab c", "d"), ("a b c d e f", "g h")))
+    (ids, segments), (long_ids, _) = finetuner.features(_examples(("ab c", "d"), ("a b c d e f", "g h")))
     assert ids == [12, 11, 1, 11, 1] and segments == [0, 0, 1, 1, 1]
     assert long_ids == [11, 11, 11, 11, 11, 1, 11, 11, 1]
     single = GPTFinetuner(_config(max_seq_length=4), sst2, _EosTokenizer()).features(_examples(("a b c d", None)))
     assert single[0][0] == [11, 11, 11, 1]
 
     # No EOS (the char vocabulary): a newline separates, nothing is appended.
-    family = GPTFinetuner(_config(max_seq_length=6), mrpc, char_tokenizer)
-    (ids, _), = family.features(_examples(("abcd", "xyz")))
+    finetuner = GPTFinetuner(_config(max_seq_length=6), mrpc, char_tokenizer)
+    (ids, _), = finetuner.features(_examples(("abcd", "xyz")))
     assert char_tokenizer.decode(ids) == "abc\nxy"
-    data = family.encode(_examples(("ab", "c"), ("abcd", "xyz")), batch_size=2)
+    data = finetuner.encode(_examples(("ab", "c"), ("abcd", "xyz")), batch_size=2)
     batch = data.batch(np.arange(2))
     # The mask comes from the lengths: pad id 0 is '\n' here, the separator itself.
     assert char_tokenizer.pad_id == char_tokenizer.encode("\n")[0]
@@ -179,20 +179,20 @@ def test_pair_inputs_are_separated_and_end_with_eos(char_tokenizer):
 
 
 def test_context_longer_than_the_model_is_a_user_error(char_tokenizer):
-    family = registry.for_config(_config(max_seq_length=64), GlueFineTuningTask.named("sst2"), char_tokenizer)
-    assert isinstance(family, GPTFinetuner)
+    finetuner = registry.for_config(_config(max_seq_length=64), GlueFineTuningTask.named("sst2"), char_tokenizer)
+    assert isinstance(finetuner, GPTFinetuner)
     with pytest.raises(UserError, match="max_seq_length=64 exceeds the model's 32 positions"):
-        family.check()
+        finetuner.check()
 
 
 def test_merge_pretrained_keeps_the_body_bitwise_and_lists_only_the_head(char_tokenizer):
-    family = GPTFinetuner(_config(), glue.get_task("sst2"), char_tokenizer)
-    model = family.build_model()
+    finetuner = GPTFinetuner(_config(), glue.get_task("sst2"), char_tokenizer)
+    model = finetuner.build_model()
     ids = jnp.ones((1, 8), jnp.int32)
     fresh_params = unbox(jax.jit(model.init)(jax.random.key(0), ids, ids)["params"])
     body = gpt_random_params(CONFIG, seed=3)
     init = pretrained.Pretrained("gpt", {}, body, {}, "orbax:test")
-    merged, fresh = family.merge_pretrained(fresh_params, init)
+    merged, fresh = finetuner.merge_pretrained(fresh_params, init)
     assert fresh == ["score/kernel"]
     for ours, theirs in zip(jax.tree.leaves(merged["gpt"]), jax.tree.leaves(body), strict=True):
         assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
@@ -207,10 +207,10 @@ def test_freezing_strategies_name_the_gpt_body(char_tokenizer, strategy):
     embeddings last (pretrain/training/freezing.py)."""
     config = _config(strategy=strategy)
     config.freezing.num_frozen_layers = 1
-    family = GPTFinetuner(config, glue.get_task("sst2"), char_tokenizer)
+    finetuner = GPTFinetuner(config, glue.get_task("sst2"), char_tokenizer)
     ids = jnp.ones((1, 8), jnp.int32)
-    params = unbox(jax.eval_shape(family.build_model().init, jax.random.key(0), ids, ids)["params"])
-    starts = freezing.unfreeze_steps(params, family.config.freezing, num_layers=family.num_layers,
+    params = unbox(jax.eval_shape(finetuner.build_model().init, jax.random.key(0), ids, ids)["params"])
+    starts = freezing.unfreeze_steps(params, finetuner.config.freezing, num_layers=finetuner.num_layers,
                                      steps_per_epoch=5)
     body = starts["gpt"]
     assert set(jax.tree.leaves(starts["score"])) == {0}

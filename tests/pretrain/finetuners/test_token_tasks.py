@@ -14,6 +14,7 @@ from pretrain.finetuners import registry
 from pretrain.finetuners.bert_qa import split_words
 from pretrain.runtime.errors import UserError
 from pretrain.tasks import conll, squad
+from pretrain.tasks import registry as task_registry
 
 TRAIN = """-DOCSTART- -X- -X- O
 
@@ -43,24 +44,24 @@ def conll_config(data_dir: str, **data) -> ml_collections.ConfigDict:
 
 def test_conll_task_takes_the_train_files_tag_set_with_o_first_and_records_it(tmp_path):
     (tmp_path / "train.txt").write_text(TRAIN)
-    task = registry.task_for_config(conll_config(str(tmp_path)))
+    task = task_registry.task_for_config(conll_config(str(tmp_path)))
     assert task.labels == ("O", "B-LOC", "I-LOC", "B-ORG", "B-PER")
     assert task.settings == {"labels": "O,B-LOC,I-LOC,B-ORG,B-PER"} and task.main_metric == "f1"
-    given = registry.task_for_config(conll_config(str(tmp_path), labels="O,B-PER,I-PER,B-LOC,I-LOC,B-ORG,I-ORG"))
+    given = task_registry.task_for_config(conll_config(str(tmp_path), labels="O,B-PER,I-PER,B-LOC,I-LOC,B-ORG,I-ORG"))
     assert given.num_labels == 7  # a given tag set is kept as given
 
 
 def test_conll_tag_outside_the_train_tag_set_names_file_and_line(tmp_path):
     (tmp_path / "train.txt").write_text(TRAIN)
     (tmp_path / "valid.txt").write_text("Kalmo NNP B-NP B-PER\nsaw NN O O\nRome NNP B-NP B-MISC\n")
-    task = registry.task_for_config(conll_config(str(tmp_path)))
+    task = task_registry.task_for_config(conll_config(str(tmp_path)))
     with pytest.raises(conll.ConllDataError, match=r"valid.txt:3: tag 'B-MISC' is not in the tag set"):
         task.load(None, "dev")
 
 
 def test_conll_predictions_file_keeps_the_input_columns_and_appends_the_prediction(tmp_path):
     (tmp_path / "train.txt").write_text(TRAIN)
-    task = registry.task_for_config(conll_config(str(tmp_path)))
+    task = task_registry.task_for_config(conll_config(str(tmp_path)))
     sentences = task.load(None, "train")
     predicted = [["B-PER", "O", "B-LOC", "I-LOC", "O"], ["O", "O"]]
     path = task.write_predictions(str(tmp_path), "train", None, predicted, sentences)
@@ -76,14 +77,14 @@ def test_tagging_family_decodes_its_own_labels_back_to_the_word_tags(tmp_path, t
     (tmp_path / "train.txt").write_text(TRAIN)
     for label_all in (False, True):
         config = conll_config(str(tmp_path), max_seq_length=16, label_all_subwords=label_all)
-        task = registry.task_for_config(config)
-        family = registry.for_config(config, task, tokenizer)
+        task = task_registry.task_for_config(config)
+        finetuner = registry.for_config(config, task, tokenizer)
         sentences = task.load(config, "train")
-        data = family.encode(sentences, batch_size=2)
+        data = finetuner.encode(sentences, batch_size=2)
         labels = data.fields["labels"]
         assert labels.shape == (2, 16) and (data.fields["word_index"][0] >= 0).sum() == 5
         assert (labels[0] >= 0).sum() > 5 if label_all else (labels[0] >= 0).sum() == 5  # 'Tesvar' is 2+ pieces
-        decoded = family.decode(np.where(labels < 0, 0, labels), data, sentences)
+        decoded = finetuner.decode(np.where(labels < 0, 0, labels), data, sentences)
         assert decoded == [list(s.tags) for s in sentences]
         batch = data.batch(np.arange(2))
         assert batch["labels"].shape == batch["input_ids"].shape  # cut to the batch's padded length
@@ -103,9 +104,9 @@ def qa_example(context: str = LONG_CONTEXT, answer: str = "Tesvar Bay") -> squad
 
 
 def test_qa_windows_overlap_by_the_stride_and_label_the_answer_only_where_it_fits(tokenizer):
-    family = qa_family(tokenizer, max_seq_length=48, max_query_length=8, doc_stride=16)
+    finetuner = qa_family(tokenizer, max_seq_length=48, max_query_length=8, doc_stride=16)
     example = qa_example()
-    windows = family.windows(example)
+    windows = finetuner.windows(example)
     room = 48 - len(tokenizer.encode(example.question)) - 3
     assert len(windows) > 2 and all(len(w.tokens) <= 48 for w in windows)
     for a, b in zip(windows, windows[1:]):
@@ -119,9 +120,9 @@ def test_qa_windows_overlap_by_the_stride_and_label_the_answer_only_where_it_fit
 
 
 def test_qa_decoding_maps_the_best_span_of_any_window_back_to_characters(tokenizer):
-    family = qa_family(tokenizer, max_seq_length=48, max_query_length=8, doc_stride=16)
+    finetuner = qa_family(tokenizer, max_seq_length=48, max_query_length=8, doc_stride=16)
     example = qa_example()
-    data = family.encode([example], batch_size=4)
+    data = finetuner.encode([example], batch_size=4)
     logits = np.full((len(data), 2, 48), -5.0, np.float32)
     last = len(data) - 1  # the answer's span in the last window, which holds it
     start, end = data.fields["start_position"][last], data.fields["end_position"][last]
@@ -129,15 +130,15 @@ def test_qa_decoding_maps_the_best_span_of_any_window_back_to_characters(tokeniz
     logits[last, 0, start], logits[last, 1, end] = 4.0, 3.0
     logits[:, :, 0] = 1.0  # [CLS] of every window: the no-answer score 2 (the smallest over the windows)
     logits[0, :, 0] = 1.5
-    prediction, = family.decode(logits, data, [example])
+    prediction, = finetuner.decode(logits, data, [example])
     assert prediction.text == "Tesvar Bay," and prediction.null_margin == pytest.approx(2.0 - 7.0)
     assert squad.squad_scores([example], {"q1": prediction.answer(0.0)})["exact_match"] == 100.0
 
 
 def test_qa_window_without_room_for_the_stride_is_a_one_line_error(tokenizer):
-    family = qa_family(tokenizer, max_seq_length=64, max_query_length=32, doc_stride=32)
+    finetuner = qa_family(tokenizer, max_seq_length=64, max_query_length=32, doc_stride=32)
     with pytest.raises(UserError, match=r"leaves 29 context pieces per window .*config.data.doc_stride=32"):
-        family.check()
+        finetuner.check()
 
 
 def test_squad_v2_best_threshold_equals_a_brute_force_search():
@@ -161,18 +162,18 @@ def span_family(tmp_path, tokenizer, **span_head):
     config = tagging_config.get_config("head=span")
     config.data.update(dir=str(tmp_path), max_seq_length=16)
     config.span_head.update(span_head)
-    task = registry.task_for_config(config)
+    task = task_registry.task_for_config(config)
     return registry.for_config(config, task, tokenizer), task.load(config, "train")
 
 
 def test_span_family_labels_every_span_up_to_the_width_with_its_type_or_null(tmp_path, tokenizer):
-    family, sentences = span_family(tmp_path, tokenizer, max_width=2)
-    assert family.types == ("NULL", "LOC", "ORG", "PER") and family.task.kind == "span"
-    data = family.encode(sentences, batch_size=2)
+    finetuner, sentences = span_family(tmp_path, tokenizer, max_width=2)
+    assert finetuner.types == ("NULL", "LOC", "ORG", "PER") and finetuner.task.kind == "span"
+    data = finetuner.encode(sentences, batch_size=2)
     words, labels, spans = data.fields["span_words"][0], data.fields["span_labels"][0], data.fields["spans"][0]
     real = words[:, 0] >= 0
     assert real.sum() == 5 + 4  # 5 words: 5 single words and 4 pairs
-    named = {(int(a), int(b)): family.types[t] for (a, b), t in zip(words[real], labels[real]) if t > 0}
+    named = {(int(a), int(b)): finetuner.types[t] for (a, b), t in zip(words[real], labels[real]) if t > 0}
     assert named == {(0, 0): "PER", (2, 3): "LOC"}
     ids = data.features[0][0]
     tesvar = spans[real][[tuple(w) == (2, 3) for w in words[real]]][0]
@@ -181,8 +182,8 @@ def test_span_family_labels_every_span_up_to_the_width_with_its_type_or_null(tmp
 
 
 def test_span_decoding_keeps_nested_spans_and_the_greedy_pass_writes_flat_bio(tmp_path, tokenizer):
-    family, sentences = span_family(tmp_path, tokenizer, max_width=4)
-    data = family.encode(sentences[:1], batch_size=1)
+    finetuner, sentences = span_family(tmp_path, tokenizer, max_width=4)
+    data = finetuner.encode(sentences[:1], batch_size=1)
     words = data.fields["span_words"][0]
     probs = np.zeros((len(words), 4), np.float32)
     probs[:, 0] = 1.0  # NULL everywhere but:
@@ -190,11 +191,11 @@ def test_span_decoding_keeps_nested_spans_and_the_greedy_pass_writes_flat_bio(tm
         row = [tuple(w) for w in words].index((a, b))
         probs[row] = 0.0
         probs[row, kind], probs[row, 0] = p, 1 - p - 0.05
-    spans = family.decode_spans(probs, words)
+    spans = finetuner.decode_spans(probs, words)
     assert [(a, b, t) for a, b, t, _ in spans] == [(2, 3, "LOC"), (0, 0, "PER"), (2, 2, "LOC"), (1, 3, "ORG")]
-    assert family.decode(probs[None], data, sentences[:1]) == [["B-PER", "O", "B-LOC", "I-LOC", "O"]]
-    family.config.span_head.threshold = 0.8  # the calibrated non-NULL threshold: only LOC (0.9) stays
-    assert [(a, b) for a, b, _, _ in family.decode_spans(probs, words)] == [(2, 3)]
+    assert finetuner.decode(probs[None], data, sentences[:1]) == [["B-PER", "O", "B-LOC", "I-LOC", "O"]]
+    finetuner.config.span_head.threshold = 0.8  # the calibrated non-NULL threshold: only LOC (0.9) stays
+    assert [(a, b) for a, b, _, _ in finetuner.decode_spans(probs, words)] == [(2, 3)]
 
 
 def test_t5_qa_writes_squads_text_to_text_format_and_decodes_its_targets_back(corpus_and_tokenizer):
@@ -204,15 +205,15 @@ def test_t5_qa_writes_squads_text_to_text_format_and_decodes_its_targets_back(co
     tokenizer = load_tokenizer("sentencepiece", corpus_and_tokenizer[1], lowercase=False, extra_ids=100)
     config = qa_config.get_config("model=t5,size=tiny")
     config.data.update(dict(dir="unused", max_seq_length=64, max_answer_length=8))
-    family = registry.for_config(config, squad.SquadTask("squad_v2", "unused"), tokenizer)
+    finetuner = registry.for_config(config, squad.SquadTask("squad_v2", "unused"), tokenizer)
     examples = [qa_example("Kalmo visited Tesvar Bay last week.", "Tesvar Bay"),
                 squad.QaExample("q2", "Who?", "Nobody came.", ())]
     assert text_pair(examples[0]) == ("question: Where is it? context: Kalmo visited Tesvar Bay last week.",
                                       "Tesvar Bay")
-    data = family.encode(examples, batch_size=2)
+    data = finetuner.encode(examples, batch_size=2)
     targets = data.batch(np.arange(2))["decoder_target_ids"]
     assert targets.shape == (2, 9) and targets[1, 0] == tokenizer.eos_id  # unanswerable: EOS alone
-    predictions = family.decode(targets, data, examples)
+    predictions = finetuner.decode(targets, data, examples)
     assert [p.answer(0.0) for p in predictions][1] == ""
     scores = squad.squad_scores(examples, {e.id: p.answer(0.0) for e, p in zip(examples, predictions)})
     assert scores["exact_match"] == 100.0
@@ -232,14 +233,14 @@ def test_freezing_and_lora_train_the_token_heads_and_hold_the_encoder(tmp_path, 
         config.data.update(dir=str(tmp_path), max_seq_length=16)
         config.model.update(num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64)
         config.freezing.num_frozen_layers = 1
-        task = registry.task_for_config(config)
-        family = registry.for_config(config, task, tokenizer)
+        task = task_registry.task_for_config(config)
+        finetuner = registry.for_config(config, task, tokenizer)
         sentences = task.load(config, "train")
-        batch = family.encode(sentences, batch_size=2).batch(np.arange(2))
-        example = family.objective.model_inputs(batch)
+        batch = finetuner.encode(sentences, batch_size=2).batch(np.arange(2))
+        example = finetuner.objective.model_inputs(batch)
         params = train_state.unbox(jax.eval_shape(
-            lambda: family.build_model().init(jax.random.key(0), **example, deterministic=True)["params"]))
-        _, _, unfreeze_at, _ = make_optimizer(config, params, steps_per_epoch=1, family=family)
+            lambda: finetuner.build_model().init(jax.random.key(0), **example, deterministic=True)["params"]))
+        _, _, unfreeze_at, _ = make_optimizer(config, params, steps_per_epoch=1, finetuner=finetuner)
         at = {"/".join(freezing.path_names(p)): s for p, s in jax.tree_util.tree_leaves_with_path(unfreeze_at)}
         heads = [s for name, s in at.items() if name.startswith("head/")]
         assert heads and all(s == 0 for s in heads), arg
@@ -279,8 +280,8 @@ def tfds_prepared(tmp_path_factory):
 
 def test_conll_from_tfds_reads_the_same_sentences_and_tag_set_as_the_files(tfds_prepared):
     data_dir, files, _ = tfds_prepared
-    from_files = registry.task_for_config(conll_config(files))
-    from_tfds = registry.task_for_config(conll_config("", source="tfds", tfds_data_dir=data_dir))
+    from_files = task_registry.task_for_config(conll_config(files))
+    from_tfds = task_registry.task_for_config(conll_config("", source="tfds", tfds_data_dir=data_dir))
     assert from_tfds.labels == from_files.labels
     for split in ("train", "dev", "test"):
         def key(sentences):
@@ -292,7 +293,7 @@ def test_squad_from_tfds_reads_the_same_questions_as_the_files(tfds_prepared):
     data_dir, _, files = tfds_prepared
     config = qa_config.get_config()
     config.data.update(dict(source="tfds", tfds_data_dir=data_dir))
-    from_tfds = registry.task_for_config(config)
+    from_tfds = task_registry.task_for_config(config)
     from_files = squad.SquadTask("squad", files)
     for split in ("train", "dev"):
         assert from_tfds.load(config, split) == sorted(from_files.load(config, split), key=lambda e: e.id), split
@@ -300,10 +301,10 @@ def test_squad_from_tfds_reads_the_same_questions_as_the_files(tfds_prepared):
 
 def test_token_task_without_data_or_with_an_unknown_source_is_a_one_line_error():
     with pytest.raises(conll.ConllDataError, match=r"no data folder; set --config.data.dir .*train.txt, valid.txt"):
-        registry.task_for_config(conll_config(""))
+        task_registry.task_for_config(conll_config(""))
     with pytest.raises(conll.ConllDataError, match=r"config.data.source='csv': use dir .* or tfds \(TFDS conll2003\)"):
-        registry.task_for_config(conll_config("x", source="csv"))
+        task_registry.task_for_config(conll_config("x", source="csv"))
     config = qa_config.get_config("task=squad_v2")
     config.data.dir = ""
     with pytest.raises(squad.SquadDataError, match=r"folder with train-v2.0.json, dev-v2.0.json"):
-        registry.task_for_config(config)
+        task_registry.task_for_config(config)

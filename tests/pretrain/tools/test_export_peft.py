@@ -111,11 +111,12 @@ def test_lora_run_exports_merged_and_as_peft(lora_run, base_dir, tmp_path):
     from pretrain.finetuners import registry
     from pretrain.finetuners.base import model_config
     from pretrain.loops import evaluation
+    from pretrain.tasks import registry as task_registry
     from pretrain.tools import export_hf_bert
     from pretrain.training import peft as parameter_efficient
     with open(os.path.join(lora_run, "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
-    family = registry.for_config(config, registry.task_for_config(config), tokenizers.from_config(config.tokenizer))
+    family = registry.for_config(config, task_registry.task_for_config(config), tokenizers.from_config(config.tokenizer))
     part, init, _ = parameter_efficient.load_stored(lora_run)
     params = evaluation.with_peft_base(config, family, part, init, "dev")  # the repo's own rebuild, for comparison
     lora_b = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(params) if "lora_b" in str(p)]
@@ -193,8 +194,8 @@ def test_peft_directories_give_our_logits(base_dir, tmp_path, method, settings):
     import peft
 
     from models import peft as peft_modules
-    from models.convert import load_hf_bert, peft_io
     from models.bert_tasks import BertForFineTuning
+    from models.convert import load_hf_bert, peft_io
     from objectives.task_heads import head_kind
     from pretrain.training import peft as parameter_efficient
     config, base = load_hf_bert(base_dir)
