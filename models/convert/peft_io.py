@@ -26,12 +26,7 @@ import numpy as np
 from models import peft
 from models.bert import BertConfig
 from models.convert.hf_bert import bert_config_to_hf, hf_state_dict_from_bert
-from models.convert.hf_io import (
-    bert_tokenizer_files,
-    check_export_target,
-    replace_directory,
-    write_export,
-)
+from models.convert.hf_io import bert_tokenizer_files, check_export_target, replace_directory, write_export
 from models.errors import ModelInputError
 from models.qkv_layout import hf_layout
 

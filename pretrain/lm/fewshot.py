@@ -31,11 +31,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from pretrain.lm.language_model import (
-    load_language_model,
-    next_token_log_probs,
-    pad_rows,
-)
+from pretrain.lm.language_model import load_language_model, next_token_log_probs, pad_rows
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.glue import data as glue
 from pretrain.tasks.glue import metrics as glue_metrics

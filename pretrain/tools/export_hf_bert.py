@@ -51,13 +51,7 @@ import numpy as np
 
 import models
 from models import peft as peft_modules
-from models.convert import (
-    hf_distilbert,
-    hf_electra,
-    peft_io,
-    save_hf_albert,
-    save_hf_bert,
-)
+from models.convert import hf_distilbert, hf_electra, peft_io, save_hf_albert, save_hf_bert
 from models.qkv_layout import hf_layout
 from objectives import task_heads
 from pretrain.finetuners import registry

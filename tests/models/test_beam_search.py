@@ -12,15 +12,8 @@ import numpy as np
 import pytest
 
 from models import decoding
-from tests.helpers.toy_decoders import (
-    HistoryModel,
-    brute_force_beams,
-    jit_call,
-    log_softmax,
-    markov_cache,
-    markov_model,
-    python_greedy,
-)
+from tests.helpers.toy_decoders import (HistoryModel, brute_force_beams, jit_call, log_softmax, markov_cache,
+                                        markov_model, python_greedy)
 
 # ----------------------------------------------------------------------------------------------
 # Beam search

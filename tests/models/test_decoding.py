@@ -9,15 +9,8 @@ import pytest
 
 from models import decoding
 from models.errors import ModelInputError
-from tests.helpers.toy_decoders import (
-    HistoryModel,
-    jit_call,
-    markov_cache,
-    markov_logits_of,
-    markov_model,
-    python_greedy,
-    softmax,
-)
+from tests.helpers.toy_decoders import (HistoryModel, jit_call, markov_cache, markov_logits_of, markov_model,
+                                        python_greedy, softmax)
 
 # ----------------------------------------------------------------------------------------------
 # Greedy

@@ -17,13 +17,8 @@ from configs import distil as distil_configs
 from models import model_config, stack
 from models.bert import BertConfig, BertForPreTraining
 from models.convert import hf_bert
-from models.convert.hf_distilbert import (
-    distilbert_params_from_hf,
-    hf_config_to_distilbert,
-    hf_state_dict_from_distilbert,
-    load_hf_distilbert,
-    save_hf_distilbert,
-)
+from models.convert.hf_distilbert import (distilbert_params_from_hf, hf_config_to_distilbert,
+                                          hf_state_dict_from_distilbert, load_hf_distilbert, save_hf_distilbert)
 from models.errors import ModelInputError
 from tests.helpers import bert_reference
 from tests.helpers.bert_reference import count_params, init_params, randomised, state_dict

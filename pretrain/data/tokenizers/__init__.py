@@ -14,16 +14,8 @@ import os
 import ml_collections
 
 from objectives.interface import eos_id_or_none
-from pretrain.data.tokenizers.base import (
-    CLS,
-    EOS,
-    MASK,
-    SEP,
-    MissingTokenError,
-    Tokenizer,
-    TokenizerError,
-    UnknownTextError,
-)
+from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, MissingTokenError, Tokenizer, TokenizerError,
+                                           UnknownTextError)
 from pretrain.data.tokenizers.gpt import GPT2_EOS, CharTokenizer, GPT2BPETokenizer
 from pretrain.data.tokenizers.subword import SentencePieceTokenizer, WordPieceTokenizer
 

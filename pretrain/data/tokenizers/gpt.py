@@ -10,16 +10,8 @@ import os
 
 import numpy as np
 
-from pretrain.data.tokenizers.base import (
-    CLS,
-    EOS,
-    MASK,
-    SEP,
-    MissingTokenError,
-    Tokenizer,
-    TokenizerError,
-    UnknownTextError,
-)
+from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, MissingTokenError, Tokenizer, TokenizerError,
+                                            UnknownTextError)
 
 _BYTE_LEVEL_SPACE = "\u0120"  # 'Ġ': GPT-2's byte-level alphabet writes the space byte as it
 GPT2_EOS = "<|endoftext|>"  # GPT-2's only special token (id 50256): ends documents, also its unk and bos

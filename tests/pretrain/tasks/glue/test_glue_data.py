@@ -8,17 +8,8 @@ from unittest import mock
 
 import pytest
 
-from pretrain.tasks.glue.data import (
-    TASKS,
-    DataOptions,
-    Example,
-    GlueDataError,
-    get_task,
-    load_split,
-    read_glue_dir,
-    read_glue_tfds,
-    write_submission,
-)
+from pretrain.tasks.glue.data import (TASKS, DataOptions, Example, GlueDataError, get_task, load_split, read_glue_dir,
+                                       read_glue_tfds, write_submission)
 from tests.helpers.asserts import assert_one_line_error
 from tests.helpers.paths import SHARED_DATA
 

@@ -6,14 +6,8 @@ import numpy as np
 import pytest
 
 from pretrain.tasks.glue.data import get_task
-from pretrain.tasks.glue.metrics import (
-    PAPER_COLUMNS,
-    PAPER_ROWS,
-    compute_metrics,
-    main_score,
-    markdown_table,
-    table_scores,
-)
+from pretrain.tasks.glue.metrics import (PAPER_COLUMNS, PAPER_ROWS, compute_metrics, main_score, markdown_table,
+                                         table_scores)
 
 
 def _confusion(labels, predictions):
