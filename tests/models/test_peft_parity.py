@@ -35,11 +35,12 @@ import pytest
 import torch
 from peft import LoraConfig, TaskType, get_peft_model
 
-from tests.helpers.peft_reference import (ALPHA, HEAD_DIM, HEADS, METHODS, RANK, T5_LAYERS, WIDTH, assert_close,
-                                           assert_complete, bert_batch, copy_lora, copy_prefix_or_prompt, gpt2_batch,
-                                           hf_bert, hf_gpt2, hf_t5, logits, our_trainable_count, ours_bert, ours_gpt2,
-                                           ours_t5, peft_configs, peft_trainable_count, put, run_ours, t, t5_batch,
-                                           torch_ints, with_random_peft)
+from tests.helpers.peft_reference import (
+    ALPHA, HEADS, HEAD_DIM, METHODS, RANK, T5_LAYERS, WIDTH, assert_close, assert_complete, bert_batch, copy_lora,
+    copy_prefix_or_prompt, gpt2_batch, hf_bert, hf_gpt2, hf_t5, our_trainable_count, ours_bert, ours_gpt2,
+    ours_t5, peft_configs, peft_trainable_count, put, run_ours, t, t5_batch, torch_ints,
+    logits, with_random_peft)
+
 
 # ---------------------------------------------------------------------------------------------
 # 1. Trainable-parameter counts
