@@ -1,8 +1,10 @@
 """What README.md and docs/*.md cite exists: every repository path (`pretrain/loops/pretraining.py`,
 `configs/bert.py:size=base`'s file, `scripts/bench_*.py`, `tests/...`, `docs/x.md`; in backticks, code blocks or
 prose), every dotted module of the project (`python -m pretrain.train`, `pretrain.runtime.errors.UserError`), every
-local Markdown link and its #anchor; and README's Layout names what is there: each folder exists, each path and
-snake_case name it gives exists, and each module of a folder is named in the folder's entry. Each check is also
+local Markdown link and its #anchor. README's Layout is a map of the rooms, not of every module: each folder it
+gives exists, each path, file and snake_case name in an entry exists, and each room (a folder directly inside a
+package) is on the map. The documents hold no path of a development machine (/work/..., /root/..., /home/USER,
+/tmp/... other than the documented examples) and no commit hash: history goes to CHANGELOG.md. Each check is also
 shown to fail on a synthetic repository (the files, the text, no import is executed)."""
 from __future__ import annotations
 
@@ -23,6 +25,14 @@ PATH = re.compile(r"(?<![\w./~$-])(?<!\]\()((?:%s)/(?:[\w./*-]|\{[^{}\s]*\})*)" 
 MODULE = re.compile(r"(?<![\w./-])((?:%s)(?:\.[A-Za-z_]\w*)+)" % "|".join(PACKAGES))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 SNAKE = re.compile(r"(?<![\w./-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w/-])")
+FILE_NAME = re.compile(r"(?<![\w./-])([\w-]+\.(?:py|sh|md|txt|ini|json|jsonl|cfg|toml))(?![\w/-])")
+# /tmp paths the documents may show: the launcher's own temporary tarball (pretrain.launch run --dry_run prints it).
+TMP_EXAMPLES = ("/tmp/lmpretrain-",)
+MACHINE_PATH = re.compile(r"(?<![\w.~$-])(/work/\S*|/root(?:/\S*)?|/home/\w\S*|/tmp/\S+)")
+# A commit: 7-40 hex digits with at least one digit and one letter, alone in backticks or parentheses or after
+# "commit", "revision" or "at"; or any 40.
+_HEX = r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])([0-9a-f]{7,40})"
+COMMIT = re.compile(r"(?<=[`(])%s(?=[`)])|\b(?:commit|revision|at)\s+%s\b|\b([0-9a-f]{40})\b" % (_HEX, _HEX))
 
 
 def documents(root: str) -> list[str]:
@@ -128,6 +138,22 @@ def broken_citations(root: str) -> list[str]:
     return problems
 
 
+def history_and_machine_paths(root: str) -> list[str]:
+    """`document:line: problem` for every development-machine path and every commit hash in the documents."""
+    problems = []
+    for document in documents(root):
+        with open(document, encoding="utf-8") as f:
+            text = f.read()
+        where = os.path.relpath(document, root)
+        for m in MACHINE_PATH.finditer(text):
+            path = m.group(1).rstrip(".,;:`'\")")
+            if not path.startswith(TMP_EXAMPLES):
+                problems.append(f"{where}:{_line(text, m.start())}: machine path {path}")
+        for m in COMMIT.finditer(text):
+            problems.append(f"{where}:{_line(text, m.start())}: commit {next(filter(None, m.groups()))} (history: CHANGELOG.md)")
+    return problems
+
+
 def cited_paths(root: str) -> list[str]:
     out = []
     for document in documents(root):
@@ -173,12 +199,6 @@ def project_names(root: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _contents(folder: str) -> list[str]:
-    """What an entry must name: the folder's modules, files (by stem) and subfolders, never __init__ or caches."""
-    return sorted({name.split(".")[0] for name in os.listdir(folder)
-                   if not name.startswith((".", "__")) and (os.path.isdir(os.path.join(folder, name)) or "." in name)})
-
-
 def layout_problems(root: str) -> list[str]:
     with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
         files, entries = layout_entries(f.read())
@@ -193,14 +213,29 @@ def layout_problems(root: str) -> list[str]:
             token = token.strip("()[],;:'\"`")
             if "/" in token and "://" not in token and token == token.lower() and not _exists(path, token):
                 problems.append(f"Layout: {folder}/{token} does not exist")
+        for name in FILE_NAME.findall(text):
+            if not os.path.isfile(os.path.join(path, name)):
+                problems.append(f"Layout: {folder}/{name} does not exist")
         for name in SNAKE.findall(text):
             if name not in names:
                 problems.append(f"Layout: {folder}: {name} is neither a module nor a name defined in the project")
-        rooms = {f.rpartition("/")[2] for f, _ in entries if f.startswith(folder + "/")}
-        for name in _contents(path):
-            if name not in rooms and not re.search(r"(?<![\w.-])%s(?![\w-])" % re.escape(name), text):
-                problems.append(f"Layout: {folder}/ does not name {name}")
+    problems += [f"Layout: {room}/ is a room the map does not show" for room in _unmapped_rooms(root, entries)]
     return problems
+
+
+def _rooms(root: str) -> list[str]:
+    """The folders directly inside a package (`pretrain/runtime`, `models/convert`, `tests/helpers`)."""
+    return sorted(f"{package}/{name}" for package in PACKAGES if os.path.isdir(os.path.join(root, package))
+                  for name in os.listdir(os.path.join(root, package))
+                  if not name.startswith((".", "__")) and os.path.isdir(os.path.join(root, package, name)))
+
+
+def _unmapped_rooms(root: str, entries: list[tuple[str, str]]) -> list[str]:
+    """Rooms that are neither an entry of the Layout nor named (`name`, `name/`) in their package's entry."""
+    texts = dict(entries)
+    name = lambda room: re.compile(r"(?<![\w.-])%s(?![\w-])" % re.escape(room.partition("/")[2]))
+    return [room for room in _rooms(root)
+            if room not in texts and not name(room).search(texts.get(room.partition("/")[0], ""))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,8 +250,12 @@ def test_the_layout_names_what_exists():
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         files, entries = layout_entries(f.read())
     assert "setup.py" in files
-    assert {"configs", "pretrain/core", "pretrain/loops", "scripts", "tests"} <= dict(entries).keys()
+    assert {"configs", "pretrain/runtime", "pretrain/loops", "scripts", "tests"} <= dict(entries).keys()
     assert layout_problems(REPO) == []
+
+
+def test_no_machine_path_and_no_commit_hash():
+    assert history_and_machine_paths(REPO) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,15 +265,15 @@ README = """\
     # Project
 
     Run `python -m pretrain.train --config=configs/bert.py:size=base`; see [training](docs/training.md#resume)
-    and `scripts/bench_*.py`, `pretrain/{core,loops}/`, `pretrain.runtime.errors.UserError`.
+    and `scripts/bench_*.py`, `pretrain/{runtime,loops}/`, `pretrain.runtime.errors.UserError`.
 
     ## Layout
 
     ```
     setup.py
-    configs/     get_config(arg) files: bert (this entry's paths are its own: tools/)
-    pretrain/    the system: train (main_loop)
-      core/      errors
+    configs/     get_config(arg) files: bert.py (this entry's paths are its own: tools/)
+    pretrain/    the system: train.py (main_loop)
+      runtime/   errors.py
       loops/     none yet
     scripts/     bench_glue
     ```
@@ -243,7 +282,7 @@ FILES = {
     "setup.py": "",
     "configs/__init__.py": "", "configs/bert.py": "def get_config(arg):\n    pass\n", "configs/tools/x.txt": "",
     "pretrain/__init__.py": "", "pretrain/train.py": "def main_loop():\n    pass\n",
-    "pretrain/core/__init__.py": "", "pretrain/runtime/errors.py": "class UserError(ValueError):\n    pass\n",
+    "pretrain/runtime/__init__.py": "", "pretrain/runtime/errors.py": "class UserError(ValueError):\n    pass\n",
     "pretrain/loops/__init__.py": "",
     "scripts/bench_glue.py": "",
     "docs/training.md": "# Training\n\n## Resume\n",
@@ -252,7 +291,7 @@ FILES = {
 
 def test_a_synthetic_repository_whose_citations_hold_passes(tmp_path):
     root = write_tree(tmp_path, {**FILES, "README.md": README})
-    assert broken_citations(root) == [] and layout_problems(root) == []
+    assert broken_citations(root) == [] and layout_problems(root) == [] and history_and_machine_paths(root) == []
 
 
 def test_a_readme_citing_what_is_not_there_fails(tmp_path):
@@ -280,17 +319,46 @@ def test_a_moved_file_and_a_missing_module_fail(tmp_path):
 
 
 def test_a_layout_out_of_date_fails(tmp_path):
-    readme = README.replace("files: bert", "files: bert t5 (also get_sweep)")
-    files = {**FILES, "README.md": readme, "pretrain/workdir/storage.py": "", "pretrain/jobs/x.py": ""}
+    readme = README.replace("files: bert.py", "files: bert.py t5.py (also get_sweep)")
+    files = {**FILES, "README.md": readme, "pretrain/workdir/storage.py": "", "pretrain/runtime/cli.py": ""}
     del files["configs/tools/x.txt"]
     root = write_tree(tmp_path, files)
     assert layout_problems(root) == [
         "Layout: configs/tools/ does not exist",
+        "Layout: configs/t5.py does not exist",
         "Layout: configs: get_sweep is neither a module nor a name defined in the project",
-        "Layout: pretrain/ does not name ops",
-        "Layout: pretrain/core/ does not name storage",
-    ]
+        "Layout: pretrain/workdir/ is a room the map does not show",
+    ]  # a module the map does not name (runtime/cli.py) is no problem: the map shows rooms, not every module
     os.remove(os.path.join(root, "setup.py"))
+    os.remove(os.path.join(root, "pretrain", "runtime", "errors.py"))
     shutil.rmtree(os.path.join(root, "pretrain", "loops"))
     problems = layout_problems(root)
     assert problems[0] == "Layout: setup.py does not exist" and "Layout: pretrain/loops/ does not exist" in problems
+    assert "Layout: pretrain/runtime/errors.py does not exist" in problems
+
+
+def test_a_room_named_in_its_package_entry_is_on_the_map(tmp_path):
+    readme = README.replace("the system: train.py", "the system: train.py, workdir/ (a run's files)")
+    root = write_tree(tmp_path, {**FILES, "README.md": readme, "pretrain/workdir/storage.py": ""})
+    assert layout_problems(root) == []
+
+
+def test_machine_paths_and_commit_hashes_fail(tmp_path):
+    readme = README.replace("# Project\n", "# Project\n\n"
+                            "Built in /work/main, cached in /root/.cache and /home/dev/x, unpacked to /tmp/site;\n"
+                            "the launcher packs /tmp/lmpretrain-bert-1.tar.gz, not https://x.org/work/a or ~/tmp/a.\n"
+                            "Fixed in (5c9f994) and `e9c2436`, as commit 802c270 had it; see\n"
+                            "60113d4aaee088570231a5fab541be3b82bd6afe.\n"
+                            "Not commits: (decade), (1234567), `abcdef`, at 1,200 steps, a commit of the code.\n")
+    root = write_tree(tmp_path, {**FILES, "README.md": readme, "docs/training.md": "# T\n\nin /tmp/x.\n"})
+    assert history_and_machine_paths(root) == [
+        "README.md:3: machine path /work/main",
+        "README.md:3: machine path /root/.cache",
+        "README.md:3: machine path /home/dev/x",
+        "README.md:3: machine path /tmp/site",
+        "README.md:5: commit 5c9f994 (history: CHANGELOG.md)",
+        "README.md:5: commit e9c2436 (history: CHANGELOG.md)",
+        "README.md:5: commit 802c270 (history: CHANGELOG.md)",
+        "README.md:6: commit 60113d4aaee088570231a5fab541be3b82bd6afe (history: CHANGELOG.md)",
+        "docs/training.md:3: machine path /tmp/x",
+    ]
