@@ -25,6 +25,7 @@ from objectives.task_heads.objective import FineTuningObjective
 from pretrain.finetuners import registry as finetuners
 from pretrain.runtime.errors import ConfigError
 from pretrain.tasks import registry as task_registry
+from pretrain.tasks.glue import text_to_text
 from pretrain.tools import export_hf_bert
 from pretrain.training import validation
 from tests.helpers.paths import REPO
@@ -189,6 +190,9 @@ def test_a_registered_task_is_found_and_fine_tuned_by_its_kind(tmp_path, monkeyp
     finetuner = finetuners.for_config(config, task, tokenizer=None)
     assert type(finetuner).__name__ == "BertFinetuner" and finetuner.objective.kind == "classification"
     np.testing.assert_array_equal(task.label_array(task.load(config, "dev")), [0, 1])
+    # and as text to text, T5's way, with GLUE's generic field name
+    assert text_to_text.input_text(task, task.load(config, "dev")[0]) == "toy_sentiment sentence: awful"
+    assert text_to_text.label_text(task, 1) == "good"
     with pytest.raises(ValueError, match="registered twice"):
         task_registry.register(task_registry.TaskEntry(("toy_sentiment",), f"{module}:ToySentiment.from_config"))
 

@@ -48,8 +48,16 @@ def _task(task: GlueTask | str) -> GlueTask:
 def input_text(task: GlueTask | str, example: Example) -> str:
     """'mrpc sentence1: <text_a> sentence2: <text_b>' (t5's preprocessors.glue / stsb)."""
     task = _task(task)
-    fields = [f"{name}: {getattr(example, attribute)}" for name, attribute in _FIELDS[task.name]]
+    fields = [f"{name}: {getattr(example, attribute)}" for name, attribute in _fields(task)]
     return " ".join([task.name, *fields])
+
+
+def _fields(task) -> tuple[tuple[str, str], ...]:
+    """A GLUE task's own field names; another classification task's are GLUE's generic ones: sentence, or
+    sentence1 and sentence2 for a pair."""
+    if task.name in _FIELDS:
+        return _FIELDS[task.name]
+    return (("sentence1", "text_a"), ("sentence2", "text_b")) if task.is_pair else (("sentence", "text_a"),)
 
 
 def label_text(task: GlueTask | str, label: int | float) -> str:
