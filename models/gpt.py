@@ -106,6 +106,7 @@ class GPT(extension.Leading):
         self.dropout = ops.Dropout(c.dropout_rate)
         self.decode_position = DecodePosition()
 
+    @extension.attached
     def __call__(self, input_ids: jax.Array,                     # [B, L] int
                  segment_ids: jax.Array | None = None,           # [B, L]: 0 = padding, 1..n = packed documents
                  positions: jax.Array | None = None,             # [B, L]: restart at 0 per document

@@ -169,6 +169,7 @@ class T5(extension.Leading):
             self.lm_head = layers.Dense(c.vocab_size, ("embed", "vocab"), use_bias=False,
                                         kernel_init=c.normal(c.d_model), **c.kwargs)
 
+    @extension.attached
     def __call__(self, encoder_input_ids: jax.Array,              # [B, S] int
                  decoder_input_ids: jax.Array,                    # [B, L] int (targets shifted right, 0 first)
                  encoder_segment_ids: jax.Array | None = None,    # [B, S]

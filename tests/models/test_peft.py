@@ -174,6 +174,24 @@ def test_t5_prefix_and_prompt_decode_like_teacher_forcing(fused_qkv):
         np.testing.assert_allclose(jnp.stack(stepped, 1), full, atol=1e-5)
 
 
+def test_a_method_attaches_once_however_entry_methods_nest():
+    """T5.__call__ runs encode and decode, each an entry method that attaches the PEFT method (models/extension.py):
+    LoRA must adapt each projection once, as when encode and decode run on their own."""
+    model = t5.T5(t5_config("lora", lora_targets=LORA_ALL))
+    params = init(model, IDS, IDS)
+    rng = np.random.default_rng(0)
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, x: rng.normal(0, 0.2, x.shape).astype(x.dtype) if str(path[-1].key) == "lora_b" else x, params)
+    encoded = model.apply({"params": params}, IDS, method=t5.T5.encode)
+    decoded = model.apply({"params": params}, encoded, (IDS != 0).astype(jnp.int32), IDS, method=t5.T5.decode)
+    np.testing.assert_array_equal(model.apply({"params": params}, IDS, IDS)["logits"], decoded)
+    base = t5.T5(t5_config())
+    unadapted = base.apply({"params": peft.merge_lora(params, 0.0)}, IDS, IDS)["logits"]
+    assert np.abs(np.asarray(unadapted) - np.asarray(decoded)).max() > 1e-3  # the update matters here
+    merged = base.apply({"params": peft.merge_lora(params, 8.0 / 8)}, IDS, IDS)["logits"]  # alpha / r, applied once
+    np.testing.assert_allclose(merged, decoded, atol=2e-5)
+
+
 # ------------------------------------------------------------------ bad settings: one line each
 @pytest.mark.parametrize("build, message", [
     (lambda: peft.PeftConfig(method="bitfit"), "peft.method='bitfit' is not one of"),
