@@ -2,9 +2,9 @@
 (models/peft/ attaches the parameter-efficient methods here).
 
 An extension comes with a model's config as a Flax method interceptor (`config.interceptor`,
-models/config_base.py; flax.linen.intercept_methods). A model's entry methods are `@attached`: they run under it.
-It runs inside each intercepted module's own call, so it may create parameters and submodules there, and acts,
-by method and module name, at:
+models/config_base.py; flax.linen.intercept_methods). A model's entry methods (any that `Module.apply` may name)
+are `@attached`: they run under it, installed once however they nest. It runs inside each intercepted module's
+own call, so it may create parameters and submodules there, and acts, by method and module name, at:
 - `Sublayers.sublayer_output(name, h)`: a layer's sub-layer output [B, L, D] (dropped out) on its way into the
   residual stream; the identity. The sub-layers: "attention", "cross_attention" (T5's decoder), "mlp".
 - `Leading.leading_tokens(batch, decode)`: tokens in front of the input, as embeddings [B, P, D] that lead the
