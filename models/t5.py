@@ -187,8 +187,8 @@ class T5(extension.Leading):
     def encode(self, encoder_input_ids: jax.Array, encoder_segment_ids: jax.Array | None = None,
                encoder_positions: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
         """[B, S] ids -> [B, S, D] encoder states (in the compute dtype); with leading embeddings [B, P + S, D],
-        they first (at positions 0..P-1, in the row's first segment): the decoder reads them too. (Leading keys and
-        values go to the decoder.)"""
+        those first (at positions 0..P-1, in the row's first segment): the decoder reads them too. (Leading keys
+        and values go to the decoder.)"""
         segments = encoder_segments_of(self.config, encoder_input_ids, encoder_segment_ids)
         positions = _positions_or_indices(encoder_input_ids, encoder_positions)
         x = self.shared(encoder_input_ids)
