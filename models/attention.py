@@ -76,14 +76,14 @@ def dense_mask(mask: jax.Array | SegmentMask | None, q_len: int, kv_len: int) ->
     return mask.dense(q_len, kv_len) if isinstance(mask, SegmentMask) else mask
 
 
-def attend_to_prefix(k: jax.Array, v: jax.Array, mask: jax.Array | None, bias: jax.Array | None,
-                     prefix: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
-    """Puts a layer's prefix [2, P, H, K] before its keys and values [B, S, H, K]: every query that attends at
-    all may attend to it; a dense mask [B|1, 1, L, S] grows P columns, and so does a bias [B|1, H, L, S]
-    (with 0) unless it already covers them ([B|1, H, L, P + S]: T5's relative positions)."""
-    batch, length = k.shape[0], prefix.shape[1]
-    keys = jnp.broadcast_to(prefix[0][None].astype(k.dtype), (batch,) + prefix.shape[1:])
-    values = jnp.broadcast_to(prefix[1][None].astype(v.dtype), (batch,) + prefix.shape[1:])
+def prepend_keys_values(k: jax.Array, v: jax.Array, mask: jax.Array | None, bias: jax.Array | None,
+                        extra: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]:
+    """Puts P keys and values `extra` [2, P, H, K], the same for every row, before a layer's own [B, S, H, K]: every
+    query that attends at all may attend to them; a dense mask [B|1, 1, L, S] grows P columns, and so does a bias
+    [B|1, H, L, S] (with 0) unless it already covers them ([B|1, H, L, P + S]: T5's relative positions)."""
+    batch, length = k.shape[0], extra.shape[1]
+    keys = jnp.broadcast_to(extra[0][None].astype(k.dtype), (batch,) + extra.shape[1:])
+    values = jnp.broadcast_to(extra[1][None].astype(v.dtype), (batch,) + extra.shape[1:])
     if mask is not None:
         seen = jnp.any(mask, axis=-1, keepdims=True)  # padding queries keep attending to nothing
         mask = jnp.concatenate([jnp.broadcast_to(seen, mask.shape[:-1] + (length,)), mask], axis=-1)

@@ -19,12 +19,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, heads, layers, ops, peft, stack
+from models import attention, extension, heads, layers, ops, stack
+from models.config_base import Dims, ModelConfig
 from models.errors import ModelInputError
 
 
 @dataclasses.dataclass(frozen=True)
-class BertConfig:
+class BertConfig(ModelConfig):  # + dtype, param_dtype, attention, scan_layers, fused_qkv, remat (models/config_base.py)
     vocab_size: int = 30522
     hidden_size: int = 768
     num_layers: int = 12
@@ -43,13 +44,6 @@ class BertConfig:
     hidden_act: str = "gelu"             # gelu (exact) | gelu_new (tanh form; ALBERT)
     pooler: bool = True                  # the [CLS] Dense + tanh (ELECTRA has none)
     max_span_tokens: int = 32            # SBO relative positions embedded; longer spans share the last
-    dtype: str = "float32"               # compute dtype (activations): float32 | bfloat16
-    param_dtype: str = "float32"         # storage dtype of the weights
-    attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
-    scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
-    fused_qkv: bool = False              # self-attention's q/k/v: one Dense [D, 3, H, K] (models/qkv_layout.py)
-    remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
-    peft: peft.PeftConfig = peft.NONE    # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
         # ALBERT factorises to save parameters: a table wider than the layers defeats it. (ELECTRA's generator,
@@ -60,16 +54,17 @@ class BertConfig:
                                   f"(the paper uses 128); set embedding_size <= hidden_size, or 0 for hidden_size")
         if self.hidden_act not in layers.ACTIVATIONS:
             raise ModelInputError(f"model.hidden_act={self.hidden_act!r} is not one of {list(layers.ACTIVATIONS)}")
-        peft.check_fits(self.peft, width=self.hidden_size, context=self.max_position_embeddings,
-                        mlp_width=self.intermediate_size)
+        super().__post_init__()
+
+    @property
+    def dims(self) -> Dims:
+        return Dims(width=self.hidden_size, layers=self.num_layers, heads=self.num_heads,
+                    head_dim=self.hidden_size // self.num_heads, mlp_width=self.intermediate_size,
+                    positions=self.max_position_embeddings)
 
     @property
     def embedding_width(self) -> int:
         return self.embedding_size or self.hidden_size
-
-    @property
-    def kwargs(self) -> dict:
-        return dict(dtype=jnp.dtype(self.dtype), param_dtype=jnp.dtype(self.param_dtype))
 
 
 class BertEmbeddings(nn.Module):
@@ -88,19 +83,20 @@ class BertEmbeddings(nn.Module):
         self.dropout = ops.Dropout(c.dropout_rate)
 
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,  # [B, L] each
-                 deterministic: bool, prompt: jax.Array | None = None,  # [B, P, D]: prompt tuning's inputs
-                 first_position: int = 0) -> jax.Array:                 # -> [B, P + L, E]
-        """Prompt tuning (models/peft.py) puts its P embeddings first, with token type 0, and they take the
-        positions 0..P-1 (as peft feeds them to Hugging Face's BERT). Prefix-tuning starts the positions at
-        P (`first_position`), as a Hugging Face BERT given the prefix as past keys and values does."""
+                 deterministic: bool, leading: jax.Array | None = None,  # [B, P, D]: leading embeddings
+                 first_position: int = 0) -> jax.Array:                  # -> [B, P + L, E]
+        """Leading embeddings (models/extension.py) go first, with token type 0, at positions 0..P-1 (as a
+        Hugging Face BERT given them as inputs_embeds). Leading keys and values start the positions at P
+        (`first_position`), as a Hugging Face BERT given them as past keys and values does."""
         words = self.word_embeddings(input_ids)
-        if prompt is not None:
-            words = jnp.concatenate([prompt.astype(words.dtype), words], axis=1)
-            segment_ids = jnp.pad(segment_ids, ((0, 0), (prompt.shape[1], 0)))
+        if leading is not None:
+            words = jnp.concatenate([leading.astype(words.dtype), words], axis=1)
+            segment_ids = jnp.pad(segment_ids, ((0, 0), (leading.shape[1], 0)))
         if first_position + words.shape[1] > self.config.max_position_embeddings:  # jnp.take would embed NaNs
             virtual = words.shape[1] - input_ids.shape[1] + first_position
             raise ModelInputError(f"{input_ids.shape[1]} tokens + {virtual} virtual ones exceed the model's "
-                                  f"{self.config.max_position_embeddings} positions: shorten the input or the prefix")
+                                  f"{self.config.max_position_embeddings} positions: shorten the input or the "
+                                  "leading tokens")
         positions = first_position + jnp.arange(words.shape[1])[None, :]
         x = words + self.position_embeddings(positions)
         if self.config.type_vocab_size:
@@ -108,37 +104,34 @@ class BertEmbeddings(nn.Module):
         return self.dropout(self.norm(x), deterministic=deterministic)
 
 
-class BertLayer(nn.Module):
+class BertLayer(extension.Sublayers):
     """Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), dropout before each residual add.
     return_internals: -> (x, {'hidden': x, and the attention's 'scores', 'probs', 'values'}) (BertModel)."""
     config: BertConfig
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool,
-                 prefix: jax.Array | None = None,  # [2, P, H, K] (prefix-tuning)
+                 extra_keys_values: jax.Array | None = None,  # [2, P, H, K] (models/extension.py)
                  return_internals: bool = False) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
         c = self.config
         init = layers.truncated_normal(c.initializer_range)
         dropout = ops.Dropout(c.dropout_rate)
         h = layers.MultiHeadAttention(c.num_heads, c.hidden_size // c.num_heads,
                                       dropout_rate=c.attention_dropout_rate, kernel_init=init, attention=c.attention,
-                                      peft=c.peft, fused_qkv=c.fused_qkv, name="attention", **c.kwargs)(
-            x, mask=mask, deterministic=deterministic, prefix=prefix, return_weights=return_internals)
+                                      fused_qkv=c.fused_qkv, name="attention", **c.kwargs)(
+            x, mask=mask, deterministic=deterministic, extra_keys_values=extra_keys_values,
+            return_weights=return_internals)
         h, internals = h if return_internals else (h, None)
-        h = dropout(h, deterministic=deterministic)
-        if c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
-            h = peft.Adapter(c.peft.adapter_size, name="attention_adapter", **c.kwargs)(h)
+        h = self.sublayer_output("attention", dropout(h, deterministic=deterministic))
         x = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)(x + h)
-        h = layers.MLP(c.intermediate_size, layers.ACTIVATIONS[c.hidden_act], kernel_init=init, peft=c.peft, name="mlp",
+        h = layers.MLP(c.intermediate_size, layers.ACTIVATIONS[c.hidden_act], kernel_init=init, name="mlp",
                        **c.kwargs)(x, deterministic)
-        h = dropout(h, deterministic=deterministic)
-        if c.peft.adapters_after_mlp:
-            h = peft.Adapter(c.peft.adapter_size, name="mlp_adapter", **c.kwargs)(h)
+        h = self.sublayer_output("mlp", dropout(h, deterministic=deterministic))
         x = layers.LayerNorm(c.layer_norm_eps, name="output_norm", **c.kwargs)(x + h)
         return (x, {"hidden": x, **internals}) if return_internals else x
 
 
-class BertModel(nn.Module):
+class BertModel(extension.Leading):
     """Encoder + pooler. Returns (sequence_output [B, L, D], pooled_output [B, D])."""
     config: BertConfig
 
@@ -152,36 +145,33 @@ class BertModel(nn.Module):
                                    per_layer_argnums=(3,), shared=c.shared_layers, config=c)
         if c.pooler:
             self.pooler = layers.Dense(c.hidden_size, ("embed", "embed_out"), kernel_init=init, **c.kwargs)
-        self.prefix_encoder, self.prompt = peft.virtual_modules(
-            c.peft, num_layers=c.num_layers, num_heads=c.num_heads, head_dim=c.hidden_size // c.num_heads,
-            width=c.hidden_size, **c.kwargs)
 
+    @extension.attached
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array,
                  deterministic: bool = True, embedded: jax.Array | None = None, return_internals: bool = False
                  ) -> tuple[jax.Array, jax.Array | None] | tuple[jax.Array, jax.Array | None, dict[str, jax.Array]]:
-        """-> sequence [B, L, D] (the input's positions), pooled [B, D] (position 0: [CLS], or with prompt
-        tuning its first virtual token, as peft's BERT classifiers read it; None without a pooler).
+        """-> sequence [B, L, D] (the input's positions), pooled [B, D] (position 0: [CLS], or with leading
+        embeddings the first of them, as Hugging Face's BERT classifiers read it; None without a pooler).
         embedded [B, L, E]: another model's embedding output in place of this one's (ELECTRA's generator
         shares the discriminator's tables).
         return_internals (distillation, models/distillation/model.py): a third result, {'embeddings' [B, L, D] (the first
         layer's input: Hugging Face's hidden_states[0]), and per layer, stacked [N, ...]: 'hidden' [N, B, L, D] (its
         output), 'scores' and 'probs' [N, B, H, L, L] (scaled q.k before the mask; the softmax before dropout),
-        'values' [N, B, L, H, K]}, with virtual tokens where peft adds them. Every layer's attention then runs the
-        einsum reference (models/attention.py: the fused kernels return no weights), looped or scanned alike."""
+        'values' [N, B, L, H, K]}, with the leading embeddings where they come first. Every layer's attention then
+        runs the einsum reference (models/attention.py: the fused kernels return no weights), looped or scanned
+        alike."""
         c = self.config
         valid = input_mask.astype(jnp.int32)  # padding as segment ids: 1 = the row's tokens, 0 = padding
-        prompt, prefix, first_position = None, None, 0
-        if self.prompt is not None:
-            prompt = self.prompt(input_ids.shape[0])
-            valid = jnp.pad(valid, ((0, 0), (c.peft.prompt_length, 0)), constant_values=1)
-        if self.prefix_encoder is not None:
-            prefix, first_position = self.prefix_encoder(), c.peft.prefix_length
+        leading, keys_values = self.leading_tokens(input_ids.shape[0])
+        if leading is not None:  # they join every row's tokens
+            valid = jnp.pad(valid, ((0, 0), (leading.shape[1], 0)), constant_values=1)
+        first_position = 0 if keys_values is None else keys_values.shape[2]
         mask = attention.SegmentMask(valid, valid)
         if embedded is None:
-            embedded = self.embeddings(input_ids, segment_ids, deterministic, prompt, first_position)
+            embedded = self.embeddings(input_ids, segment_ids, deterministic, leading, first_position)
         x = self.embeddings_project(embedded) if c.embedding_width != c.hidden_size else embedded
         first = x
-        x = self.encoder(x, mask, deterministic, prefix, return_internals)
+        x = self.encoder(x, mask, deterministic, keys_values, return_internals)
         x, internals = x if return_internals else (x, None)
         pooled = jnp.tanh(self.pooler(x[:, 0])) if c.pooler else None  # the [CLS] position
         sequence = x[:, x.shape[1] - input_ids.shape[1]:]

@@ -28,12 +28,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, layers, ops, peft, stack
+from models import attention, extension, layers, ops, stack
+from models.config_base import Dims, ModelConfig
 from models.errors import ModelInputError
 
 
 @dataclasses.dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(ModelConfig):  # + dtype, param_dtype, attention, scan_layers, fused_qkv, remat (models/config_base.py)
     vocab_size: int = 50257
     n_positions: int = 1024               # the largest position embedded (GPT-2's context)
     d_model: int = 768
@@ -44,23 +45,17 @@ class GPTConfig:
     attention_dropout_rate: float = 0.1   # attn_pdrop
     layer_norm_eps: float = 1e-5
     initializer_range: float = 0.02
-    dtype: str = "float32"                # compute dtype (activations): float32 | bfloat16
-    param_dtype: str = "float32"          # storage dtype of the weights
-    attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
-    scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
-    fused_qkv: bool = False              # self-attention's q/k/v: one Dense [D, 3, H, K] (models/qkv_layout.py)
-    remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
     use_bias: bool = True                 # False: no biases in Linear layers and LayerNorms (nanoGPT's bias=False)
-    peft: peft.PeftConfig = peft.NONE     # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
         if self.d_model % self.num_heads:
             raise ModelInputError(f"GPTConfig.d_model={self.d_model} must be a multiple of num_heads={self.num_heads}")
-        peft.check_fits(self.peft, width=self.d_model, context=self.n_positions, mlp_width=self.d_ff)
+        super().__post_init__()
 
     @property
-    def kwargs(self) -> dict:
-        return dict(dtype=jnp.dtype(self.dtype), param_dtype=jnp.dtype(self.param_dtype))
+    def dims(self) -> Dims:
+        return Dims(width=self.d_model, layers=self.num_layers, heads=self.num_heads, head_dim=self.head_dim,
+                    mlp_width=self.d_ff, positions=self.n_positions)
 
     @property
     def head_dim(self) -> int:
@@ -72,7 +67,7 @@ class GPTConfig:
         return nn.initializers.normal(self.initializer_range * scale)
 
 
-class GPTBlock(nn.Module):
+class GPTBlock(extension.Sublayers):
     """Pre-LN block: x += Drop(Attn(LN(x))); x += Drop(MLP(LN(x)))."""
     config: GPTConfig
 
@@ -80,30 +75,24 @@ class GPTBlock(nn.Module):
     def __call__(self, x: jax.Array,              # [B, L, D]
                  mask: jax.Array | None,          # [B|1, 1, L, L] (None in decode: the cache masks)
                  deterministic: bool = True, decode: bool = False,
-                 prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K] (prefix-tuning)
+                 extra_keys_values: jax.Array | None = None) -> jax.Array:  # [2, P, H, K] (models/extension.py)
         c = self.config
         dropout = ops.Dropout(c.dropout_rate)
         h = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", use_bias=c.use_bias, **c.kwargs)(x)
         h = layers.MultiHeadAttention(c.num_heads, c.head_dim, dropout_rate=c.attention_dropout_rate,
                                       kernel_init=c.init(), out_kernel_init=c.init(residual_output=True),
-                                      use_bias=c.use_bias, attention=c.attention, peft=c.peft, fused_qkv=c.fused_qkv,
+                                      use_bias=c.use_bias, attention=c.attention, fused_qkv=c.fused_qkv,
                                       name="attention", **c.kwargs)(h, mask=mask, deterministic=deterministic,
-                                                                    decode=decode, prefix=prefix)
-        h = dropout(h, deterministic=deterministic)
-        if c.peft.adapters_after_attention:  # Houlsby: on the sub-layer's output, before the residual
-            h = peft.Adapter(c.peft.adapter_size, name="attention_adapter", **c.kwargs)(h)
-        x = x + h
+                                                                    decode=decode, extra_keys_values=extra_keys_values)
+        x = x + self.sublayer_output("attention", dropout(h, deterministic=deterministic))
         h = layers.LayerNorm(c.layer_norm_eps, name="mlp_norm", use_bias=c.use_bias, **c.kwargs)(x)
         # GPT-2 drops out the MLP's output (resid_pdrop), not its hidden activations: MLP dropout stays 0.
         h = layers.MLP(c.d_ff, layers.tanh_gelu, kernel_init=c.init(), output_kernel_init=c.init(residual_output=True),
-                       use_bias=c.use_bias, peft=c.peft, name="mlp", **c.kwargs)(h, deterministic)
-        h = dropout(h, deterministic=deterministic)
-        if c.peft.adapters_after_mlp:
-            h = peft.Adapter(c.peft.adapter_size, name="mlp_adapter", **c.kwargs)(h)
-        return x + h
+                       use_bias=c.use_bias, name="mlp", **c.kwargs)(h, deterministic)
+        return x + self.sublayer_output("mlp", dropout(h, deterministic=deterministic))
 
 
-class GPT(nn.Module):
+class GPT(extension.Leading):
     """GPT2LMHeadModel: token ids -> next-token logits."""
     config: GPTConfig
 
@@ -116,10 +105,8 @@ class GPT(nn.Module):
         self.final_norm = layers.LayerNorm(c.layer_norm_eps, use_bias=c.use_bias, **c.kwargs)
         self.dropout = ops.Dropout(c.dropout_rate)
         self.decode_position = DecodePosition()
-        self.prefix_encoder, self.prompt = peft.virtual_modules(c.peft, num_layers=c.num_layers,
-                                                                num_heads=c.num_heads, head_dim=c.head_dim,
-                                                                width=c.d_model, **c.kwargs)
 
+    @extension.attached
     def __call__(self, input_ids: jax.Array,                     # [B, L] int
                  segment_ids: jax.Array | None = None,           # [B, L]: 0 = padding, 1..n = packed documents
                  positions: jax.Array | None = None,             # [B, L]: restart at 0 per document
@@ -134,6 +121,7 @@ class GPT(nn.Module):
         logits = self.token_embedding.attend(x)   # tied output layer (GPT-2)
         return {"logits": logits.astype(jnp.float32)}
 
+    @extension.attached
     def hidden_states(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
                       positions: jax.Array | None = None, prefix_lengths: jax.Array | None = None,
                       bidirectional_mask: jax.Array | None = None, deterministic: bool = True,
@@ -142,19 +130,16 @@ class GPT(nn.Module):
         `__call__`. Task heads read it (models/gpt_heads.py) without paying for the [B, L, V] vocabulary
         projection; the parameters are the same, so a pretrained GPT's tree serves both.
 
-        PEFT (models/peft.py): prefix-tuning's keys and values enter every layer and the tokens' positions
-        start at P; prompt tuning's P embeddings go first at positions 0..P-1, in the row's first segment
-        (and its prefix, for a prefix LM), and only the input's own positions come out."""
+        Leading tokens (models/extension.py): keys and values enter every layer and the tokens' positions start
+        at P; P embeddings go first at positions 0..P-1, in the row's first segment (and its prefix, for a
+        prefix LM), and only the input's own positions come out."""
         c = self.config
-        shift = c.peft.virtual_positions
-        prompt = None if self.prompt is None else self.prompt(input_ids.shape[0])
+        if decode and any(a is not None for a in (segment_ids, positions, prefix_lengths, bidirectional_mask)):
+            raise ValueError("decode=True decodes one causal document per row: pass no segment ids, positions, "
+                             "prefix_lengths or bidirectional_mask")
+        leading, keys_values = self.leading_tokens(input_ids.shape[0], decode)
+        shift = extension.leading_count(leading, keys_values)
         if decode:
-            if any(a is not None for a in (segment_ids, positions, prefix_lengths, bidirectional_mask)):
-                raise ValueError("decode=True decodes one causal document per row: pass no segment ids, positions, "
-                                 "prefix_lengths or bidirectional_mask")
-            if prompt is not None:
-                raise ModelInputError("decode=True with prompt tuning is not supported: its virtual tokens are not in "
-                                      "the cache (use prefix-tuning or LoRA for generation)")
             positions, mask = shift + self.decode_position(input_ids), None
         else:
             if positions is None and input_ids.shape[1] + shift > c.n_positions:
@@ -162,10 +147,10 @@ class GPT(nn.Module):
                 raise ValueError(f"{input_ids.shape[1]} tokens" + (f" + {shift} virtual ones" if shift else "")
                                  + f" exceed the model's n_positions={c.n_positions}; crop or split the input")
             positions = jnp.arange(input_ids.shape[1])[None] if positions is None else positions
-            if prompt is None:  # prefix-tuning numbers the tokens from P
+            if leading is None:  # after leading keys and values, the tokens are numbered from P
                 positions = positions + shift
-            else:  # the virtual tokens come first and join the row's first segment and its prefix
-                positions = peft.prepend_positions(positions, shift)
+            else:  # leading embeddings come first and join the row's first segment and its prefix
+                positions = extension.prepend_positions(positions, shift)
                 pad = lambda a, value: None if a is None else jnp.pad(a, ((0, 0), (shift, 0)),  # noqa: E731
                                                                       constant_values=value)
                 segment_ids, bidirectional_mask = pad(segment_ids, 1), pad(bidirectional_mask, True)
@@ -176,12 +161,11 @@ class GPT(nn.Module):
             else:
                 mask = attention_mask(length, segment_ids, prefix_lengths, bidirectional_mask)
         x = self.token_embedding(input_ids)
-        if prompt is not None:
-            x = jnp.concatenate([prompt.astype(x.dtype), x], axis=1)
+        if leading is not None:
+            x = jnp.concatenate([leading.astype(x.dtype), x], axis=1)
         x = x + self.position_embedding(positions)
         x = self.dropout(x, deterministic=deterministic)
-        prefix = None if self.prefix_encoder is None else self.prefix_encoder()
-        x = self.blocks(x, mask, deterministic, decode, prefix)
+        x = self.blocks(x, mask, deterministic, decode, keys_values)
         return self.final_norm(x)[:, x.shape[1] - input_ids.shape[1]:]
 
 
@@ -224,10 +208,10 @@ def attention_mask(length: int, segment_ids: jax.Array | None = None, prefix_len
 def init_cache(model: GPT, params, batch_size: int, max_length: int) -> dict:
     """An empty cache for `batch_size` rows of up to `max_length` tokens (prompt included); every leaf has
     a leading batch axis. One sizing pass on zeros, compiled once per model and shape."""
-    virtual = model.config.peft.virtual_positions
-    if max_length + virtual > model.config.n_positions:
+    leading = model.config.leading_positions
+    if max_length + leading > model.config.n_positions:
         raise ValueError(f"max_length={max_length} exceeds the model's n_positions={model.config.n_positions}"
-                         + (f" less its {virtual} PEFT positions" if virtual else "")
+                         + (f" less its {leading} leading positions" if leading else "")
                          + " (generate fewer tokens or shorten the prompt)")
     return _sizing_pass(model, params, batch_size, max_length)
 

@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 
 from models import attention, ops
-from models.lora import LoraSpec, PeftConfig, low_rank_update, lora_for, parts_update
 
 Dtype = Any
 Initializer = Callable[..., jax.Array]
@@ -46,25 +45,28 @@ def stacked_init(inits: tuple[Initializer, ...], axis: int) -> Initializer:
 class Dense(nn.Module):
     """y = x . kernel + bias over the `axis` input dimensions; kernel and bias carry logical axes.
 
-    kernel: [*x.shape[axis], *features], e.g. [D, H, K] for an attention projection.
+    kernel: [*x.shape[axis], *features], e.g. [D, H, K] for an attention projection. `deterministic` is for what
+    intercepts a Dense (models/extension.py) and drops out; the layer itself has no dropout.
     """
     features: int | tuple[int, ...]
     kernel_axes: tuple[str | None, ...]
     axis: int | tuple[int, ...] = -1
     use_bias: bool = True
     kernel_init: Initializer = truncated_normal(0.02)
-    lora: LoraSpec | None = None   # LoRA's update beside the kernel (models/peft.py)
-    # A fused projection (qkv: features (3, H, K)): each slice of the first feature axis is a projection of its
-    # own, with its own LoRA update or none (models/lora.py parts_update), as the separate ones would have.
-    lora_parts: tuple[tuple[str, LoraSpec | None], ...] = ()
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
-    @nn.compact
-    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
+    @nn.nowrap
+    def contracted(self, ndim: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """-> (the input axes contracted, as non-negative indices into an input of `ndim` dims; the features)."""
         features = self.features if isinstance(self.features, tuple) else (self.features,)
         axis = self.axis if isinstance(self.axis, tuple) else (self.axis,)
-        axis = tuple(a % x.ndim for a in axis)
+        return tuple(a % ndim for a in axis), features
+
+    @nn.compact
+    def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
+        del deterministic  # see the class docstring
+        axis, features = self.contracted(x.ndim)
         kernel = self.param("kernel", partitioned(self.kernel_init, self.kernel_axes),
                             tuple(x.shape[a] for a in axis) + features, self.param_dtype)
         y = ops.contract(x.astype(self.dtype), jnp.asarray(kernel, self.dtype), axis)
@@ -72,12 +74,6 @@ class Dense(nn.Module):
             bias = self.param("bias", partitioned(nn.initializers.zeros_init(), self.kernel_axes[-len(features):]),
                               features, self.param_dtype)
             y = y + jnp.asarray(bias, self.dtype)
-        if self.lora is not None:
-            y = y + low_rank_update(self, x, self.lora, axis, self.kernel_axes[:len(axis)], features,
-                                    self.kernel_axes[len(axis):], self.dtype, self.param_dtype, deterministic)
-        if self.lora_parts:
-            y = y + parts_update(x, self.lora_parts, axis, self.kernel_axes, features, self.dtype, self.param_dtype,
-                                 deterministic)
         return y
 
 
@@ -230,7 +226,6 @@ class MultiHeadAttention(nn.Module):
     kernel_init: Initializer = truncated_normal(0.02)   # all projections, unless given below
     query_kernel_init: Initializer | None = None
     out_kernel_init: Initializer | None = None
-    peft: PeftConfig | None = None   # LoRA on the projections it targets (models/peft.py)
     fused_qkv: bool = False          # self-attention only: cross-attention's keys and values read another sequence
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
@@ -242,7 +237,7 @@ class MultiHeadAttention(nn.Module):
                  bias: jax.Array | None = None,      # [B|1, H, L, S] additive (relative positions)
                  deterministic: bool = True,
                  decode: bool = False,
-                 prefix: jax.Array | None = None,  # [2, P, H, K] prefix-tuning keys, values
+                 extra_keys_values: jax.Array | None = None,  # [2, P, H, K]: attended to first (models/extension.py)
                  return_weights: bool = False) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
         """-> [B, L, D]. decode=True (self-attention only): when the cache does not exist yet (model.init, or an
         apply with mutable=['cache'] on a full-length [B, S_max, D] input) it is created empty with
@@ -256,9 +251,9 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._projections(x, x if self_attention else context, deterministic)
         if decode and self_attention:
             k, v, mask = self._cached_keys_values(k, v, mask)
-        if prefix is not None:  # prefix-tuning: P more keys and values, seen by every query (a dense mask)
+        if extra_keys_values is not None:  # P more keys and values, seen by every query (a dense mask)
             mask = attention.dense_mask(mask, q.shape[1], k.shape[1])
-            k, v, mask, bias = attention.attend_to_prefix(k, v, mask, bias, prefix)
+            k, v, mask, bias = attention.prepend_keys_values(k, v, mask, bias, extra_keys_values)
 
         dropout = None
         if self.dropout_rate > 0 and not deterministic:
@@ -275,9 +270,8 @@ class MultiHeadAttention(nn.Module):
 
     def _dense(self, name: str, axes: tuple[str | None, ...], features, init: Initializer | None,
                deterministic: bool, **kwargs):
-        module = Dense(features, axes, use_bias=self.use_bias, kernel_init=init or self.kernel_init,
-                       lora=lora_for(self.peft, name), dtype=self.dtype, param_dtype=self.param_dtype, name=name,
-                       **kwargs)
+        module = Dense(features, axes, use_bias=self.use_bias, kernel_init=init or self.kernel_init, dtype=self.dtype,
+                       param_dtype=self.param_dtype, name=name, **kwargs)
         return functools.partial(module, deterministic=deterministic)
 
     def _projections(self, x: jax.Array, context: jax.Array, deterministic: bool):
@@ -290,9 +284,8 @@ class MultiHeadAttention(nn.Module):
         if context is not x:
             raise ValueError("fused_qkv is for self-attention: give cross-attention separate projections")
         inits = (self.query_kernel_init or self.kernel_init, self.kernel_init, self.kernel_init)
-        parts = tuple((name, lora_for(self.peft, name)) for name in ("query", "key", "value"))
         qkv = self._dense("qkv", ("embed", None, "heads", "kv"), (3, *heads), stacked_init(inits, axis=1),
-                          deterministic, lora_parts=parts if any(spec for _, spec in parts) else ())(x)
+                          deterministic)(x)
         return tuple(qkv[..., i, :, :] for i in range(3))  # [B, L, 3, H, K] -> three [B, L, H, K]
 
     def _cached_keys_values(self, k: jax.Array, v: jax.Array, mask: jax.Array | None):
@@ -334,22 +327,21 @@ class MLP(nn.Module):
     dropout_rate: float = 0.0
     kernel_init: Initializer = truncated_normal(0.02)
     output_kernel_init: Initializer | None = None   # default: kernel_init
-    peft: PeftConfig | None = None   # LoRA on `intermediate` / `output` where it targets them
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
     @nn.compact
     def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:  # [B, L, D]
         kw = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype)
-        h = Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
-                  lora=lora_for(self.peft, "intermediate"), name="intermediate", **kw)(x, deterministic)
+        h = Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init, name="intermediate", **kw)(
+            x, deterministic)
         h = self.activation(h)
         if self.gated:
             h = h * Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
                           name="intermediate_linear", **kw)(x)
         h = ops.Dropout(self.dropout_rate)(h, deterministic=deterministic)
         return Dense(x.shape[-1], ("mlp", "embed"), kernel_init=self.output_kernel_init or self.kernel_init,
-                     lora=lora_for(self.peft, "output"), name="output", **kw)(h, deterministic)
+                     name="output", **kw)(h, deterministic)
 
 
 def exact_gelu(x: jax.Array) -> jax.Array:

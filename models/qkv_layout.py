@@ -20,7 +20,7 @@ from models.stack import is_box, map_dicts, to_layout
 FUSED = "qkv"
 PARTS = ("query", "key", "value")   # qkv's slices, in order, on the axis after the input's
 UNFUSED = ("cross_attention",)      # attention modules whose projections stay separate
-LORA = ("lora_a", "lora_b")         # a projection's LoRA pair (models/layers.py low_rank_update)
+LORA = ("lora_a", "lora_b")         # a projection's LoRA pair (models/peft/lora.py low_rank_update)
 
 
 def fuse_qkv(tree: Any) -> Any:

@@ -38,7 +38,7 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
     """-> apply(x, *args) -> x through `count` layers `layer(**layer_kwargs)`; call `build` in the
     parent's setup (or compact method), and `apply` in its call. `static_argnums` are the positions (x = 0)
     of the layer's Python-valued arguments (deterministic, decode), on which remat specialises. Arguments at
-    `per_layer_argnums` carry a leading [count] axis (or are None), and layer i gets their [i] (prefix-tuning's
+    `per_layer_argnums` carry a leading [count] axis (or are None), and layer i gets their [i] (its own extra
     keys and values); every other argument (masks, biases, encoder states) is the same for every layer.
     shared: one set of weights, `shared_layer`, applied `count` times (ALBERT); scanned, the weights are
     broadcast to every step rather than stacked.

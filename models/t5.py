@@ -22,14 +22,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, layers, ops, peft, stack
+from models import attention, extension, layers, ops, stack
+from models.config_base import Dims, ModelConfig
 from models.errors import ModelInputError
 
 FEED_FORWARDS = {"relu": (nn.relu, False), "gated-gelu": (layers.tanh_gelu, True)}  # name -> (activation, gated)
 
 
 @dataclasses.dataclass(frozen=True)
-class T5Config:
+class T5Config(ModelConfig):  # + dtype, param_dtype, attention, scan_layers, fused_qkv, remat (models/config_base.py)
     vocab_size: int = 32128
     d_model: int = 512
     num_heads: int = 8
@@ -44,30 +45,24 @@ class T5Config:
     feed_forward: str = "relu"            # "relu" (T5 1.0) | "gated-gelu" (T5 1.1)
     tie_word_embeddings: bool = True      # 1.0: logits = embedding^T (x * d_model**-0.5); 1.1: separate lm_head
     initializer_factor: float = 1.0
-    dtype: str = "float32"                # compute dtype (activations): float32 | bfloat16
-    param_dtype: str = "float32"          # storage dtype of the weights
-    attention: str = "auto"              # auto | einsum | xla | cudnn (models/attention.py)
-    scan_layers: bool = False            # one scanned layer, weights stacked [L, ...] (models/stack.py)
-    fused_qkv: bool = False              # self-attention's q/k/v: one Dense [D, 3, H, K] (models/qkv_layout.py)
-    remat: str = "none"                  # none | minimal | full: activations recomputed in the backward pass
-    peft: peft.PeftConfig = peft.NONE    # adapters | lora | prefix | prompt (models/peft.py), fine-tuning only
 
     def __post_init__(self):
         if self.feed_forward not in FEED_FORWARDS:
             raise ModelInputError(f"T5Config.feed_forward={self.feed_forward!r} is not one of {list(FEED_FORWARDS)}")
-        peft.check_fits(self.peft, width=self.d_model, context=None, attention_width=self.num_heads * self.head_dim,
-                        mlp_width=self.d_ff)
+        super().__post_init__()
 
     @property
-    def kwargs(self) -> dict:
-        return dict(dtype=jnp.dtype(self.dtype), param_dtype=jnp.dtype(self.param_dtype))
+    def dims(self) -> Dims:
+        """Leading keys and values enter the decoder's self-attention (as Hugging Face's T5 takes past ones)."""
+        return Dims(width=self.d_model, layers=self.num_decoder_layers, heads=self.num_heads, head_dim=self.head_dim,
+                    mlp_width=self.d_ff, positions=None)
 
     def normal(self, fan_in: float) -> layers.Initializer:
         """Mesh TensorFlow's / Hugging Face's T5 initialiser: N(0, (factor / sqrt(fan_in))^2)."""
         return nn.initializers.normal(self.initializer_factor * fan_in ** -0.5)
 
 
-class T5Block(nn.Module):
+class T5Block(extension.Sublayers):
     """Pre-norm layer: x += Drop(SelfAttn(Norm(x))) [+= Drop(CrossAttn(Norm(x), encoded))] += Drop(FFN(Norm(x)))."""
     config: T5Config
     cross_attention: bool = False  # decoder layers
@@ -79,34 +74,34 @@ class T5Block(nn.Module):
                  encoded: jax.Array | None = None,        # [B, S, D]
                  cross_mask: jax.Array | None = None,     # [B, 1, L, S]
                  deterministic: bool = True, decode: bool = False,
-                 prefix: jax.Array | None = None) -> jax.Array:  # [2, P, H, K]: prefix-tuning (self-attention)
+                 extra_keys_values: jax.Array | None = None) -> jax.Array:  # [2, P, H, K]: self-attention's
         c = self.config
         dropout = ops.Dropout(c.dropout_rate)
         norm = lambda name: layers.RMSNorm(c.layer_norm_eps, name=name, **c.kwargs)  # noqa: E731
 
-        def residual(x, h, adapter: str | None):  # Houlsby's adapters sit on the sub-layer's output
-            h = dropout(h, deterministic=deterministic)
-            return x + (peft.Adapter(c.peft.adapter_size, name=adapter, **c.kwargs)(h) if adapter else h)
+        def residual(x, h, sublayer: str):
+            return x + self.sublayer_output(sublayer, dropout(h, deterministic=deterministic))
 
         def attention(name, fused_qkv=False):  # cross-attention keeps separate projections (models/qkv_layout.py)
             return layers.MultiHeadAttention(
                 c.num_heads, c.head_dim, dropout_rate=c.dropout_rate, use_bias=False, scale_query=False,
                 kernel_init=c.normal(c.d_model), query_kernel_init=c.normal(c.d_model * c.head_dim),
-                out_kernel_init=c.normal(c.num_heads * c.head_dim), attention=c.attention, peft=c.peft,
-                fused_qkv=fused_qkv, name=name, **c.kwargs)
+                out_kernel_init=c.normal(c.num_heads * c.head_dim), attention=c.attention, fused_qkv=fused_qkv,
+                name=name, **c.kwargs)
 
         h = attention("self_attention", c.fused_qkv)(norm("self_attention_norm")(x), mask=self_mask, bias=self_bias,
-                                                     deterministic=deterministic, decode=decode, prefix=prefix)
-        x = residual(x, h, "attention_adapter" if c.peft.adapters_after_attention else None)
+                                                     deterministic=deterministic, decode=decode,
+                                                     extra_keys_values=extra_keys_values)
+        x = residual(x, h, "attention")
         if self.cross_attention:
             h = attention("cross_attention")(norm("cross_attention_norm")(x), encoded, mask=cross_mask,
                                              deterministic=deterministic)
-            x = residual(x, h, "cross_attention_adapter" if c.peft.adapters_after_attention else None)
+            x = residual(x, h, "cross_attention")
         activation, gated = FEED_FORWARDS[c.feed_forward]
         h = layers.MLP(c.d_ff, activation, use_bias=False, gated=gated, dropout_rate=c.dropout_rate,
-                       kernel_init=c.normal(c.d_model), output_kernel_init=c.normal(c.d_ff), peft=c.peft, name="mlp",
+                       kernel_init=c.normal(c.d_model), output_kernel_init=c.normal(c.d_ff), name="mlp",
                        **c.kwargs)(norm("mlp_norm")(x), deterministic=deterministic)
-        return residual(x, h, "mlp_adapter" if c.peft.adapters_after_mlp else None)
+        return residual(x, h, "mlp")
 
 
 class T5Stack(nn.Module):
@@ -121,14 +116,14 @@ class T5Stack(nn.Module):
                  encoded: jax.Array | None = None,        # [B, S, D] (decoder)
                  cross_mask: jax.Array | None = None,     # [B, 1, L, S] (decoder)
                  deterministic: bool = True, decode: bool = False,
-                 prefix: jax.Array | None = None) -> jax.Array:  # [layers, 2, P, H, K] (prefix-tuning, decoder)
+                 extra_keys_values: jax.Array | None = None) -> jax.Array:  # [layers, 2, P, H, K] (decoder)
         c = self.config
         query_positions = key_positions = positions
         if decode:
             query_positions, key_positions = self._decode_positions(x)
-        if prefix is not None:  # as a Hugging Face T5 given the prefix as past keys: they take positions 0..P-1
-            query_positions = query_positions + prefix.shape[2]
-            key_positions = peft.prepend_positions(key_positions, prefix.shape[2])
+        if extra_keys_values is not None:  # as a Hugging Face T5 given them as past keys: positions 0..P-1
+            query_positions = query_positions + extra_keys_values.shape[2]
+            key_positions = extension.prepend_positions(key_positions, extra_keys_values.shape[2])
         self_bias = layers.RelativePositionBias(
             c.num_heads, c.relative_attention_num_buckets, c.relative_attention_max_distance,
             bidirectional=not self.is_decoder, embedding_init=c.normal(c.d_model), name="relative_position_bias",
@@ -138,7 +133,7 @@ class T5Stack(nn.Module):
         num_layers = c.num_decoder_layers if self.is_decoder else c.num_encoder_layers
         blocks = stack.build(T5Block, num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(5, 6),
                              per_layer_argnums=(7,), config=c, cross_attention=self.is_decoder)
-        x = blocks(x, self_mask, self_bias, encoded, cross_mask, deterministic, decode, prefix)
+        x = blocks(x, self_mask, self_bias, encoded, cross_mask, deterministic, decode, extra_keys_values)
         x = layers.RMSNorm(c.layer_norm_eps, name="final_norm", **c.kwargs)(x)
         return dropout(x, deterministic=deterministic)
 
@@ -161,7 +156,7 @@ class T5Stack(nn.Module):
         return position[:, None], keys.value
 
 
-class T5(nn.Module):
+class T5(extension.Leading):
     """T5ForConditionalGeneration: `__call__` (teacher forcing), `encode`, `decode` (incremental with decode=True)."""
     config: T5Config
 
@@ -173,11 +168,8 @@ class T5(nn.Module):
         if not c.tie_word_embeddings:
             self.lm_head = layers.Dense(c.vocab_size, ("embed", "vocab"), use_bias=False,
                                         kernel_init=c.normal(c.d_model), **c.kwargs)
-        # PEFT as peft does it for T5: prefix-tuning in the decoder's self-attention, prompt tuning in the encoder.
-        self.prefix_encoder, self.prompt = peft.virtual_modules(c.peft, num_layers=c.num_decoder_layers,
-                                                                num_heads=c.num_heads, head_dim=c.head_dim,
-                                                                width=c.d_model, **c.kwargs)
 
+    @extension.attached
     def __call__(self, encoder_input_ids: jax.Array,              # [B, S] int
                  decoder_input_ids: jax.Array,                    # [B, L] int (targets shifted right, 0 first)
                  encoder_segment_ids: jax.Array | None = None,    # [B, S]
@@ -191,18 +183,22 @@ class T5(nn.Module):
                              deterministic=deterministic, decode=decode)
         return {"logits": logits}
 
+    @extension.attached
     def encode(self, encoder_input_ids: jax.Array, encoder_segment_ids: jax.Array | None = None,
                encoder_positions: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
-        """[B, S] ids -> [B, S, D] encoder states (in the compute dtype); with prompt tuning [B, P + S, D], the
-        prompt first (at positions 0..P-1, in the row's first segment): the decoder reads them too."""
+        """[B, S] ids -> [B, S, D] encoder states (in the compute dtype); with leading embeddings [B, P + S, D],
+        those first (at positions 0..P-1, in the row's first segment): the decoder reads them too. (Leading keys
+        and values go to the decoder.)"""
         segments = encoder_segments_of(self.config, encoder_input_ids, encoder_segment_ids)
         positions = _positions_or_indices(encoder_input_ids, encoder_positions)
         x = self.shared(encoder_input_ids)
-        if self.prompt is not None:
-            x = jnp.concatenate([self.prompt(x.shape[0]).astype(x.dtype), x], axis=1)
-            positions = peft.prepend_positions(positions, self.config.peft.prompt_length)
+        leading, _ = self.leading_tokens(x.shape[0])
+        if leading is not None:
+            x = jnp.concatenate([leading.astype(x.dtype), x], axis=1)
+            positions = extension.prepend_positions(positions, leading.shape[1])
         return self.encoder(x, positions, attention.SegmentMask(segments, segments), deterministic=deterministic)
 
+    @extension.attached
     def decode(self, encoded: jax.Array,                          # [B, S, D]
                encoder_segment_ids: jax.Array,                    # [B, S]: 0 = padding (a 0/1 mask if unpacked)
                decoder_input_ids: jax.Array,                      # [B, L] ([B, 1] with decode=True)
@@ -224,9 +220,9 @@ class T5(nn.Module):
             self_mask = attention.SegmentMask(decoder_segment_ids, decoder_segment_ids, causal=True)
             cross_mask = attention.SegmentMask(decoder_segment_ids, encoder_segment_ids)
         positions = _positions_or_indices(decoder_input_ids, decoder_positions)
-        prefix = None if self.prefix_encoder is None else self.prefix_encoder()
+        _, keys_values = self.leading_tokens(decoder_input_ids.shape[0])  # (leading embeddings lead the encoder's)
         x = self.decoder(self.shared(decoder_input_ids), positions, self_mask, encoded, cross_mask,
-                         deterministic=deterministic, decode=decode, prefix=prefix)
+                         deterministic=deterministic, decode=decode, extra_keys_values=keys_values)
         if self.config.tie_word_embeddings:  # Mesh TF rescales before reusing the embedding (Raffel et al. 2020)
             logits = self.shared.attend(x * self.config.d_model ** -0.5)
         else:
@@ -240,11 +236,11 @@ def _segments_or_padding(input_ids: jax.Array, segment_ids: jax.Array | None) ->
 
 
 def encoder_segments_of(config: T5Config, input_ids: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
-    """The segment ids of the encoder's states [B, S] ([B, P + S] with prompt tuning: the prompt joins the row's
+    """The segment ids of the encoder's states [B, S] ([B, P + S] with leading embeddings: they join the row's
     first segment), from the given ones or from the padding (id 0)."""
     segments = _segments_or_padding(input_ids, segment_ids)
-    if config.peft.method == "prompt":
-        segments = jnp.pad(segments, ((0, 0), (config.peft.prompt_length, 0)), constant_values=1)
+    if config.leading_embeddings:
+        segments = jnp.pad(segments, ((0, 0), (config.leading_embeddings, 0)), constant_values=1)
     return segments
 
 

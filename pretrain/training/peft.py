@@ -1,6 +1,6 @@
 """Parameter-efficient fine-tuning on the training side: what trains, what is stored, how a run loads again.
 
-The methods themselves are modules (models/peft.py); here `config.peft` becomes their PeftConfig, and:
+The methods themselves are modules (models/peft/); here `config.peft` becomes their PeftConfig, and:
 - only the PEFT parameters, the new task head and (adapters, as Houlsby et al. 2019 train them) the layer
   norms train: the others are held with `stop_gradient` (no weight gradient is computed for them) and get
   no optimizer state (`optax.multi_transform` with `set_to_zero`), so they stay bitwise unchanged;

@@ -1,9 +1,12 @@
-"""The PEFT modules (models/peft.py) on their own: LoRA starts as the identity and merges exactly, the
+"""The PEFT modules (models/peft/) on their own: LoRA starts as the identity and merges exactly, the
 parameter counts follow the papers' formulas, scanned and looped stacks agree, prefixes decode like they
-teacher-force, and bad settings are one-line errors. Parity with the `peft` library: test_peft_parity.py."""
+teacher-force, bad settings are one-line errors, and the model families name no PEFT method (they attach from
+outside). Parity with the `peft` library: test_peft_parity.py."""
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import re
 
 import flax.linen as nn
 import jax
@@ -172,6 +175,24 @@ def test_t5_prefix_and_prompt_decode_like_teacher_forcing(fused_qkv):
         np.testing.assert_allclose(jnp.stack(stepped, 1), full, atol=1e-5)
 
 
+def test_a_method_attaches_once_however_entry_methods_nest():
+    """T5.__call__ runs encode and decode, each an entry method that attaches the PEFT method (models/extension.py):
+    LoRA must adapt each projection once, as when encode and decode run on their own."""
+    model = t5.T5(t5_config("lora", lora_targets=LORA_ALL))
+    params = init(model, IDS, IDS)
+    rng = np.random.default_rng(0)
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, x: rng.normal(0, 0.2, x.shape).astype(x.dtype) if str(path[-1].key) == "lora_b" else x, params)
+    encoded = model.apply({"params": params}, IDS, method=t5.T5.encode)
+    decoded = model.apply({"params": params}, encoded, (IDS != 0).astype(jnp.int32), IDS, method=t5.T5.decode)
+    np.testing.assert_array_equal(model.apply({"params": params}, IDS, IDS)["logits"], decoded)
+    base = t5.T5(t5_config())
+    unadapted = base.apply({"params": peft.merge_lora(params, 0.0)}, IDS, IDS)["logits"]
+    assert np.abs(np.asarray(unadapted) - np.asarray(decoded)).max() > 1e-3  # the update matters here
+    merged = base.apply({"params": peft.merge_lora(params, 8.0 / 8)}, IDS, IDS)["logits"]  # alpha / r, applied once
+    np.testing.assert_allclose(merged, decoded, atol=2e-5)
+
+
 # ------------------------------------------------------------------ bad settings: one line each
 @pytest.mark.parametrize("build, message", [
     (lambda: peft.PeftConfig(method="bitfit"), "peft.method='bitfit' is not one of"),
@@ -211,3 +232,32 @@ def test_token_level_heads_see_the_inputs_positions_only(method):
         params = nn.unbox(model.init(jax.random.key(0), IDS, IDS * 0, MASK, **inputs)["params"])
         out = model.apply({"params": params}, IDS, IDS * 0, MASK, **inputs)
         assert next(iter(out.values())).shape == shape, (kind, out)
+
+
+# ------------------------------------------------------------------ the base models name no PEFT method
+# Every PEFT method's vocabulary; not GPT's prefix LM (prefix_lengths, bidirectional_mask) nor a generation prompt.
+PEFT_WORDS = re.compile(r"(?i:peft|lora|adapter|prefix_encoder|prefix[-_ ]tuning|prompt[-_ ]tuning|virtual_positions"
+                        r"|prompt_length|prefix_length\b|self\.prompt\b)|PrefixEncoder|\bPrompt\b")
+PEFT_FREE = ("bert.py", "gpt.py", "t5.py", "layers.py", "attention.py", "stack.py")
+
+
+@pytest.mark.parametrize("text, named", [
+    ("peft.Adapter(", True), ("c.peft.prompt_length", True), ("lora=lora_for(self.peft, name)", True),
+    ("self.prefix_encoder()", True), ("PrefixEncoder(", True), ("self.prompt(batch)", True), ("Prompt(", True),
+    ("# prefix-tuning's keys", True), ("prompt tuning", True), ("c.peft.prefix_length,", True),
+    ("LoRA on the projections", True), ("houlsby adapters", True), ("config.peft.virtual_positions", True),
+    ("prefix_lengths: jax.Array | None = None", False), ("bidirectional_mask", False), ("prefix LM", False),
+    ("For a prompt, see decoding.split_prompts", False), ("(generate fewer tokens or shorten the prompt)", False),
+])
+def test_the_peft_vocabulary_is_recognised(text, named):
+    assert bool(PEFT_WORDS.search(text)) == named
+
+
+@pytest.mark.parametrize("name", PEFT_FREE)
+def test_base_models_name_no_peft_method(name):
+    """BERT, GPT, T5 and their building blocks name no PEFT method: models/peft/ attaches them from outside, at
+    generic extension points (models/extension.py)."""
+    path = pathlib.Path(__file__).parents[2] / "models" / name
+    named = [f"{name}:{i}: {line.strip()}" for i, line in enumerate(path.read_text().splitlines(), 1)
+             if PEFT_WORDS.search(line)]
+    assert not named, "\n".join(named)
