@@ -35,7 +35,7 @@ POLICIES = {"buckets": 4, "longest": 0}  # name -> data.length_buckets
 
 
 def our_batches(task: str, policy: str, args):
-    """-> (the fine-tuning config resolved against the checkpoint, the task's family, the train data, batches)."""
+    """-> (the fine-tuning config resolved against the checkpoint, the task's finetuner, the train data, batches)."""
     from configs import glue as glue_configs
     from pretrain.loops import finetuning
     from pretrain.loops.scoring import load_split
@@ -46,10 +46,10 @@ def our_batches(task: str, policy: str, args):
         config.data.update(source="dir", glue_dir=args.glue_dir, max_seq_length=args.max_seq_length,
                            length_buckets=POLICIES[policy])
     config, init = finetuning.resolve_config(config)
-    _, family = finetuning.task_and_family(config)
-    train_data, _ = load_split(config, family, "train", config.batch_size)
+    _, finetuner = finetuning.task_and_finetuner(config)
+    train_data, _ = load_split(config, finetuner, "train", config.batch_size)
     chunks = train_data.epoch_order(config.seed, 0)[:args.steps]
-    return config, family, train_data, init, [train_data.batch(chunk) for chunk in chunks]
+    return config, finetuner, train_data, init, [train_data.batch(chunk) for chunk in chunks]
 
 
 def time_ours(task: str, policy: str, args) -> dict:
@@ -59,8 +59,8 @@ def time_ours(task: str, policy: str, args) -> dict:
     from pretrain.loops.steps import micro_batches
     from pretrain.runtime import partitioning
 
-    config, family, train_data, init, host_batches = our_batches(task, policy, args)
-    built = finetuning.build(config, family, train_data, init)
+    config, finetuner, train_data, init, host_batches = our_batches(task, policy, args)
+    built = finetuning.build(config, finetuner, train_data, init)
     state, step, rng, mesh = built.state, built.trainer.train_step, built.trainer.dropout_rng, built.trainer.mesh
     batches = [partitioning.shard_batch(micro_batches(b, 1), mesh, batch_dim=1, global_batch=True)
                for b in host_batches]
@@ -84,9 +84,9 @@ def time_hf(task: str, policy: str, args) -> dict:
 
     torch.set_num_threads(os.cpu_count() or 1)
     torch.manual_seed(0)
-    _, family, _, _, host_batches = our_batches(task, policy, args)
+    _, finetuner, _, _, host_batches = our_batches(task, policy, args)
     model = transformers.AutoModelForSequenceClassification.from_pretrained(
-        args.model_dir, num_labels=family.task.num_labels)
+        args.model_dir, num_labels=finetuner.task.num_labels)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
     batches = [torch_batch(b) for b in host_batches]
