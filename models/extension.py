@@ -64,6 +64,12 @@ class Leading(nn.Module):
         return None, None
 
 
+def intercepts(context, method_name: str, module_class: type) -> bool:
+    """Whether an interceptor's `context` is a call of `method_name` on a `module_class` (the extension point it
+    acts at); every other call passes through."""
+    return context.method_name == method_name and isinstance(context.module, module_class)
+
+
 def sublayer_output_inputs(name: str, h: jax.Array) -> tuple[str, jax.Array]:
     """A `sublayer_output` call's arguments, however they were passed (for an interceptor)."""
     return name, h

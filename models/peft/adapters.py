@@ -40,7 +40,7 @@ class AdapterInterceptor:
     peft: Any  # models.peft.PeftConfig
 
     def __call__(self, next_fun, args, kwargs, context):
-        if context.method_name != extension.SUBLAYER_OUTPUT or not isinstance(context.module, extension.Sublayers):
+        if not extension.intercepts(context, extension.SUBLAYER_OUTPUT, extension.Sublayers):
             return next_fun(*args, **kwargs)
         name, h = extension.sublayer_output_inputs(*args, **kwargs)
         h = next_fun(*args, **kwargs)

@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import layers, ops
+from models import extension, layers, ops
 
 PROJECTIONS = {layers.MultiHeadAttention: ("query", "key", "value", "out"), layers.MLP: ("intermediate", "output")}
 FUSED = "qkv"  # models/layers.py: self-attention's query, key and value as one Dense
@@ -40,7 +40,7 @@ class LoraInterceptor:
 
     def __call__(self, next_fun, args, kwargs, context):
         dense = context.module
-        if context.method_name != "__call__" or not isinstance(dense, layers.Dense):
+        if not extension.intercepts(context, "__call__", layers.Dense):
             return next_fun(*args, **kwargs)
         y = next_fun(*args, **kwargs)  # the kernel and bias first: the same parameter order, the same sums
         x, deterministic = _dense_inputs(*args, **kwargs)

@@ -83,7 +83,7 @@ class VirtualTokenInterceptor:
     peft: Any  # models.peft.PeftConfig
 
     def __call__(self, next_fun, args, kwargs, context):
-        if context.method_name != extension.LEADING_TOKENS or not isinstance(context.module, extension.Leading):
+        if not extension.intercepts(context, extension.LEADING_TOKENS, extension.Leading):
             return next_fun(*args, **kwargs)
         next_fun(*args, **kwargs)  # the model's own: none
         batch, decode = extension.leading_tokens_inputs(*args, **kwargs)

@@ -28,10 +28,6 @@ class BertFinetuner:
         return FineTuningObjective(self.task.kind, self.task.num_labels)
 
     @property
-    def kind(self) -> str:
-        return self.objective.kind
-
-    @property
     def num_layers(self) -> int:
         return self.config.model.num_layers
 
