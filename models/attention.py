@@ -42,17 +42,24 @@ class SegmentMask:
     which neither attends nor is attended to; a 0/1 padding mask is the unpacked case; no ids: one segment)
     and, if `causal`, to keys at or before its position only. `dense()` is the [B|1, 1, L, S] bool array
     the reference takes; the fused kernels take the parts: Pallas its segment ids and causal flag (no [L, S]
-    matrix anywhere), XLA and cuDNN `is_causal` beside the segments' mask."""
+    matrix anywhere), XLA and cuDNN `is_causal` beside the segments' mask.
+    `window` > 0: a sliding window (ModernBERT's local attention): query i attends only to keys j with
+    |i - j| <= window, by index in the row (in a packed row, the distance inside the example). XLA and cuDNN take
+    it natively (`local_window_size`); the reference and Pallas as part of the mask."""
     q_segments: jax.Array | None = None    # [B|1, L] int; None: one segment, no padding
     kv_segments: jax.Array | None = None   # [B|1, S] int; None exactly when q_segments is
     causal: bool = flax.struct.field(pytree_node=False, default=False)
+    window: int = flax.struct.field(pytree_node=False, default=0)
 
     def dense(self, q_len: int, kv_len: int) -> jax.Array | None:  # [B|1, 1, L, S] bool, True = may attend
         mask = None if self.q_segments is None else segment_mask(self.q_segments, self.kv_segments)
-        if self.causal:
+        if self.causal or self.window:
             if q_len != kv_len:
-                raise ValueError(f"a causal mask relates a sequence to itself: {q_len} queries, {kv_len} keys")
-            mask = causal_mask(q_len) if mask is None else mask & causal_mask(q_len)
+                raise ValueError(f"a causal or sliding-window mask relates a sequence to itself: {q_len} queries, "
+                                 f"{kv_len} keys")
+        for part in (causal_mask(q_len) if self.causal else None, window_mask(q_len, self.window)):
+            if part is not None:
+                mask = part if mask is None else mask & part
         return mask
 
 
@@ -69,6 +76,14 @@ def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Arra
 def causal_mask(length: int) -> jax.Array:
     """[1, 1, L, L]: query i attends to keys j <= i. In packed rows, combine with segment_mask."""
     return jnp.tril(jnp.ones((length, length), bool))[None, None]
+
+
+def window_mask(length: int, window: int) -> jax.Array | None:
+    """[1, 1, L, L]: query i attends to keys j with |i - j| <= window; None for window 0 (no limit)."""
+    if not window:
+        return None
+    positions = jnp.arange(length)
+    return (jnp.abs(positions[:, None] - positions[None, :]) <= window)[None, None]
 
 
 def dense_mask(mask: jax.Array | SegmentMask | None, q_len: int, kv_len: int) -> jax.Array | None:
@@ -138,12 +153,14 @@ def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
     if implementation == "einsum":
         return _reference(q, k, v, dense_mask(mask, q.shape[1], k.shape[1]), bias, scale, dropout)[0]
     is_causal = isinstance(mask, SegmentMask) and mask.causal and q.shape[1] == k.shape[1]
-    if is_causal:  # the kernel's own causal masking (cuDNN's causal path), the segments' mask beside it
-        mask = mask.replace(causal=False)
+    window = mask.window if isinstance(mask, SegmentMask) and q.shape[1] == k.shape[1] else 0
+    if is_causal or window:  # the kernel's own causal and sliding-window masking, the segments' mask beside it
+        mask = mask.replace(causal=False, window=0)
     if bias is not None:
         bias = bias.astype(q.dtype)
     return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=dense_mask(mask, q.shape[1], k.shape[1]),
                                         scale=scale, is_causal=is_causal,
+                                        local_window_size=(window, window) if window else None,
                                         implementation=implementation).astype(q.dtype)
 
 
@@ -182,7 +199,7 @@ def _pallas(q, k, v, mask, bias, scale):
         if mask.q_segments is not None:
             operands["q_segments"] = jnp.broadcast_to(mask.q_segments, (batch, q_len)).astype(jnp.int32)
             operands["kv_segments"] = jnp.broadcast_to(mask.kv_segments, (batch, kv_len)).astype(jnp.int32)
-        mask = None
+        mask = window_mask(q_len, mask.window)  # no window in the kernel: the band enters as `ab` (below)
     ab = None  # the kernel adds `ab` to the unscaled q.k and then scales: the bias goes in divided by the scale
     if bias is not None:
         ab = bias.astype(jnp.float32) / scale

@@ -238,7 +238,9 @@ class MultiHeadAttention(nn.Module):
                  deterministic: bool = True,
                  decode: bool = False,
                  extra_keys_values: jax.Array | None = None,  # [2, P, H, K]: attended to first (models/extension.py)
-                 return_weights: bool = False) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
+                 return_weights: bool = False,
+                 rotary: tuple[jax.Array, jax.Array] | None = None,  # cos, sin [B|1, L, K]: RoPE on q and k
+                 ) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
         """-> [B, L, D]. decode=True (self-attention only): when the cache does not exist yet (model.init, or an
         apply with mutable=['cache'] on a full-length [B, S_max, D] input) it is created empty with
         room for S_max keys and the call computes as usual. Every later call takes one token
@@ -246,9 +248,13 @@ class MultiHeadAttention(nn.Module):
         (then `mask` and `bias` are [B|1, ., 1, S_max]).
         return_weights: -> ([B, L, D], {'scores' [B, H, L, S], 'probs' [B, H, L, S], 'values' [B, S, H, K]}), computed
         by the reference whatever `attention` says (attention.attention_with_weights): what distillation reads.
+        rotary (self-attention, ModernBERT): rotary position embeddings (`rotary_embedding`) applied to the queries
+        and keys, before any extra keys and values join (those have no position).
         """
         self_attention = context is None
         q, k, v = self._projections(x, x if self_attention else context, deterministic)
+        if rotary is not None:
+            q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
         if decode and self_attention:
             k, v, mask = self._cached_keys_values(k, v, mask)
         if extra_keys_values is not None:  # P more keys and values, seen by every query (a dense mask)
@@ -311,6 +317,24 @@ class MultiHeadAttention(nn.Module):
         seen = (slots <= index.value[:, None])[:, None, None, :]           # [B, 1, 1, S_max]
         index.value = index.value + 1
         return cached_key.value, cached_value.value, seen if mask is None else mask & seen
+
+
+def rotary_embedding(positions: jax.Array, head_dim: int, theta: float) -> tuple[jax.Array, jax.Array]:
+    """RoPE (Su et al. 2021), in the half-split layout of GPT-NeoX and Hugging Face: [B|1, L] positions ->
+    cos, sin [B|1, L, K] in float32, frequency theta^(-2i/K) for i < K/2, each repeated for both halves."""
+    inverse_frequency = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))  # [K/2]
+    angles = positions.astype(jnp.float32)[..., None] * inverse_frequency                            # [B, L, K/2]
+    angles = jnp.concatenate([angles, angles], axis=-1)
+    return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """x [B, L, H, K] rotated by cos, sin [B|1, L, K] (rotary_embedding): x cos + rotate_half(x) sin, with
+    rotate_half(x) = [-x2, x1] for x's halves x1, x2; in float32, returned in x's dtype."""
+    x32 = x.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    return (x32 * cos[:, :, None, :] + rotated * sin[:, :, None, :]).astype(x.dtype)
 
 
 class MLP(nn.Module):

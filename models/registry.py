@@ -190,3 +190,9 @@ register(ModelFamily(  # DistilBERT (models/distillation/model.py): a student BE
     finetunes_as="bert", finetuned_config="student",
     frozen=("teacher", "student/bert/pooler"),  # a BERT-shaped student's pooler: no loss reaches it
     teacher="pretrain.distillation.teacher:load_teacher"))
+
+register(ModelFamily(  # ModernBERT (models/modernbert.py): pre-norm, RoPE, GeGLU, alternating local/global attention
+    "modernbert", "models.modernbert", "ModernBertConfig", "ModernBertForMaskedLM",
+    # the whole tree: the MLM's prediction head is the fine-tuning heads' too, as in Hugging Face's classes
+    width_key="hidden_size", positions_key="max_position_embeddings",
+    body=Body("modernbert", embeddings=("embeddings",), top=("final_norm",))))

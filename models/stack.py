@@ -4,7 +4,10 @@
 Face's checkpoints name them. `scan_layers=True` applies one layer under `nn.scan`: its weights are
 stacked into `layers` with a leading [n] axis (logical axis "layers"), so XLA compiles one layer instead
 of n (the compile time of a deep model stops growing with its depth) and the loop runs on the device.
-`stack_layers` / `unstack_layers` turn one layout into the other; checkpoints of either load in both.
+`stack_layers` / `unstack_layers` turn one layout into the other; checkpoints of either load in both. A model
+whose first layers differ in structure from the rest (ModernBERT's layer 0 has no attention norm) keeps them
+looped beside the scanned `layers` (`build(..., first_index=1)` for the rest): `layers` then holds the layers
+after them.
 
 `model.remat` trades compute for memory in the backward pass (jax.checkpoint), with MaxText's names:
 "none" keeps every activation; "minimal" keeps the matmul outputs that have no batch dimension in
@@ -34,7 +37,8 @@ LOOPED = re.compile(r"layer_(\d+)$")
 
 
 def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_argnums: tuple[int, ...],
-          per_layer_argnums: tuple[int, ...] = (), shared: bool = False, **layer_kwargs) -> Callable[..., Any]:
+          per_layer_argnums: tuple[int, ...] = (), shared: bool = False, first_index: int = 0,
+          **layer_kwargs) -> Callable[..., Any]:
     """-> apply(x, *args) -> x through `count` layers `layer(**layer_kwargs)`; call `build` in the
     parent's setup (or compact method), and `apply` in its call. `static_argnums` are the positions (x = 0)
     of the layer's Python-valued arguments (deterministic, decode), on which remat specialises. Arguments at
@@ -44,6 +48,7 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
     broadcast to every step rather than stacked.
     A layer may return (x, extra) rather than x (BERT's internals, for distillation): the stack then returns
     (x, every layer's extra stacked on a leading [count] axis), looped or scanned alike.
+    first_index: the looped layers' first number (the model builds the layers below it itself).
     """
     if remat not in REMAT_POLICIES:
         raise ValueError(f"remat={remat!r} is not one of {', '.join(REMAT_POLICIES)}")
@@ -55,7 +60,7 @@ def build(layer: type[nn.Module], count: int, *, scan: bool, remat: str, static_
     if shared:
         return _shared(layer, count, scan, per_layer, layer_kwargs)
     if not scan:
-        modules = [layer(**layer_kwargs, name=f"layer_{i}") for i in range(count)]
+        modules = [layer(**layer_kwargs, name=f"layer_{first_index + i}") for i in range(count)]
 
         def looped(x, *args):
             x, extras = ops.split_rows(x), []  # each layer's output is the next one's input: constrained once
@@ -127,28 +132,34 @@ def _with_extras(x: jax.Array, extras: list) -> Any:
 
 def stack_layers(tree: Any) -> Any:
     """Any pytree (params, optimizer state, a whole train state) with `layer_0 .. layer_{n-1}` siblings ->
-    the same with `layers` holding their leaves stacked on a new leading axis (the scanned layout)."""
+    the same with `layers` holding their leaves stacked on a new leading axis (the scanned layout). Leading layers
+    of another structure than the last one stay looped."""
     def convert(node: dict) -> dict:
         looped = sorted((int(m.group(1)), k) for k in node if (m := LOOPED.match(k)))
         if not looped:
             return node
         if [i for i, _ in looped] != list(range(len(looped))):
             raise ValueError(f"layers {[k for _, k in looped]} are not numbered 0..{len(looped) - 1}")
-        rest = {k: v for k, v in node.items() if not LOOPED.match(k)}
-        stacked = jax.tree.map(_stack, *[node[k] for _, k in looped], is_leaf=is_box)
+        structure = jax.tree.structure(node[looped[-1][1]], is_leaf=is_box)
+        first = next(n for n, (_, k) in enumerate(looped) if jax.tree.structure(node[k], is_leaf=is_box) == structure)
+        stacked_keys = [k for _, k in looped[first:]]
+        rest = {k: v for k, v in node.items() if k not in stacked_keys}
+        stacked = jax.tree.map(_stack, *[node[k] for k in stacked_keys], is_leaf=is_box)
         return {**rest, SCANNED: stacked}
     return map_dicts(tree, convert)
 
 
 def unstack_layers(tree: Any) -> Any:
-    """The inverse of `stack_layers`: `layers` [n, ...] -> `layer_0 .. layer_{n-1}`."""
+    """The inverse of `stack_layers`: `layers` [n, ...] -> `layer_0 .. layer_{n-1}`, numbered after any looped
+    layers beside it."""
     def convert(node: dict) -> dict:
         if SCANNED not in node:
             return node
         stacked = node[SCANNED]
         count = len(nn.unbox(jax.tree.leaves(stacked, is_leaf=is_box)[0]))
+        offset = sum(1 for k in node if LOOPED.match(k))
         rest = {k: v for k, v in node.items() if k != SCANNED}
-        return {**rest, **{f"layer_{i}": jax.tree.map(lambda leaf: _take(leaf, i), stacked, is_leaf=is_box)
+        return {**rest, **{f"layer_{offset + i}": jax.tree.map(lambda leaf: _take(leaf, i), stacked, is_leaf=is_box)
                            for i in range(count)}}
     return map_dicts(tree, convert)
 
