@@ -10,6 +10,9 @@ instead of BERT's 10 static copies. `masking` chooses how:
           80/10/10 drawn per token as ALBERT's code (`span_masking.mask_spans` with `ngram_length_pmf`); words are
           whole words with `whole_word_masking` (ALBERT's default), single tokens without.
 Both mask the same budget: mask_prob of the non-special tokens, at most max_predictions_per_seq.
+`packing` (without NSP; configs/modernbert.py): the instances of a window packed greedily into full rows, input_mask
+holding each token's example (1..n, 0 = padding) and `positions` its position inside it, so attention stays inside
+an example (models/attention.SegmentMask) and no row is mostly padding: the TPU's equivalent of unpadding.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from objectives import mlm, nsp, span_masking
+from objectives import mlm, nsp, packing, span_masking
 from objectives.interface import ObjectiveError
 
 MASKINGS = ("tokens", "ngrams")
@@ -47,6 +50,10 @@ class BertPretraining:
         if self.masking not in MASKINGS:
             raise ObjectiveError(f"config.objective.masking={self.masking!r} is unknown; use one of "
                                  f"{', '.join(MASKINGS)}")
+        self.packing = bool(config.get("packing", False))
+        if self.packing and self.next_sentence:
+            raise ObjectiveError("config.objective.packing=True packs single segments: it needs "
+                                 "config.objective.next_sentence=False (a sentence pair is one example)")
         if self.masking == "ngrams" and not config.get("ngram_max", 0) >= 1:
             raise ObjectiveError(f"config.objective.ngram_max={config.get('ngram_max')!r} must be an integer >= 1 "
                                  "for masking='ngrams' (ALBERT uses 3)")
@@ -59,12 +66,13 @@ class BertPretraining:
         """One epoch of fixed-length instances, [N, L] each."""
         t = self.tokenizer
         try:
-            return nsp.create_instances(
+            instances = nsp.create_instances(
                 documents, rng, max_seq_length=max_seq_length, short_seq_prob=self.config.short_seq_prob,
                 cls_id=t.cls_id, sep_id=t.sep_id, pad_id=t.pad_id, next_sentence=self.next_sentence,
                 sentence_order=self.sentence_order)
         except ValueError as e:  # too few documents, sequences too short: the user's corpus/config
             raise ObjectiveError(str(e)) from None
+        return pack_instances(instances, max_seq_length, t.pad_id) if self.packing else instances
 
     def make_batch(self, instances: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Host side: mask a batch of instances afresh (dynamic masking)."""
@@ -93,7 +101,9 @@ class BertPretraining:
 
     @staticmethod
     def model_inputs(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        return {k: batch[k] for k in ("input_ids", "segment_ids", "input_mask", "masked_lm_positions")}
+        keys = ("input_ids", "segment_ids", "input_mask", "masked_lm_positions") + (
+            ("positions",) if "positions" in batch else ())  # packed rows
+        return {k: batch[k] for k in keys}
 
     def loss(self, outputs: dict[str, jax.Array], batch: dict[str, jax.Array]
              ) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -106,8 +116,22 @@ class BertPretraining:
             metrics.update(nsp_metrics)
         metrics["loss"] = loss
         # Real (non-padding) tokens, for tokens/s.
-        metrics["tokens"] = jnp.sum(batch["input_mask"]).astype(jnp.float32)
+        metrics["tokens"] = jnp.sum(batch["input_mask"] > 0).astype(jnp.float32)  # packed rows hold ids 1..n
         return loss, metrics
+
+
+def pack_instances(instances: dict[str, np.ndarray], max_seq_length: int, pad_id: int) -> dict[str, np.ndarray]:
+    """Single-segment instances [N, L] -> rows [R, L], R <= N, each holding whole instances in order (objectives/
+    packing.py): input_mask = the example's number 1..n (0 = padding), positions = the place inside the example."""
+    lengths = instances["input_mask"].sum(axis=1)
+    examples = [{"input_ids": row[:n]} for row, n in zip(instances["input_ids"], lengths)]
+    packed = packing.pack_examples(examples, {"input_ids": max_seq_length})
+    ids, segments = packed["input_ids"], packed["input_ids_segment_ids"]
+    rows = len(ids)
+    return {"input_ids": np.where(segments > 0, ids, pad_id).astype(np.int32),
+            "segment_ids": np.zeros_like(ids, np.int32), "input_mask": segments.astype(np.int32),
+            "positions": packed["input_ids_positions"].astype(np.int32),
+            "next_sentence_labels": np.zeros(rows, np.int32)}
 
 
 class SpanBertPretraining(BertPretraining):

@@ -25,7 +25,7 @@ import optax
 
 from pretrain.runtime.errors import ConfigError
 
-SCHEDULES = ("warmup_linear_decay", "warmup_cosine_decay", "constant", "rsqrt")
+SCHEDULES = ("warmup_linear_decay", "warmup_cosine_decay", "warmup_stable_decay", "constant", "rsqrt")
 OPTIMIZERS = ("adamw", "adafactor", "lamb")
 
 
@@ -33,7 +33,9 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: i
     """`warmup_linear_decay`: 0 -> peak over warmup_steps, then linear to end_learning_rate at
     num_train_steps. `warmup_cosine_decay`: the same warmup, then half a cosine from peak down to
     end_learning_rate at num_train_steps (nanoGPT's get_lr; GPT-3, Brown et al. 2020, Appendix B).
-    `constant` after warmup is also available for short experiments.
+    `warmup_stable_decay` (ModernBERT's trapezoid, Warner et al. 2024; Hägele et al. 2024): the warmup, the peak
+    held, then over the last `decay_fraction` of the steps a 1-sqrt decay, peak * (1 - sqrt(t)) + end * sqrt(t)
+    for t from 0 to 1. `constant` after warmup is also available for short experiments.
     `rsqrt` (T5): learning_rate / sqrt(max(step, warmup_steps)), flat during the warmup; T5 pre-trains
     with learning_rate 1.0 and warmup_steps 10^4, i.e. 0.01 for 10^4 steps, then 1/sqrt(step)."""
     peak, warmup, total = config.learning_rate, config.warmup_steps, num_train_steps
@@ -46,12 +48,27 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: i
     elif config.schedule == "warmup_cosine_decay":
         alpha = config.end_learning_rate / peak if peak else 0.0  # optax's floor is a fraction of the peak
         after = optax.cosine_decay_schedule(peak, max(total - warmup, 1), alpha=alpha)
+    elif config.schedule == "warmup_stable_decay":
+        after = _stable_decay(peak, config.end_learning_rate, max(total - warmup, 1), config.get("decay_fraction", 0.1))
     elif config.schedule == "constant":
         after = optax.constant_schedule(peak)
     else:
         raise ConfigError(f"config.optimizer.schedule={config.schedule!r} is unknown; "
                           f"use one of {', '.join(SCHEDULES)}")
     return optax.join_schedules([warmup_fn, after], [warmup])
+
+
+def _stable_decay(peak: float, end: float, steps: int, decay_fraction: float) -> optax.Schedule:
+    """`steps` at the peak, the last decay_fraction of them decaying as 1 - sqrt to `end`."""
+    if not 0.0 <= decay_fraction <= 1.0:
+        raise ConfigError(f"config.optimizer.decay_fraction={decay_fraction} must be in [0, 1] (ModernBERT: 0.1)")
+    decay_steps = max(int(round(decay_fraction * steps)), 1)
+    stable = steps - decay_steps
+
+    def schedule(step):
+        t = jnp.clip((jnp.asarray(step, jnp.float32) - stable) / decay_steps, 0.0, 1.0)
+        return peak + (end - peak) * jnp.sqrt(t)
+    return schedule
 
 
 def weight_decay_mask(params: Any) -> Any:
