@@ -137,6 +137,11 @@ def _gpt2_bpe(directory: str) -> dict:
     return dict(kind="gpt2_bpe", path=directory, lowercase=False)
 
 
+def _tokenizer_json(directory: str) -> dict:
+    """A tokenizers `tokenizer.json` (ModernBERT ships no vocab.txt), cased as the file's normalizer says."""
+    return dict(kind="hf_json", path=os.path.join(directory, "tokenizer.json"), lowercase=False)
+
+
 def _sequence(family: str) -> dict[str, str]:
     """A head on the whole sequence: GLUE's classification tasks and its regression task (STS-B)."""
     return {"classification": family, "regression": family}
@@ -193,6 +198,7 @@ register(ModelFamily(  # DistilBERT (models/distillation/model.py): a student BE
 
 register(ModelFamily(  # ModernBERT (models/modernbert.py): pre-norm, RoPE, GeGLU, alternating local/global attention
     "modernbert", "models.modernbert", "ModernBertConfig", "ModernBertForMaskedLM",
+    hf=(HfCheckpoint("modernbert", "ModernBERT", "models.convert.hf_modernbert:load_hf_modernbert", _tokenizer_json),),
     # the whole tree: the MLM's prediction head is the fine-tuning heads' too, as in Hugging Face's classes
     width_key="hidden_size", positions_key="max_position_embeddings",
     body=Body("modernbert", embeddings=("embeddings",), top=("final_norm",))))
