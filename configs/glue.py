@@ -8,12 +8,12 @@
       --config.init=PATH
 
 PATH is a pretrain.train workdir (Orbax) or a Hugging Face directory (BERT: config.json +
-model.safetensors / pytorch_model.bin + vocab.txt; T5: the same with spiece.model; GPT-2: the same
-with vocab.json + merges.txt); the architecture and the tokenizer come from it.
+model.safetensors / pytorch_model.bin + vocab.txt; ModernBERT: the same with tokenizer.json; T5: the same with
+spiece.model; GPT-2: the same with vocab.json + merges.txt); the architecture and the tokenizer come from it.
 `--config.init_weights=random` keeps them and starts from fresh weights (config.seed's initialization):
 the random-init control of the same architecture.
 
-Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|t5|gpt`,
+Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|modernbert|t5|gpt`,
 `freeze=none|head_only|lowest|gradual` (BERT and GPT; see pretrain/training/freezing.py), `size=` (T5 and GPT
 without an init: the configs/t5.py or configs/gpt2.py size, default small), `peft=none|adapters|lora|prefix|prompt`.
 
@@ -62,8 +62,8 @@ from configs.sweep_axes import product, sweep
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     arg = common.parse_arg(arg, task="mrpc", model="bert", freeze="none", size="small", peft="none")
-    if arg.model not in ("bert", "t5", "gpt"):
-        raise ValueError(f"configs/glue.py: model={arg.model!r} must be 'bert', 't5' or 'gpt'")
+    if arg.model not in MODELS:
+        raise ValueError(f"configs/glue.py: model={arg.model!r} must be one of {', '.join(map(repr, MODELS))}")
     c = common.trainer_config()
     c.task = arg.task
     c.init = ""                    # pretrain.train workdir or Hugging Face directory ('' = random init)
@@ -117,6 +117,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         _text_to_text(c, arg.size)
     if arg.model == "gpt":
         _last_token_classifier(c, arg.size)
+    if arg.model == "modernbert":
+        _modernbert(c, arg.size)
     if arg.peft in PEFT_LEARNING_RATES:
         c.optimizer.learning_rate = PEFT_LEARNING_RATES[arg.peft]
     _peft_schedule(c, arg.peft, arg.task)
@@ -124,6 +126,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     return c
 
 
+MODELS = ("bert", "modernbert", "t5", "gpt")
 PAPER_LEARNING_RATES = (5e-5, 4e-5, 3e-5, 2e-5)  # Devlin et al. 2019, Section 4.1: picked on dev per task
 PAPER_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli")  # Table 1's columns
 
@@ -194,6 +197,17 @@ def _text_to_text(c: ml_collections.ConfigDict, size: str) -> None:
     c.z_loss = pretraining.objective.z_loss
     c.tokenizer = pretraining.tokenizer
     c.data.max_seq_length = 512  # inputs; the targets are the longest label word + EOS
+
+
+def _modernbert(c: ml_collections.ConfigDict, size: str) -> None:
+    """ModernBERT (configs/modernbert.py) in place of BERT: its architecture (an init's replaces it), no dropout in
+    the body and none on the classifier (Hugging Face's defaults), the head on the prediction head over [CLS]; BERT's
+    schedule at 5e-5 (Warner et al. 2024 sweep the learning rate per task)."""
+    from configs import modernbert
+    c.model = ml_collections.ConfigDict({**modernbert.get_config(f"size={size}").model.to_dict(),
+                                         "classifier_dropout": 0.0})
+    c.optimizer.learning_rate = 5e-5
+    c.tokenizer = ml_collections.ConfigDict(dict(kind="hf_json", path="", lowercase=False))  # an init brings its own
 
 
 def _last_token_classifier(c: ml_collections.ConfigDict, size: str) -> None:

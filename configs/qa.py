@@ -10,6 +10,7 @@ Scores are the official script's exact match and F1 (x100); predictions/dev.json
 v2.0 also reports the no-answer threshold that gives the best dev F1 (best_f1, best_f1_threshold, as the
 official v2.0 script does); give it to the next run as --config.data.null_threshold.
 
+model=modernbert: the same with ModernBERT (configs/glue.py's model=modernbert).
 model=t5 (size= as in configs/glue.py): "question: ... context: ..." -> the answer's text, T5's fine-tuning
 recipe (configs/glue.py), inputs of 512 pieces truncated rather than windowed, scored by the same metric.
 
@@ -26,14 +27,14 @@ from configs import common, glue
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     arg = common.parse_arg(arg, task="squad", model="bert", size="small", freeze="none", peft="none")
-    if arg.task not in ("squad", "squad_v2") or arg.model not in ("bert", "t5"):
+    if arg.task not in ("squad", "squad_v2") or arg.model not in ("bert", "modernbert", "t5"):
         raise ValueError(f"configs/qa.py: task={arg.task!r} must be 'squad' or 'squad_v2', model={arg.model!r} "
-                         "'bert' or 't5'")
+                         "'bert', 'modernbert' or 't5'")
     c = glue.get_config(f"task=mrpc,model={arg.model},size={arg.size},freeze={arg.freeze},peft={arg.peft}")
     c.unlock()
     c.task = arg.task
     c.num_epochs = 3 if arg.task == "squad" else 2
-    if arg.peft == "none" and arg.model == "bert":
+    if arg.peft == "none" and arg.model != "t5":
         c.optimizer.learning_rate = 5e-5
     c.data = ml_collections.ConfigDict(dict(
         source="dir",              # dir: the JSON files in `dir` | tfds: TFDS squad/v1.1, squad/v2.0
@@ -44,7 +45,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         max_train_examples=0,      # > 0: a fixed random subset of the train questions
         pad_to_multiple_of=8,
         length_buckets=4))
-    if arg.model == "bert":  # the windows and the span search: T5 writes its answer instead
+    if arg.model != "t5":  # an encoder's windows and span search: T5 writes its answer instead
         c.data.update(dict(
             max_query_length=64,   # question pieces kept
             doc_stride=128,        # pieces shared by consecutive windows of a long context

@@ -32,12 +32,14 @@ from configs import common, glue
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    arg = common.parse_arg(arg, task="conll2003", tags="ner", head="bio", freeze="none", peft="none")
+    arg = common.parse_arg(arg, task="conll2003", tags="ner", head="bio", freeze="none", peft="none", model="bert")
+    if arg.model not in ("bert", "modernbert"):
+        raise ValueError(f"configs/tagging.py: model={arg.model!r} must be 'bert' or 'modernbert' (an encoder)")
     if arg.head not in ("bio", "span"):
         raise ValueError(f"configs/tagging.py: head={arg.head!r} must be 'bio' or 'span'")
     if arg.task not in ("conll2003", "conll"):
         raise ValueError(f"configs/tagging.py: task={arg.task!r} must be 'conll2003' or 'conll'")
-    c = glue.get_config(f"task=mrpc,model=bert,freeze={arg.freeze},peft={arg.peft}")
+    c = glue.get_config(f"task=mrpc,model={arg.model},freeze={arg.freeze},peft={arg.peft}")
     c.unlock()
     c.task = arg.task
     c.head = arg.head              # bio: a tag per word | span: every span of up to span_head.max_width words

@@ -56,6 +56,7 @@ class ModelFamily:
     choices: Mapping[str, str] = dataclasses.field(default_factory=dict)  # key -> 'module:NAMES' it must be in
     body: Body | None = None             # for freezing (None: no pretrained body the strategies act on)
     finetuners: Mapping[str, str] = dataclasses.field(default_factory=dict)  # head kind -> 'module:Finetuner'
+    task_model: str | None = None        # 'module:Class': the encoder with a task head the encoder finetuners build
     finetunes_as: str | None = None      # the family its checkpoints fine-tune as (ELECTRA: its discriminator, a BERT)
     finetuned_config: str | None = None  # the config method giving what fine-tunes, where it differs (distil: student)
     frozen: tuple[str, ...] = ()         # params subtrees ("a/b" paths) pretraining never updates (a distillation teacher)
@@ -148,6 +149,11 @@ def _sequence(family: str) -> dict[str, str]:
 
 
 # ----- The families -----
+# An encoder fine-tunes on every head kind through the same finetuners, over the family's `task_model`.
+ENCODER_FINETUNERS = {**_sequence("pretrain.finetuners.bert:BertFinetuner"),
+                      "tagging": "pretrain.finetuners.bert_tagging:BertTaggingFinetuner",
+                      "span": "pretrain.finetuners.bert_spans:BertSpanFinetuner",
+                      "qa": "pretrain.finetuners.bert_qa:BertQaFinetuner"}
 BERT_ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
                      "embedding_size", "shared_layers", "hidden_act")
@@ -163,10 +169,7 @@ register(ModelFamily(
     width_key="hidden_size", positions_key="max_position_embeddings",
     # embeddings_project: the E -> H projection of factorised embeddings (ALBERT, ELECTRA), part of the embeddings
     body=Body("bert", embeddings=("embeddings", "embeddings_project"), top=("pooler",)),
-    finetuners={**_sequence("pretrain.finetuners.bert:BertFinetuner"),
-                "tagging": "pretrain.finetuners.bert_tagging:BertTaggingFinetuner",
-                "span": "pretrain.finetuners.bert_spans:BertSpanFinetuner",
-                "qa": "pretrain.finetuners.bert_qa:BertQaFinetuner"}))
+    finetuners=ENCODER_FINETUNERS, task_model="models.bert_tasks:BertForFineTuning"))
 
 register(ModelFamily(
     "t5", "models.t5", "T5Config", "T5",
@@ -201,4 +204,5 @@ register(ModelFamily(  # ModernBERT (models/modernbert.py): pre-norm, RoPE, GeGL
     hf=(HfCheckpoint("modernbert", "ModernBERT", "models.convert.hf_modernbert:load_hf_modernbert", _tokenizer_json),),
     # the whole tree: the MLM's prediction head is the fine-tuning heads' too, as in Hugging Face's classes
     width_key="hidden_size", positions_key="max_position_embeddings",
-    body=Body("modernbert", embeddings=("embeddings",), top=("final_norm",))))
+    body=Body("modernbert", embeddings=("embeddings",), top=("final_norm",)),
+    finetuners=ENCODER_FINETUNERS, task_model="models.modernbert:ModernBertForFineTuning"))

@@ -1,12 +1,16 @@
-"""The BERT finetuner for fine-tuning: the pretrained encoder + a fresh classification / regression head
-on the pooled [CLS] vector (models/bert_tasks.py), inputs `[CLS] a [SEP] (b [SEP])`. The BERT finetuners of
-the other head kinds (tagging, spans, QA) subclass it; the head itself is the task's kind (objectives/task_heads/)."""
+"""The encoder finetuner: the pretrained encoder + a fresh classification / regression head on the pooled [CLS]
+vector, inputs `[CLS] a [SEP] (b [SEP])`. The finetuners of the other head kinds (tagging, spans, QA) subclass it;
+the head itself is the task's kind (objectives/task_heads/). Every encoder family (BERT and its variants, ModernBERT)
+fine-tunes through these, over the module its registration names (ModelFamily.task_model: models/bert_tasks.py,
+models/modernbert.py)."""
 from __future__ import annotations
 
 import ml_collections
 import numpy as np
 
-from models.bert_tasks import BertForFineTuning
+import flax.linen as nn
+
+import models
 from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data
 from pretrain.finetuners.base import merge_pretrained, model_config, one_per_example
@@ -16,12 +20,16 @@ from pretrain.training.pretrained import Pretrained
 
 
 class BertFinetuner:
-    """BERT encoder (params['bert']) + a fresh task head (params['head']) on the pooled [CLS] vector."""
-    name = "bert"
+    """The encoder (params[body], e.g. 'bert') + a fresh task head (params['head']) on the pooled [CLS] vector."""
 
     def __init__(self, config: ml_collections.ConfigDict, task: ClassificationTask, tokenizer):
         self.config, self.task, self.tokenizer = config, task, tokenizer
+        self.family = models.family(config.model.name)
         self.objective = self.make_objective()
+
+    @property
+    def name(self) -> str:
+        return self.family.name
 
     def make_objective(self) -> FineTuningObjective:
         """The task's head kind and size (GLUE: classification or regression on the pooled vector)."""
@@ -47,18 +55,24 @@ class BertFinetuner:
         return finetune_data.FineTuningData(features, {"label": labels}, batch_size, self.tokenizer.pad_id,
                                             **finetune_data.padding(c.data))
 
-    def build_model(self) -> BertForFineTuning:
-        return BertForFineTuning(model_config(self.config), self.objective.head, self.objective.num_labels,
-                                 self.config.model.classifier_dropout, tuple(sorted(self.head_options().items())))
+    def build_model(self) -> nn.Module:
+        task_model = models.registry.resolve(self.family.task_model)
+        return task_model(model_config(self.config), self.objective.head, self.objective.num_labels,
+                          self.config.model.classifier_dropout, tuple(sorted(self.head_options().items())))
 
     def head_options(self) -> dict:
         """The head kind's options (none for the plain heads)."""
         return {}
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
-        merged = dict(params)
-        merged["bert"], fresh = merge_pretrained(params["bert"], init.params, init.source, prefix="bert/")
-        return merged, fresh  # the task head is always fresh: only surprises in the encoder are listed
+        """The checkpoint's subtrees into the model's of the same name: the encoder (a family with a params_subtree
+        gives it alone) and, where the checkpoint has it, what else it shares (ModernBERT's prediction head)."""
+        pretrained = {self.family.body.key: init.params} if self.family.params_subtree else init.params
+        merged, fresh = dict(params), []
+        for key in sorted(params.keys() & pretrained.keys()):
+            merged[key], missing = merge_pretrained(params[key], pretrained[key], init.source, prefix=f"{key}/")
+            fresh += missing
+        return merged, fresh  # the task head is always fresh: only surprises in what loaded are listed
 
     def predict_fn(self, model):
         """(params, batch) -> `predictions` of a forward pass."""
