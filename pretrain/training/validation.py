@@ -182,6 +182,17 @@ def _family_relations(config) -> None:
             raise _fail(f"model.{key}", config.model[key], "one of " + ", ".join(map(repr, allowed)))
 
 
+def _window_within_rows(config) -> None:
+    """Pretraining a sliding-window model (ModernBERT): a window that spans the whole row makes every local layer
+    global, a recipe mistake (fine-tuning keeps a checkpoint's window whatever the task's length)."""
+    window = config.model.get("local_attention", 0) // 2
+    length = config.data.get("max_seq_length", 0)
+    if window and "objective" in config and config.model.get("global_attn_every_n_layers", 1) > 1 and window >= length:
+        raise ConfigError(f"config.model.local_attention={config.model.local_attention} sees {window} tokens either "
+                          f"side, the whole config.data.max_seq_length={length} row: lower local_attention below "
+                          f"{2 * length}, or set config.model.global_attn_every_n_layers=1 for global attention")
+
+
 def _fits(positions_key: str, config) -> None:
     """The longest sequence the data makes fits the model's position table."""
     positions = config.model.get(positions_key)
@@ -202,6 +213,7 @@ def check_relations(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"config.objective.replace_with_mask={objective.replace_with_mask} + replace_with_random="
                           f"{objective.replace_with_random} exceeds 1 (BERT: 0.8 + 0.1, the rest kept)")
     _family_relations(config)
+    _window_within_rows(config)
     _fused_attention_without_dropout(config)
     profiling.parse_steps(config.get("profile_steps", ""))
     _layerwise_freezing_needs_looped_layers(config)

@@ -1,5 +1,6 @@
 """objectives/bert_pretraining.py's masking option: ALBERT's n-grams (masking="ngrams") through the objective's
-batches, with sentence-order pairs, as configs/albert.py trains; BERT's single tokens stay the default."""
+batches, with sentence-order pairs, as configs/albert.py trains; BERT's single tokens stay the default; ModernBERT's
+packed rows (configs/modernbert.py packing=True) at 30% masking."""
 from __future__ import annotations
 
 import types
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import objectives
-from configs import albert, bert
+from configs import albert, bert, modernbert
 from objectives import mlm, nsp
 from objectives.bert_pretraining import MLM_KEYS, BertPretraining
 from objectives.interface import ObjectiveError
@@ -171,3 +172,39 @@ def test_sop_instances_of_the_test_corpus_are_pairs():
     out = nsp.create_instances(documents(rng), rng, max_seq_length=64, cls_id=CLS, sep_id=SEP, pad_id=PAD,
                                sentence_order=True)
     assert len(out["input_ids"]) > 100 and (out["segment_ids"].max(1) == 1).all()
+
+
+def test_packing_fills_rows_with_whole_instances_numbered_and_positioned_inside_each():
+    """configs/modernbert.py:packing=True: every instance of the unpacked epoch appears whole, in order, in one row,
+    its tokens numbered by segment (input_mask 1..n, 0 = padding) and positioned from 0; fewer rows, same tokens;
+    30% of each row's non-special tokens masked."""
+    config = modernbert.get_config("size=tiny,packing=True").objective
+    objective = objectives.build_objective(config, tokenizer())
+    unpacked_objective = objectives.build_objective(modernbert.get_config("size=tiny").objective, tokenizer())
+    docs = documents(np.random.default_rng(0), n_docs=40, n_sentences=2)
+    packed = objective.create_instances(docs, np.random.default_rng(1), 64)
+    unpacked = unpacked_objective.create_instances(docs, np.random.default_rng(1), 64)
+    assert len(packed["input_ids"]) < len(unpacked["input_ids"])
+    examples = []
+    for ids, segments, positions in zip(packed["input_ids"], packed["input_mask"], packed["positions"]):
+        for segment in range(1, segments.max() + 1):
+            where = segments == segment
+            np.testing.assert_array_equal(positions[where], np.arange(where.sum()))
+            examples.append(ids[where])
+        assert np.all(ids[segments == 0] == PAD)
+    expected = [row[:n] for row, n in zip(unpacked["input_ids"], unpacked["input_mask"].sum(1))]
+    assert len(examples) == len(expected) and all(np.array_equal(a, b) for a, b in zip(examples, expected))
+    batch = objective.make_batch(packed, np.random.default_rng(2))
+    assert set(objective.model_inputs(batch)) == {"input_ids", "segment_ids", "input_mask", "masked_lm_positions",
+                                                  "positions"}
+    real = (packed["input_mask"] > 0) & ~np.isin(packed["input_ids"], (CLS, SEP))
+    rate = batch["masked_lm_weights"].sum() / real.sum()
+    assert 0.27 < rate < 0.33, rate
+
+
+def test_packing_with_sentence_pairs_is_one_line_error():
+    config = bert.get_config("size=tiny").objective
+    with config.unlocked():
+        config.packing = True
+    with pytest.raises(ObjectiveError, match="packing=True packs single segments: it needs"):
+        objectives.build_objective(config, tokenizer())

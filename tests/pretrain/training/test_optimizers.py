@@ -331,3 +331,15 @@ def test_lamb_matches_albert_lamb_optimizer_transcribed_in_numpy():
     moved = np.abs(ours[-1]["norm"]["scale"] - params["bert/encoder/attention/LayerNorm/gamma"]).max()
     assert moved > 0.05  # untrusted weights take Adam's full steps: three of about lr each
 
+
+
+def test_warmup_stable_decay_holds_the_peak_then_decays_as_one_minus_sqrt():
+    """ModernBERT's trapezoid: linear warmup over 10 steps, the peak to step 91 (10% of the 90 steps after the warmup
+    decay), then peak * (1 - sqrt(t)) to 0 at step 100."""
+    config = ml_collections.ConfigDict(dict(schedule="warmup_stable_decay", learning_rate=1.0, warmup_steps=10,
+                                            end_learning_rate=0.0, decay_fraction=0.1))
+    schedule = optimizers.learning_rate_schedule(config, num_train_steps=100)
+    assert float(schedule(5)) == pytest.approx(0.5)
+    assert [float(schedule(s)) for s in (10, 50, 91)] == pytest.approx([1.0, 1.0, 1.0])
+    assert float(schedule(91 + 9 * 0.25)) == pytest.approx(1 - 0.5, abs=1e-6)  # t = 1/4: 1 - sqrt(1/4)
+    assert float(schedule(100)) == pytest.approx(0.0, abs=1e-7)

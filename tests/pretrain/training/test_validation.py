@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from configs import albert, bert, distil, glue, gpt2, spanbert, t5
+from configs import albert, bert, distil, glue, gpt2, modernbert, spanbert, t5
 from pretrain.runtime.errors import ConfigError
 from pretrain.training import validation
 
@@ -14,8 +14,10 @@ SHIPPED = ([bert.get_config(f"size={s}") for s in bert.SIZES]
            + [t5.get_config(f"size={s},version={v}") for v in t5.SIZES for s in t5.SIZES[v]]
            + [gpt2.get_config(f"size={s}") for s in gpt2.SIZES]
            + [distil.get_config(f"size={s}") for s in distil.SIZES]
+           + [modernbert.get_config(f"size={s}") for s in modernbert.SIZES]
+           + [modernbert.get_config("size=tiny,packing=True")]
            + [glue.get_config(f"task={task},model={m}") for task in ("mrpc", "stsb", "mnli")
-              for m in ("bert", "t5", "gpt")])
+              for m in glue.MODELS])
 
 
 @pytest.mark.parametrize("index", range(len(SHIPPED)))
@@ -71,6 +73,9 @@ def test_a_value_out_of_range_names_key_value_and_range(key, value, allowed):
     (bert.get_config("size=tiny"), {"model.attention": "xla"}, "attention_dropout_rate=0.1: set it to 0"),
     (bert.get_config("size=tiny"), {"model.attention": "pallas"}, "attention='pallas' cannot drop attention"),
     (glue.get_config("task=mrpc,freeze=gradual"), {"model.scan_layers": True}, "freezes layer by layer"),
+    (modernbert.get_config("size=tiny"), {"data.max_seq_length": 64},
+     "config.model.local_attention=128 sees 64 tokens either side, the whole config.data.max_seq_length=64 row"),
+    (modernbert.get_config("size=tiny"), {"model.num_heads": 3}, "hidden_size=128 is not a multiple"),
 ])
 def test_relations_within_a_family(config, flat, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(".", r"\.")):

@@ -1,0 +1,73 @@
+"""ModernBERT's own properties (the parity with transformers is tests/models/convert/test_hf_modernbert.py's): packed
+rows compute what each example computes alone, layer 0 alone lacks an attention norm, looped and scanned layouts
+agree, and a bad config is one line."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import stack
+from models.errors import ModelInputError
+from models.modernbert import ModernBertConfig, ModernBertForMaskedLM
+
+CONFIG = ModernBertConfig(vocab_size=64, hidden_size=32, num_layers=4, num_heads=4, intermediate_size=48,
+                          local_attention=6, max_position_embeddings=64, attention="einsum")
+
+
+@pytest.fixture(scope="module")
+def params():
+    ids = jnp.ones((1, 16), jnp.int32)
+    return ModernBertForMaskedLM(CONFIG).init(jax.random.key(0), ids, None, ids)["params"]
+
+
+def logits(params, ids, mask, config=CONFIG, positions=None) -> np.ndarray:
+    out = ModernBertForMaskedLM(config).apply({"params": params}, jnp.asarray(ids), None, jnp.asarray(mask),
+                                             positions=None if positions is None else jnp.asarray(positions))
+    return np.asarray(out["mlm_logits"])
+
+
+def test_packed_row_gives_each_example_the_logits_it_has_alone(params):
+    """Two examples of 9 and 7 tokens in one row (segment ids 1 and 2, positions restarting) against each alone:
+    attention, the sliding window and the rotary positions all stay inside an example."""
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(3, 64, 9), rng.integers(3, 64, 7)
+    packed = logits(params, np.concatenate([a, b])[None], np.array([[1] * 9 + [2] * 7]),
+                    positions=np.concatenate([np.arange(9), np.arange(7)])[None])
+    np.testing.assert_allclose(packed[0, :9], logits(params, a[None], np.ones((1, 9)))[0], atol=1e-5)
+    np.testing.assert_allclose(packed[0, 9:], logits(params, b[None], np.ones((1, 7)))[0], atol=1e-5)
+
+
+def test_only_layer_zero_lacks_the_attention_norm(params):
+    body = params["modernbert"]
+    assert "attention_norm" not in body["layer_0"]
+    assert all("attention_norm" in body[f"layer_{i}"] for i in range(1, CONFIG.num_layers))
+    assert not any("bias" in jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(body)[0])
+
+
+def test_scanned_layers_stack_after_layer_zero_and_compute_the_same(params):
+    scanned = stack.stack_layers(params)
+    assert set(scanned["modernbert"]) >= {"layer_0", "layers"} and "layer_1" not in scanned["modernbert"]
+    assert jax.tree.leaves(scanned["modernbert"]["layers"])[0].shape[0] == CONFIG.num_layers - 1
+    ids = np.random.default_rng(1).integers(3, 64, (2, 16))
+    mask = np.ones((2, 16), np.int32)
+    mask[1, 11:] = 0
+    np.testing.assert_allclose(logits(scanned, ids, mask, dataclasses.replace(CONFIG, scan_layers=True)),
+                               logits(params, ids, mask), atol=1e-5)
+    back = stack.unstack_layers(scanned)
+    assert jax.tree.structure(back) == jax.tree.structure(params)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(global_attn_every_n_layers=0), r"model.global_attn_every_n_layers=0 must be >= 1"),
+    (dict(local_attention=7), r"model.local_attention=7 must be an even window >= 2"),
+    (dict(hidden_size=30), r"model.hidden_size=30 is not a multiple of model.num_heads=4"),
+    (dict(classifier_pooling="max"), r"model.classifier_pooling='max' is not one of"),
+])
+def test_bad_modernbert_config_is_one_line(fields, message):
+    with pytest.raises(ModelInputError, match=message) as info:
+        dataclasses.replace(CONFIG, **fields)
+    assert "\n" not in str(info.value)
