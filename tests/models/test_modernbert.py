@@ -83,3 +83,50 @@ def test_cudnn_takes_no_two_sided_window_and_auto_picks_xla_for_one_on_a_gpu(mon
     monkeypatch.setattr(attention, "platform", lambda: "gpu")
     assert attention.choose("auto", jnp.bfloat16, 64, False, 256, 256) == "cudnn"
     assert attention.choose("auto", jnp.bfloat16, 64, False, 256, 256, window=64) == "xla"
+
+
+# ----- Fine-tuning: PEFT attaches at the generic extension points, in either layout -----
+def task_model(method: str = "none", scan: bool = False, **peft_fields):
+    from models import peft
+    from models.modernbert import ModernBertForFineTuning
+    from objectives.task_heads import head_kind
+    config = dataclasses.replace(CONFIG, scan_layers=scan, peft=peft.PeftConfig(method=method, **peft_fields))
+    return ModernBertForFineTuning(config, head_kind("classification"), 3)
+
+
+IDS = jnp.array([[5, 6, 7, 8, 9, 10, 11, 12, 13, 1, 0, 0], [3, 4, 5, 6, 7, 8, 9, 1, 3, 4, 5, 6]], jnp.int32)
+
+
+def classify(model, params) -> np.ndarray:
+    return np.asarray(model.apply({"params": params}, IDS, IDS * 0, (IDS != 0).astype(jnp.int32))["logits"])
+
+
+def with_base(params, base):
+    """`params` with every leaf that `base` has at the same path taken from it (the PEFT leaves stay)."""
+    def take(path, leaf):
+        node = base
+        for key in path:
+            node = node.get(key.key) if isinstance(node, dict) else None
+        return leaf if node is None else node
+    return jax.tree_util.tree_map_with_path(take, params)
+
+
+def test_lora_with_b_zero_leaves_modernbert_unchanged_and_attaches_to_query_and_value():
+    base_model, lora_model = task_model(), task_model("lora", lora_targets=("query", "value"), lora_rank=4)
+    base = base_model.init(jax.random.key(0), IDS, IDS * 0, IDS)["params"]
+    params = with_base(lora_model.init(jax.random.key(1), IDS, IDS * 0, IDS)["params"], base)
+    lora = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]
+            if "lora" in jax.tree_util.keystr(p)]
+    assert len(lora) == CONFIG.num_layers * 2 * 2 and all("query" in k or "value" in k for k in lora)
+    np.testing.assert_array_equal(classify(lora_model, params), classify(base_model, base))
+
+
+@pytest.mark.parametrize("method", ["lora", "adapters", "prefix", "prompt"])
+def test_peft_on_modernbert_gives_the_same_logits_looped_and_scanned(method):
+    """Layer 0 runs outside the scan: prefix-tuning's per-layer keys and values must reach it and the rest."""
+    fields = dict(prefix_length=3, prompt_length=3, adapter_size=8, prefix_hidden_size=0)
+    looped, scanned = task_model(method, **fields), task_model(method, scan=True, **fields)
+    params = looped.init(jax.random.key(0), IDS, IDS * 0, IDS)["params"]
+    params = jax.tree.map(lambda x: x + np.random.default_rng(1).normal(0, 0.05, x.shape).astype(x.dtype),
+                          jax.tree.map(np.asarray, params))
+    np.testing.assert_allclose(classify(scanned, stack.stack_layers(params)), classify(looped, params), atol=1e-5)

@@ -238,7 +238,7 @@ def test_token_level_heads_see_the_inputs_positions_only(method):
 # Every PEFT method's vocabulary; not GPT's prefix LM (prefix_lengths, bidirectional_mask) nor a generation prompt.
 PEFT_WORDS = re.compile(r"(?i:peft|lora|adapter|prefix_encoder|prefix[-_ ]tuning|prompt[-_ ]tuning|virtual_positions"
                         r"|prompt_length|prefix_length\b|self\.prompt\b)|PrefixEncoder|\bPrompt\b")
-PEFT_FREE = ("bert.py", "gpt.py", "t5.py", "layers.py", "attention.py", "stack.py")
+PEFT_FREE = ("bert.py", "modernbert.py", "gpt.py", "t5.py", "layers.py", "attention.py", "stack.py")
 
 
 @pytest.mark.parametrize("text, named", [
@@ -255,7 +255,7 @@ def test_the_peft_vocabulary_is_recognised(text, named):
 
 @pytest.mark.parametrize("name", PEFT_FREE)
 def test_base_models_name_no_peft_method(name):
-    """BERT, GPT, T5 and their building blocks name no PEFT method: models/peft/ attaches them from outside, at
+    """BERT, ModernBERT, GPT, T5 and their building blocks name no PEFT method: models/peft/ attaches them from outside, at
     generic extension points (models/extension.py)."""
     path = pathlib.Path(__file__).parents[2] / "models" / name
     named = [f"{name}:{i}: {line.strip()}" for i, line in enumerate(path.read_text().splitlines(), 1)
