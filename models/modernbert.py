@@ -39,7 +39,7 @@ POOLINGS = ("cls", "mean")
 
 
 @dataclasses.dataclass(frozen=True)
-class ModernBertConfig(ModelConfig):  # + dtype, param_dtype, attention, scan_layers, fused_qkv, remat, peft
+class ModernBertConfig(ModelConfig):  # + the compute fields and the extension (models/config_base.py)
     vocab_size: int = 50368
     hidden_size: int = 768
     num_layers: int = 22

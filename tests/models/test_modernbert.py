@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -113,8 +114,8 @@ def with_base(params, base):
 
 def test_lora_with_b_zero_leaves_modernbert_unchanged_and_attaches_to_query_and_value():
     base_model, lora_model = task_model(), task_model("lora", lora_targets=("query", "value"), lora_rank=4)
-    base = base_model.init(jax.random.key(0), IDS, IDS * 0, IDS)["params"]
-    params = with_base(lora_model.init(jax.random.key(1), IDS, IDS * 0, IDS)["params"], base)
+    base = nn.unbox(base_model.init(jax.random.key(0), IDS, IDS * 0, IDS)["params"])
+    params = with_base(nn.unbox(lora_model.init(jax.random.key(1), IDS, IDS * 0, IDS)["params"]), base)
     lora = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]
             if "lora" in jax.tree_util.keystr(p)]
     assert len(lora) == CONFIG.num_layers * 2 * 2 and all("query" in k or "value" in k for k in lora)
