@@ -101,7 +101,7 @@ def test_hugging_face_loading_dispatches_on_model_type(toy, tmp_path):
                           "act": "relu"}
     assert set(init.params) == {"embed", "layer_0", "layer_1", "top_norm"}
     assert init.tokenizer == dict(kind="wordpiece", path=str(tmp_path))
-    with pytest.raises(UserError, match="a Hugging Face BERT, ALBERT, ELECTRA, DistilBERT, T5, GPT-2 or Toy directory"):
+    with pytest.raises(UserError, match="a Hugging Face BERT, ALBERT, ELECTRA, DistilBERT, T5, GPT-2, ModernBERT or Toy directory"):
         pretrained.load_pretrained(str(tmp_path / "missing"))
 
 
@@ -110,8 +110,8 @@ def test_an_unknown_model_type_names_the_registered_ones(tmp_path):
     with pytest.raises(UserError) as error:
         pretrained.load_pretrained(str(tmp_path))
     assert str(error.value) == (f"{tmp_path}/config.json: model_type='roberta' is not one this project loads "
-                                "('bert', 'albert', 'electra', 'distilbert', 't5', 'gpt2'); give a Hugging Face BERT, "
-                                "ALBERT, ELECTRA, DistilBERT, T5 or GPT-2 directory")
+                                "('bert', 'albert', 'electra', 'distilbert', 't5', 'gpt2', 'modernbert'); give a Hugging "
+                                "Face BERT, ALBERT, ELECTRA, DistilBERT, T5, GPT-2 or ModernBERT directory")
 
 
 def test_orbax_loading_takes_the_registered_subtree(toy, tmp_path, monkeypatch):
@@ -172,7 +172,7 @@ def test_fine_tuning_families_by_task_kind(toy):
 
 # ----- The real table -----
 def test_every_registered_name_resolves():
-    assert list(registry.FAMILIES) == ["bert", "t5", "gpt", "electra", "distil"]
+    assert list(registry.FAMILIES) == ["bert", "t5", "gpt", "electra", "distil", "modernbert"]
     for family in registry.FAMILIES.values():
         assert dataclasses.is_dataclass(family.config_cls()) and issubclass(family.model_cls(), nn.Module)
         for checkpoint in family.hf:
