@@ -18,13 +18,14 @@ from objectives.interface import eos_id_or_none
 from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, MissingTokenError, Tokenizer, TokenizerError,
                                            UnknownTextError)
 from pretrain.data.tokenizers.gpt import GPT2_EOS, CharTokenizer, GPT2BPETokenizer
-from pretrain.data.tokenizers.hf_json import HFJsonTokenizer, tokenizer_json
+from pretrain.data.tokenizers.hf_json import HFJsonTokenizer, special_tokens, tokenizer_json
 from pretrain.data.tokenizers.subword import SentencePieceTokenizer, WordPieceTokenizer
 
 KINDS = ("sentencepiece", "wordpiece", "char", "gpt2_bpe", "hf_json")
 __all__ = ["CLS", "EOS", "GPT2_EOS", "KINDS", "MASK", "SEP", "CharTokenizer", "GPT2BPETokenizer", "HFJsonTokenizer",
            "MissingTokenError", "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "UnknownTextError",
-           "WordPieceTokenizer", "eos_id_or_none", "fingerprint", "from_config", "load_tokenizer", "tokenizer_json"]
+           "WordPieceTokenizer", "eos_id_or_none", "fingerprint", "from_config", "load_tokenizer", "special_tokens",
+           "tokenizer_json"]
 
 
 def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: int = 0) -> Tokenizer:

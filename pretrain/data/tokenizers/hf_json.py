@@ -139,6 +139,18 @@ def tokenizer_json(tokenizer: Tokenizer) -> str:
     return pipeline.to_str(pretty=True)
 
 
+def special_tokens(tokenizer: Tokenizer) -> dict[str, str]:
+    """The pieces of the tokenizer's specials by tokenizer_config.json's names (cls_token, ...), those it has."""
+    found = {}
+    for key, attribute in (("cls_token", "cls_id"), ("sep_token", "sep_id"), ("mask_token", "mask_id"),
+                           ("pad_token", "pad_id"), ("unk_token", "unk_id")):
+        try:
+            found[key] = tokenizer.id_to_piece(getattr(tokenizer, attribute))
+        except MissingTokenError:
+            continue
+    return found
+
+
 def _add_bert_template(pipeline, tokenizer: Tokenizer) -> None:
     """[CLS] $A [SEP] and [CLS] $A [SEP] $B [SEP] (B's type id 1), where the tokenizer has [CLS] and [SEP]."""
     from tokenizers import processors

@@ -88,7 +88,11 @@ class SentencePieceTokenizer(Tokenizer):
         class Converter(SpmConverter):
             SpmExtractor = Extractor
 
-        pipeline = Converter(types.SimpleNamespace(vocab_file=self._path)).converted()
+        try:
+            pipeline = Converter(types.SimpleNamespace(vocab_file=self._path)).converted()
+        except Exception as e:  # noqa: BLE001 - transformers' converter (protobuf missing, a version's change)
+            raise TokenizerError(f"transformers cannot convert the sentencepiece model {self._path}: "
+                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         if self._lowercase:
             pipeline.normalizer = normalizers.Sequence([normalizers.Lowercase(), pipeline.normalizer])
         return pipeline
