@@ -14,7 +14,7 @@ corpus on a laptop CPU), `packing=True|False` (rows packed with several document
 segment ids: the TPU's equivalent of ModernBERT's unpadding).
 
 Targets. base and large are the released models' shapes (answerdotai/ModernBERT-base, -large): parameter counts of
-ModernBertForMaskedLM, here and in transformers, 149,655,232 and 395,831,296 (the paper: 149M, 395M). Every third
+ModernBertForMaskedLM, here and in transformers, 149,655,232 and 395,881,664 (the paper: 149M, 395M). Every third
 layer global (RoPE theta 160,000), the others a 128-token sliding window (theta 10,000). The paper recipe
 (Section 2.2 and Appendix): 30% masking, StableAdamW (here AdamW with clipping) lr 8e-4 (base) / 5e-4 (large),
 weight decay 1e-5, a warmup-stable-decay schedule, 1,024 tokens then 8,192, 2 trillion tokens; ModernBERT-base

@@ -1,5 +1,5 @@
 """Read and write Hugging Face BERT and ALBERT directories (config.json + model.safetensors [+ vocab.txt or
-ALBERT's spiece.model]).
+ALBERT's spiece.model]); the readers and the atomic writer the other families' converters share.
 
 Reading needs no torch for safetensors; a legacy pytorch_model.bin is read with torch only if it is
 installed. Exports are written to a temporary directory and renamed into place, so an interrupted
@@ -25,7 +25,8 @@ from models.errors import ModelInputError
 SAFETENSORS, PYTORCH_BIN, CONFIG, VOCAB, TOKENIZER_CONFIG = (
     "model.safetensors", "pytorch_model.bin", "config.json", "vocab.txt", "tokenizer_config.json")
 SPIECE = "spiece.model"  # T5's and ALBERT's SentencePiece model
-_EXPORT_FILES = {SAFETENSORS, CONFIG, VOCAB, TOKENIZER_CONFIG, SPIECE}
+TOKENIZER_JSON = "tokenizer.json"  # a Hugging Face tokenizers pipeline (ModernBERT's)
+_EXPORT_FILES = {SAFETENSORS, CONFIG, VOCAB, TOKENIZER_CONFIG, SPIECE, TOKENIZER_JSON}
 
 
 def _float32(array: np.ndarray) -> np.ndarray:

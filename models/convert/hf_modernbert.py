@@ -2,17 +2,23 @@
 
 Hugging Face fuses the attention projections into `Wqkv` [3 * H * K, D] and the GeGLU's two input projections
 into `Wi` [2F, D] (the activated half first, then the gate); ours are separate Dense kernels, split and joined
-here. One table (`_layout`) lists every tensor once, so import and export cannot drift apart; reading and
-writing whole directories is models/convert/hf_io.py's (`load_hf_modernbert`, `save_hf_modernbert`).
+here. One table (`_layout`) lists every tensor once, so import and export cannot drift apart. Whole directories:
+`load_hf_modernbert` (config.json + model.safetensors -> our config and params) and `save_hf_modernbert` (the
+other way, with the tokenizer.json and a tokenizer_config.json that AutoTokenizer reads), through
+models/convert/hf_io.py's readers and atomic writer.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import flax.core.meta
 import numpy as np
 
+from models.convert import hf_io
 from models.convert.layouts import lookup, place_tensor, take_tensor
 from models.errors import ModelInputError
 from models.modernbert import ModernBertConfig
@@ -32,9 +38,18 @@ _CONFIG_KEYS = {
 # Options of Hugging Face's ModernBERT that ours does not implement: (key, the value ours computes).
 _FIXED = (("norm_bias", False), ("attention_bias", False), ("mlp_bias", False), ("classifier_bias", False),
           ("tie_word_embeddings", True))
-# The fine-tuning heads' classes (objectives/task_heads/: hf_class) and the architectures save_pretrained names
-SEQUENCE_HEADS = ("ModernBertForSequenceClassification", "ModernBertForTokenClassification",
-                  "ModernBertForQuestionAnswering")
+MASKED_LM = "ModernBertForMaskedLM"
+# transformers' fine-tuning classes -> the Dense of our `head` (objectives/task_heads: the head kind's module) that
+# holds their `classifier`. A head kind's hf_class names BERT's class: ModernBERT's is `task_class` of it.
+TASK_CLASSES = {"ModernBertForSequenceClassification": "classifier", "ModernBertForTokenClassification": "classifier",
+                "ModernBertForQuestionAnswering": "qa_outputs"}
+# ModernBERT's special tokens, as its tokenizer_config.json names them, and their ids in config.json (transformers'
+# defaults, ModernBERT-base's; bos and eos are [CLS] and [SEP])
+SPECIAL_TOKENS = {"cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]", "pad_token": "[PAD]",
+                  "unk_token": "[UNK]"}
+_TOKEN_IDS = {"pad_token_id": ("pad_token", 50283), "cls_token_id": ("cls_token", 50281),
+              "sep_token_id": ("sep_token", 50282), "bos_token_id": ("cls_token", 50281),
+              "eos_token_id": ("sep_token", 50282)}
 
 Entry = tuple[str, tuple[str, ...], str, tuple[int, ...]]  # (HF name, our param path, layout, HF shape)
 
@@ -64,10 +79,26 @@ def _head_layout(c: ModernBertConfig) -> list[Entry]:
             ("head.norm.weight", ("prediction_head", "norm", "scale"), "copy", (d,))]
 
 
-def _classifier_layout(num_labels: int, c: ModernBertConfig) -> list[Entry]:
-    """A fine-tuning model's classifier (objectives/task_heads: head/classifier, or QA's head/qa_outputs)."""
-    return [("classifier.weight", ("head", "classifier", "kernel"), "linear", (num_labels, c.hidden_size)),
-            ("classifier.bias", ("head", "classifier", "bias"), "copy", (num_labels,))]
+def _classifier_layout(num_labels: int, c: ModernBertConfig, architecture: str) -> list[Entry]:
+    """A fine-tuning model's classifier: Hugging Face's `classifier` [C, D] is our head/classifier, or QA's
+    head/qa_outputs, kernel [D, C] (TASK_CLASSES)."""
+    dense = _dense(architecture)
+    return [("classifier.weight", ("head", dense, "kernel"), "linear", (num_labels, c.hidden_size)),
+            ("classifier.bias", ("head", dense, "bias"), "copy", (num_labels,))]
+
+
+def _dense(architecture: str) -> str:
+    if architecture not in TASK_CLASSES:
+        raise ModelInputError(f"{architecture!r} is no ModernBERT fine-tuning class this converts; use one of "
+                              f"{', '.join(TASK_CLASSES)}")
+    return TASK_CLASSES[architecture]
+
+
+def task_class(head_class: str) -> str:
+    """A head kind's transformers class (objectives/task_heads' hf_class, BERT's) -> ModernBERT's."""
+    modern = f"Modern{head_class}"
+    _dense(modern)
+    return modern
 
 
 # Hugging Face's fused tensors <-> our separate kernels, beside layouts.TO_OURS / TO_HF.
@@ -107,10 +138,10 @@ def _place(params: dict, sd: Mapping, entry: Entry, c: ModernBertConfig, source:
 
 
 def params_from_hf(state_dict: Mapping[str, Any], config: ModernBertConfig, *, source: str = "the checkpoint",
-                   num_labels: int = 0) -> dict:
-    """state_dict (ModernBertForMaskedLM / ...ForSequenceClassification names, or ModernBertModel's without the
-    'model.' prefix) -> our params: `modernbert`, and `prediction_head` (+ the MLM's `decoder_bias`, or with
-    num_labels a classifier's `head`) where the checkpoint has them."""
+                   num_labels: int = 0, architecture: str = "ModernBertForSequenceClassification") -> dict:
+    """state_dict (ModernBertForMaskedLM / ...For{Sequence,Token}Classification / ...ForQuestionAnswering names, or
+    ModernBertModel's without the 'model.' prefix) -> our params: `modernbert`, and `prediction_head` (+ the MLM's
+    `decoder_bias`, or with num_labels the `head` of `architecture`) where the checkpoint has them."""
     sd = {k if k.startswith(("model.", "head.", "decoder.", "classifier.")) else f"model.{k}": np.asarray(v)
           for k, v in state_dict.items()}
     params: dict = {}
@@ -118,7 +149,7 @@ def params_from_hf(state_dict: Mapping[str, Any], config: ModernBertConfig, *, s
     if "head.dense.weight" in sd:
         entries += _head_layout(config)
     if num_labels:
-        entries += _classifier_layout(num_labels, config)
+        entries += _classifier_layout(num_labels, config, architecture)
     for entry in entries:
         _place(params, sd, entry, config, source)
     if "decoder.bias" in sd and config.decoder_bias:
@@ -130,13 +161,15 @@ def params_from_hf(state_dict: Mapping[str, Any], config: ModernBertConfig, *, s
     return to_qkv_layout(params, config.fused_qkv)
 
 
-def hf_state_dict(params: dict, config: ModernBertConfig, num_labels: int = 0) -> dict[str, np.ndarray]:
+def hf_state_dict(params: dict, config: ModernBertConfig, num_labels: int = 0,
+                  architecture: str = "ModernBertForSequenceClassification") -> dict[str, np.ndarray]:
     """Our tree {'modernbert', 'prediction_head', 'decoder_bias'} (ModernBertForMaskedLM) or, with num_labels, a
-    fine-tuning tree with its classifier -> Hugging Face's names, contiguous float32, the tied decoder written."""
+    fine-tuning tree {'modernbert', 'prediction_head', 'head'} of `architecture` -> Hugging Face's names,
+    contiguous float32; the MLM's decoder.weight is left to tie_word_embeddings, as save_pretrained leaves it."""
     params = hf_layout(flax.core.meta.unbox(params))  # looped layers, separate q/k/v
     entries = _encoder_layout(config) + _head_layout(config)
     if num_labels:
-        entries += _classifier_layout(num_labels, config)
+        entries += _classifier_layout(num_labels, config, architecture)
     state_dict = {}
     for name, path, layout, _ in entries:
         if layout in _FUSED:
@@ -146,10 +179,8 @@ def hf_state_dict(params: dict, config: ModernBertConfig, num_labels: int = 0) -
             state_dict[name] = np.ascontiguousarray(_FUSED[layout][1](node, config))
         else:
             state_dict[name] = take_tensor(params, path, layout, config)
-    if not num_labels:
-        state_dict["decoder.weight"] = state_dict["model.embeddings.tok_embeddings.weight"].copy()
-        if config.decoder_bias:
-            state_dict["decoder.bias"] = take_tensor(params, ("decoder_bias",), "copy", config)
+    if not num_labels and config.decoder_bias:  # the decoder's weight is the word embeddings: written once, as
+        state_dict["decoder.bias"] = take_tensor(params, ("decoder_bias",), "copy", config)  # save_pretrained does
     return state_dict
 
 
@@ -196,3 +227,87 @@ def config_to_hf(config: ModernBertConfig, architecture: str = "ModernBertForMas
     if num_labels:
         hf["num_labels"] = num_labels
     return hf
+
+
+# ----- Directories -----
+def load_hf_modernbert(directory: str) -> tuple[ModernBertConfig, dict]:
+    """A Hugging Face ModernBERT directory (config.json + model.safetensors or pytorch_model.bin) -> (ModernBertConfig,
+    our params as numpy): `modernbert` and, where the checkpoint has them, `prediction_head` and `decoder_bias`. A
+    fine-tuned checkpoint's classifier is task-specific and left out, as load_hf_bert leaves BERT's."""
+    directory = os.path.expanduser(directory)
+    if not os.path.isdir(directory):
+        raise ModelInputError(f"Hugging Face checkpoint directory not found: {directory} (give a directory with "
+                              f"{hf_io.CONFIG} and {hf_io.SAFETENSORS})")
+    hf_config, config_path = hf_io.read_hf_config(directory, "modernbert", "ModernBERT")
+    state_dict, weights_path = hf_io.read_weights(directory)
+    config = config_from_hf(hf_config, source=config_path)
+    return config, params_from_hf(state_dict, config, source=weights_path)
+
+
+def save_hf_modernbert(directory: str, params: dict, config: ModernBertConfig, *, tokenizer_file: str | None = None,
+                       num_labels: int = 0, architecture: str = MASKED_LM,
+                       id2label: Sequence[str] | Mapping[int, str] | None = None,
+                       special_tokens: Mapping[str, str] = SPECIAL_TOKENS) -> None:
+    """Our params as a directory that transformers' `architecture` loads whole (from_pretrained).
+
+    ModernBertForMaskedLM: params {'modernbert', 'prediction_head', 'decoder_bias'}. A fine-tuning class
+    (TASK_CLASSES): params {'modernbert', 'prediction_head', 'head'} with num_labels outputs (QA: 2) and the class
+    names in id2label (none for one regression output). tokenizer_file: a tokenizer.json, copied with a
+    tokenizer_config.json naming `special_tokens` (those the file has), so AutoTokenizer loads the directory.
+    The target is checked and written as hf_io.save_hf_bert does it.
+    """
+    if architecture == MASKED_LM:
+        if num_labels:
+            raise ModelInputError(f"num_labels={num_labels} is for a fine-tuning class, not {MASKED_LM} (give one "
+                                  f"of {', '.join(TASK_CLASSES)})")
+    elif num_labels < 1 or (TASK_CLASSES.get(architecture) == "qa_outputs" and num_labels != 2):
+        _dense(architecture)
+        raise ModelInputError(f"{architecture} needs num_labels (its outputs; question answering: 2), got "
+                              f"{num_labels}")
+    directory = hf_io.check_export_target(directory)
+    tokenizer, token_ids = _tokenizer_writer(tokenizer_file, config, special_tokens)
+    hf_config = {**config_to_hf(config, architecture, num_labels), **token_ids}
+    if id2label is not None:
+        names = dict(id2label) if isinstance(id2label, Mapping) else dict(enumerate(id2label))
+        hf_config["id2label"] = {str(i): name for i, name in names.items()}
+        hf_config["label2id"] = {name: int(i) for i, name in names.items()}
+    elif architecture == "ModernBertForSequenceClassification" and num_labels == 1:
+        hf_config["problem_type"] = "regression"
+    state_dict = hf_state_dict(params, config, num_labels, architecture)
+    hf_io.write_export(directory, hf_config, state_dict, tokenizer)
+
+
+def _tokenizer_writer(tokenizer_file: str | None, config: ModernBertConfig, special_tokens: Mapping[str, str]):
+    """The tokenizer.json (checked: it reads, and fits the model's vocabulary) -> (a writer of it and its
+    tokenizer_config.json into an export's directory, or None without one; config.json's special token ids: the
+    tokenizer's, else transformers' defaults where the vocabulary holds them, else null)."""
+    defaults = {key: default if default < config.vocab_size else None for key, (_, default) in _TOKEN_IDS.items()}
+    if tokenizer_file is None:
+        return None, defaults
+    tokenizer_file = os.path.expanduser(tokenizer_file)
+    if os.path.isdir(tokenizer_file):
+        tokenizer_file = os.path.join(tokenizer_file, hf_io.TOKENIZER_JSON)
+    if not os.path.isfile(tokenizer_file):
+        raise ModelInputError(f"tokenizer not found: {tokenizer_file} (give the tokenizer.json the model was trained "
+                              "with)")
+    from tokenizers import Tokenizer as HFTokenizer
+    try:
+        tok = HFTokenizer.from_file(tokenizer_file)
+    except Exception as e:  # noqa: BLE001 - the Rust parser raises a bare Exception
+        raise ModelInputError(f"cannot read the tokenizer {tokenizer_file}: {str(e).splitlines()[0]} (give the "
+                              "tokenizer.json the model was trained with)") from None
+    size = tok.get_vocab_size(with_added_tokens=True)
+    if size > config.vocab_size:
+        raise ModelInputError(f"{tokenizer_file} has {size} tokens but the model's vocab_size is {config.vocab_size} "
+                              "(give the tokenizer the model was trained with)")
+    present = {key: token for key, token in special_tokens.items() if tok.token_to_id(token) is not None}
+    token_ids = {key: tok.token_to_id(present[name]) if name in present else defaults[key]
+                 for key, (name, _) in _TOKEN_IDS.items()}
+
+    def write(tmp: str) -> None:
+        shutil.copyfile(tokenizer_file, os.path.join(tmp, hf_io.TOKENIZER_JSON))
+        with open(os.path.join(tmp, hf_io.TOKENIZER_CONFIG), "w") as f:
+            json.dump({"tokenizer_class": "PreTrainedTokenizerFast", **present,
+                       "model_max_length": config.max_position_embeddings,
+                       "model_input_names": ["input_ids", "attention_mask"]}, f, indent=2)
+    return write, token_ids

@@ -1,4 +1,4 @@
-"""Exports a BERT checkpoint of ours to a Hugging Face directory (config.json + model.safetensors).
+"""Exports a BERT-family checkpoint of ours to a Hugging Face directory (config.json + model.safetensors).
 
   python -m pretrain.tools.export_hf_bert --workdir runs/bert_base --output hf/bert_base
   python -c "from transformers import BertForPreTraining; BertForPreTraining.from_pretrained('hf/bert_base')"
@@ -12,7 +12,14 @@ head is the SOP head), with its SentencePiece model as spiece.model:
 An ELECTRA pretraining run (configs/electra.py) exports as two directories, OUTPUT/discriminator
 (ElectraForPreTraining) and OUTPUT/generator (ElectraForMaskedLM), sharing their embeddings. A distillation
 run (configs/distil.py) exports its student as DistilBertForMaskedLM (no token types, no pooler); a fine-tuned
-student exports as BERT, with a token-type table of zeros.
+student exports as BERT, with a token-type table of zeros. A ModernBERT run (configs/modernbert.py) exports as
+ModernBertForMaskedLM, its fine-tuning runs as ModernBertFor{SequenceClassification, TokenClassification,
+QuestionAnswering} (id2label: the task's labels); its tokenizer goes along as tokenizer.json (+ tokenizer_config.json
+for AutoTokenizer): an hf_json tokenizer as it is, a SentencePiece or WordPiece one converted and checked to encode
+as ours (a literal "[MASK]" in text aside, which transformers takes for the special token), or left out with a note:
+
+  python -m pretrain.tools.export_hf_bert --workdir runs/modernbert_tiny --output hf/modernbert_tiny
+  python -c "from transformers import ModernBertForMaskedLM as M; M.from_pretrained('hf/modernbert_tiny')"
 
 --workdir is a pretrain.train workdir (the latest checkpoint, or --step) or a pretrain.finetune workdir (its
 best checkpoint). A fine-tuning workdir exports as a BertForSequenceClassification: the encoder, its pooler
@@ -45,15 +52,17 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 
 import ml_collections
 import numpy as np
 
 import models
 from models import peft as peft_modules
-from models.convert import hf_distilbert, hf_electra, peft_io, save_hf_albert, save_hf_bert
+from models.convert import hf_distilbert, hf_electra, hf_modernbert, peft_io, save_hf_albert, save_hf_bert
 from models.qkv_layout import hf_layout
 from objectives import task_heads
+from pretrain.data import tokenizers as data_tokenizers
 from pretrain.finetuners import registry
 from pretrain.finetuners.base import model_config
 from pretrain.runtime import errors
@@ -71,9 +80,16 @@ def export(workdir: str, output: str, step: int | None = None, peft: bool = Fals
     with open(config_path) as f:
         config = json.load(f)
     name = (config.get("model") or {}).get("name", "bert")
-    if name in ("electra", "distil") and not peft:
-        return (export_electra if name == "electra" else export_student)(workdir, config, output, step)
-    _check_bert(workdir, name)  # a GPT or T5 config lacks BERT's fields
+    if name not in EXPORTERS:
+        _check_bert(workdir, name)  # refuses it: a GPT or T5 config lacks BERT's fields
+    if peft and name != "bert":
+        raise errors.UserError(f"--peft exports a parameter-efficient BERT fine-tuning run, and {workdir} holds a "
+                               f"{name} model: export it without --peft")
+    return EXPORTERS[name](workdir, config, output, step, peft)
+
+
+def export_bert(workdir: str, config: dict, output: str, step: int | None, peft: bool) -> str:
+    """A BERT pretraining run (as BERT, ALBERT or DistilBERT, by its shape) or fine-tuning run (PEFT included)."""
     if "task" in config:
         return export_finetuned(workdir, ml_collections.ConfigDict(config), output, step, peft)
     if peft:
@@ -99,7 +115,7 @@ def _save(output: str, params: dict, model, tokenizer: dict) -> str:
     return ""
 
 
-def export_student(workdir: str, config: dict, output: str, step: int | None) -> str:
+def export_student(workdir: str, config: dict, output: str, step: int | None, peft: bool = False) -> str:
     """A distillation run -> its student as DistilBertForMaskedLM (the teacher is not written)."""
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
     student = models.model_config(config["model"]).student()
@@ -107,7 +123,7 @@ def export_student(workdir: str, config: dict, output: str, step: int | None) ->
         output, params["student"], student, config.get("tokenizer", {}))
 
 
-def export_electra(workdir: str, config: dict, output: str, step: int | None) -> str:
+def export_electra(workdir: str, config: dict, output: str, step: int | None, peft: bool = False) -> str:
     """An ELECTRA pretraining run -> OUTPUT/discriminator (ElectraForPreTraining) and OUTPUT/generator
     (ElectraForMaskedLM). Its fine-tuning runs are BERTs and export as those."""
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
@@ -116,6 +132,64 @@ def export_electra(workdir: str, config: dict, output: str, step: int | None) ->
                                lowercase=lowercase)
     return (f"exported {workdir} step {step} to {output}/discriminator (ElectraForPreTraining) and "
             f"{output}/generator (ElectraForMaskedLM)")
+
+
+def export_modernbert(workdir: str, config: dict, output: str, step: int | None, peft: bool = False) -> str:
+    """A ModernBERT pretraining run -> ModernBertForMaskedLM; a fine-tuning run -> the ModernBERT class of its head
+    kind (sequence / token classification, QA), with the task's labels as id2label. The run's tokenizer goes
+    along as a tokenizer.json (`_tokenizer_json`)."""
+    kwargs, what = {}, "(modernbert, prediction_head, decoder_bias)"
+    if "task" in config:  # checked before any weight is read
+        kwargs = _modernbert_task(workdir, ml_collections.ConfigDict(config))
+        what = "(modernbert, prediction_head, head)"
+    model = models.model_config(config["model"])
+    params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
+    if "task" not in config:  # the MLM: the pretraining heads only
+        params = {k: v for k, v in params.items() if k in ("modernbert", "prediction_head", "decoder_bias")}
+    else:  # the head's outputs, as trained (QA: 2)
+        dense = params["head"][hf_modernbert.TASK_CLASSES[kwargs["architecture"]]]
+        kwargs["num_labels"] = int(np.shape(dense["kernel"])[-1])
+    with tempfile.TemporaryDirectory() as scratch:
+        tokenizer_file, specials, note = _tokenizer_json(config.get("tokenizer", {}), scratch)
+        hf_modernbert.save_hf_modernbert(output, params, model, tokenizer_file=tokenizer_file, special_tokens=specials,
+                                         **kwargs)
+    architecture = kwargs.get("architecture", hf_modernbert.MASKED_LM)
+    return f"exported {workdir} step {step} {what} to {output} as {architecture}{note}"
+
+
+def _modernbert_task(workdir: str, config: ml_collections.ConfigDict) -> dict:
+    """A ModernBERT fine-tuning run's save_hf_modernbert arguments: its head kind's class and the task's labels."""
+    method = parameter_efficient.peft_config(config).method
+    if method != "none":
+        raise errors.UserError(f"{workdir} trained peft.method={method}: a ModernBERT run exports only when every "
+                               "weight was fine-tuned (peft.method=none)")
+    task = task_registry.task_for_config(config)
+    head = task_heads.head_kind(task.kind)
+    if head.hf_class is None:
+        exportable = [name for name in task_heads.HEAD_KINDS if _export_form(name, False)]
+        raise errors.UserError(f"{workdir} fine-tuned a {task.kind!r} head, which has no transformers class: "
+                               f"exportable are {', '.join(exportable)}")
+    return {"architecture": hf_modernbert.task_class(head.hf_class), "id2label": getattr(task, "labels", ()) or None}
+
+
+def _tokenizer_json(tokenizer: dict, scratch: str) -> tuple[str | None, dict[str, str], str]:
+    """config.tokenizer -> (a tokenizer.json that encodes as it does, or None; its specials by tokenizer_config.json's
+    names; a note for the message). An hf_json tokenizer is its own file; a SentencePiece or WordPiece one is
+    converted into `scratch` (and checked to encode as ours); one that cannot be is left out, with the reason."""
+    if not tokenizer.get("path"):
+        return None, {}, "; no tokenizer (config.tokenizer.path is empty)"
+    loaded = data_tokenizers.from_config(tokenizer)  # a missing file: one line naming it
+    specials = data_tokenizers.special_tokens(loaded)
+    if tokenizer.get("kind") == "hf_json":
+        return os.path.expanduser(tokenizer["path"]), specials, ""
+    try:
+        text = data_tokenizers.tokenizer_json(loaded)
+    except data_tokenizers.TokenizerError as e:
+        return None, specials, f"; its tokenizer is left out: {e}"
+    path = os.path.join(scratch, "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path, specials, f"; its {tokenizer.get('kind')} tokenizer converted to tokenizer.json"
 
 
 def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: str, step: int | None,
@@ -205,6 +279,10 @@ def _vocab(tokenizer: dict) -> tuple[str | None, bool]:
         return None, tokenizer.get("lowercase", True)
     path = tokenizer["path"]
     return (os.path.join(path, "vocab.txt") if os.path.isdir(path) else path), tokenizer.get("lowercase", True)
+
+
+# config.model.name -> the exporter of its runs: (workdir, config, output, step, peft) -> what was written
+EXPORTERS = {"bert": export_bert, "electra": export_electra, "distil": export_student, "modernbert": export_modernbert}
 
 
 def main() -> int:

@@ -1,5 +1,6 @@
 """Tokenizers: one interface (base.py) over SentencePiece and WordPiece (subword.py), nanoGPT's
-characters and GPT-2's byte-level BPE (gpt.py), and the one factory every entry point uses.
+characters and GPT-2's byte-level BPE (gpt.py), Hugging Face tokenizer.json files such as ModernBERT's
+(hf_json.py), and the one factory every entry point uses.
 
 `from_config(config.tokenizer)` is how pretraining, fine-tuning and the language-model tools build
 a tokenizer; `load_tokenizer(kind, path, ...)` is the same with explicit arguments. `fingerprint` names
@@ -17,19 +18,23 @@ from objectives.interface import eos_id_or_none
 from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, MissingTokenError, Tokenizer, TokenizerError,
                                            UnknownTextError)
 from pretrain.data.tokenizers.gpt import GPT2_EOS, CharTokenizer, GPT2BPETokenizer
+from pretrain.data.tokenizers.hf_json import HFJsonTokenizer, special_tokens, tokenizer_json
 from pretrain.data.tokenizers.subword import SentencePieceTokenizer, WordPieceTokenizer
 
-KINDS = ("sentencepiece", "wordpiece", "char", "gpt2_bpe")
-__all__ = ["CLS", "EOS", "GPT2_EOS", "KINDS", "MASK", "SEP", "CharTokenizer", "GPT2BPETokenizer",
+KINDS = ("sentencepiece", "wordpiece", "char", "gpt2_bpe", "hf_json")
+__all__ = ["CLS", "EOS", "GPT2_EOS", "KINDS", "MASK", "SEP", "CharTokenizer", "GPT2BPETokenizer", "HFJsonTokenizer",
            "MissingTokenError", "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "UnknownTextError",
-           "WordPieceTokenizer", "eos_id_or_none", "fingerprint", "from_config", "load_tokenizer"]
+           "WordPieceTokenizer", "eos_id_or_none", "fingerprint", "from_config", "load_tokenizer", "special_tokens",
+           "tokenizer_json"]
 
 
 def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: int = 0) -> Tokenizer:
     """kind: 'sentencepiece' (a .model), 'wordpiece' (a BERT vocab.txt or a directory with one), 'gpt2_bpe'
-    (a Hugging Face GPT-2 directory: tokenizer.json or vocab.json + merges.txt, or a tokenizer.json file) or
-    'char' (a text file whose distinct characters are the vocabulary). `lowercase` does not apply to 'char'
-    nor to 'gpt2_bpe' (GPT-2 is cased; its vocabulary has both cases, so lowering would only lose information).
+    (a Hugging Face GPT-2 directory: tokenizer.json or vocab.json + merges.txt, or a tokenizer.json file),
+    'hf_json' (any Hugging Face tokenizer.json, or a directory with one: ModernBERT's) or 'char' (a text file
+    whose distinct characters are the vocabulary). `lowercase` does not apply to 'char' nor to 'gpt2_bpe' (GPT-2
+    is cased; its vocabulary has both cases, so lowering would only lose information) nor to 'hf_json' (the
+    file's normalizer decides).
 
     `lowercase` lowercases text before encoding (uncased models; pass False for T5's cased model).
     A SentencePiece model trained by pretrain.tools.train_tokenizer with its default --lowercase already
@@ -60,6 +65,8 @@ def _load(kind: str, path: str, *, lowercase: bool, extra_ids: int) -> Tokenizer
         return CharTokenizer(path, extra_ids=extra_ids)
     if kind == "gpt2_bpe":
         return GPT2BPETokenizer(path, extra_ids=extra_ids)
+    if kind == "hf_json":
+        return HFJsonTokenizer(path, extra_ids=extra_ids)
     raise TokenizerError(
         f"unknown tokenizer kind {kind!r} (use one of {', '.join(KINDS)} in --config.tokenizer.kind)"
     )

@@ -55,14 +55,15 @@ class Tokenizer:
     _base_size: int
     _path: str
     _sentinel_separator = ""  # between decoded sentinels and the text around them
+    _missing_special_fix = "train one with python -m pretrain.tools.train_tokenizer, which adds [CLS] [SEP] [MASK]"
 
     # ---- ids of special pieces: a model may lack the BERT ones (a T5 model has no [MASK]) --------
 
     def _special(self, piece: str, why: str) -> int:
         i = self._specials.get(piece)
         if i is None:
-            raise MissingTokenError(f"tokenizer {self._path} has no {piece} piece, which {why} (train one with"
-                                    " python -m pretrain.tools.train_tokenizer, which adds [CLS] [SEP] [MASK])")
+            raise MissingTokenError(f"tokenizer {self._path} has no {piece} piece, which {why} "
+                                    f"({self._missing_special_fix})")
         return i
 
     @property
@@ -148,6 +149,10 @@ class Tokenizer:
 
     def _piece(self, i: int) -> str:
         raise NotImplementedError
+
+    def hf_pipeline(self):
+        """A Hugging Face `tokenizers.Tokenizer` that encodes as this one does, without the specials' template
+        (pretrain/data/tokenizers/hf_json.tokenizer_json adds it); None where the kind has none."""
 
     def _finish(self, specials: set[int], word_start: np.ndarray, extra_ids: int):
         """word_start: [_base_size]. Sentinels are specials and words of their own."""

@@ -67,6 +67,36 @@ class SentencePieceTokenizer(Tokenizer):
     def _piece(self, i: int) -> str:
         return self._sp.id_to_piece(i)
 
+    def hf_pipeline(self):
+        """transformers' converter of SentencePiece models (unigram or BPE; the model's precompiled normalizer kept),
+        lowercasing first where `lowercase` does; control pieces ([CLS] [SEP] [MASK]) become special added tokens,
+        so only a literal "[MASK]" in the text encodes differently. Needs transformers and protobuf."""
+        import types
+
+        from tokenizers import normalizers
+        try:
+            from transformers.convert_slow_tokenizer import SentencePieceExtractor, SpmConverter
+        except ImportError:
+            raise TokenizerError(f"converting the sentencepiece model {self._path} to a tokenizer.json needs "
+                                 "transformers (pip install '.[hf]')") from None
+
+        class Extractor(SentencePieceExtractor):  # transformers 5 passes the vocabulary as extract()'s model type
+            def extract(self, *args, **kwargs):
+                found = super().extract(None)
+                return (found["vocab"], found["merges"]) if isinstance(found, dict) else found
+
+        class Converter(SpmConverter):
+            SpmExtractor = Extractor
+
+        try:
+            pipeline = Converter(types.SimpleNamespace(vocab_file=self._path)).converted()
+        except Exception as e:  # noqa: BLE001 - transformers' converter (protobuf missing, a version's change)
+            raise TokenizerError(f"transformers cannot convert the sentencepiece model {self._path}: "
+                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        if self._lowercase:
+            pipeline.normalizer = normalizers.Sequence([normalizers.Lowercase(), pipeline.normalizer])
+        return pipeline
+
 
 class WordPieceTokenizer(Tokenizer):
     """A BERT vocab.txt, tokenized as BERT does (BertNormalizer + BertPreTokenizer + WordPiece)."""
@@ -127,6 +157,11 @@ class WordPieceTokenizer(Tokenizer):
 
     def _piece(self, i: int) -> str:
         return self._tok.id_to_token(i)
+
+    def hf_pipeline(self):
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return HFTokenizer.from_str(self._tok.to_str())  # a copy: the caller adds a post-processor
 
 
 def _refuse_binary_vocab(path: str) -> None:
