@@ -14,6 +14,7 @@ import pytest
 from models import stack
 from models.errors import ModelInputError
 from models.modernbert import ModernBertConfig, ModernBertForMaskedLM
+from tests.helpers.states import with_base
 
 CONFIG = ModernBertConfig(vocab_size=64, hidden_size=32, num_layers=4, num_heads=4, intermediate_size=48,
                           local_attention=6, max_position_embeddings=64, attention="einsum")
@@ -100,16 +101,6 @@ IDS = jnp.array([[5, 6, 7, 8, 9, 10, 11, 12, 13, 1, 0, 0], [3, 4, 5, 6, 7, 8, 9,
 
 def classify(model, params) -> np.ndarray:
     return np.asarray(model.apply({"params": params}, IDS, IDS * 0, (IDS != 0).astype(jnp.int32))["logits"])
-
-
-def with_base(params, base):
-    """`params` with every leaf that `base` has at the same path taken from it (the PEFT leaves stay)."""
-    def take(path, leaf):
-        node = base
-        for key in path:
-            node = node.get(key.key) if isinstance(node, dict) else None
-        return leaf if node is None else node
-    return jax.tree_util.tree_map_with_path(take, params)
 
 
 def test_lora_with_b_zero_leaves_modernbert_unchanged_and_attaches_to_query_and_value():

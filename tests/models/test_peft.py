@@ -21,6 +21,7 @@ from models.errors import ModelInputError
 from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
 from models.gpt_heads import GPTForSequenceClassification
 from objectives.task_heads import head_kind
+from tests.helpers.states import with_base
 
 D, LAYERS, HEADS, FF = 32, 2, 4, 37
 IDS = jnp.array([[5, 6, 7, 8, 9, 1, 0, 0], [3, 4, 5, 6, 7, 8, 9, 1]], jnp.int32)
@@ -54,16 +55,6 @@ def peft_count(params) -> int:
 
 def init(model, *args):
     return nn.unbox(model.init(jax.random.key(0), *args)["params"])
-
-
-def with_base(params, base):
-    """`params` with every leaf that `base` has at the same path taken from it (the PEFT leaves stay)."""
-    def take(path, leaf):
-        node = base
-        for key in path:
-            node = node.get(key.key) if isinstance(node, dict) else None
-        return leaf if node is None else node
-    return jax.tree_util.tree_map_with_path(take, params)
 
 
 # ------------------------------------------------------------------ LoRA: identity at step 0, exact merge

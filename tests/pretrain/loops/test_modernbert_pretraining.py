@@ -6,19 +6,14 @@ from __future__ import annotations
 import json
 import os
 
-import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from pretrain.workdir import preemption
+from tests.helpers.states import assert_same_states
 from tests.helpers.tiny_bert import tiny_config
 
 SPEC = "configs/modernbert.py:size=tiny,packing=True"
-
-
-def state_leaves(step_dir) -> list[np.ndarray]:
-    return [np.asarray(x) for x in jax.tree.leaves(ocp.StandardCheckpointer().restore(os.path.join(step_dir, "state")))]
 
 
 def modernbert_config(corpus: str, spm: str, **extra):
@@ -52,6 +47,4 @@ def test_modernbert_preempted_then_resumed_ends_bitwise_equal_to_an_uninterrupte
     pretraining.train_and_evaluate(config, str(stopped))
     reference = tmp_path / "uninterrupted"
     pretraining.train_and_evaluate(config, str(reference))
-    for x, y in zip(state_leaves(reference / "checkpoints" / "6"), state_leaves(stopped / "checkpoints" / "6"),
-                    strict=True):
-        np.testing.assert_array_equal(x, y)
+    assert_same_states(reference / "checkpoints" / "6", stopped / "checkpoints" / "6")

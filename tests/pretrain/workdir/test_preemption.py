@@ -12,15 +12,13 @@ import subprocess
 import sys
 import time
 
-import jax
-import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from pretrain.runtime import errors
 from pretrain.workdir import preemption
 from tests.helpers.commands import run_module, run_train, subprocess_env
 from tests.helpers.paths import REPO, SHARED_DATA
+from tests.helpers.states import assert_same_states
 from tests.helpers.tiny_bert import tiny_config, tiny_overrides
 
 
@@ -168,9 +166,7 @@ def test_the_budget_stop_saves_a_checkpoint_the_rerun_finishes_bitwise(tmp_path,
     pretraining.train_and_evaluate(config, str(budgeted))
     reference = tmp_path / "uninterrupted"
     pretraining.train_and_evaluate(config, str(reference))
-    for x, y in zip(state_leaves(reference / "checkpoints" / "6"), state_leaves(budgeted / "checkpoints" / "6"),
-                    strict=True):
-        np.testing.assert_array_equal(x, y)
+    assert_same_states(reference / "checkpoints" / "6", budgeted / "checkpoints" / "6")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,10 +206,6 @@ def preempted_step(returncode: int, stderr: str, directory, *, jax_logs: bool = 
     return int(match.group(1))
 
 
-def state_leaves(step_dir) -> list[np.ndarray]:
-    return [np.asarray(x) for x in jax.tree.leaves(ocp.StandardCheckpointer().restore(os.path.join(step_dir, "state")))]
-
-
 @pytest.mark.slow
 def test_sigterm_saves_where_pretraining_is_and_the_rerun_ends_bitwise_equal(tmp_path, corpus_and_tokenizer):
     steps, every = 60, 40  # the SIGTERM comes between step 0 and the first periodic checkpoint
@@ -230,10 +222,7 @@ def test_sigterm_saves_where_pretraining_is_and_the_rerun_ends_bitwise_equal(tmp
     assert f"Resumed from {workdir / 'checkpoints'}/{step}" in resumed.stdout
     reference = tmp_path / "uninterrupted"
     run_train(reference, flags)
-    a, b = state_leaves(reference / "checkpoints" / str(steps)), state_leaves(workdir / "checkpoints" / str(steps))
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(x, y)
+    assert_same_states(reference / "checkpoints" / str(steps), workdir / "checkpoints" / str(steps))
 
 
 def _without_times(results: dict) -> str:
