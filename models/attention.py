@@ -33,8 +33,6 @@ import jax.numpy as jnp
 IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn", "pallas")
 FUSED = ("xla", "cudnn", "pallas")  # none of them can drop attention probabilities out
 PALLAS_BLOCK = 128                  # the TPU kernel's tile along queries and keys
-CUDNN_WINDOW = ("attention='cudnn' takes only a causal (left) sliding window, and this one looks both ways "
-                "(ModernBERT's local layers): use attention='xla' or 'auto'")
 PALLAS_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # the kernel's own mask value: finite after scaling
 
 
@@ -115,14 +113,10 @@ def pallas_fits(q_len: int, kv_len: int, head_dim: int) -> bool:
         head_dim <= PALLAS_BLOCK or head_dim % PALLAS_BLOCK == 0)
 
 
-def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_len: int = 0, kv_len: int = 0,
-           window: int = 0) -> str:
-    """`model.attention` -> the implementation that runs for this call (resolved at trace time). `window`: the
-    mask's sliding window, both ways (cuDNN's kernel takes only a causal one: 'auto' picks XLA then)."""
+def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_len: int = 0, kv_len: int = 0) -> str:
+    """`model.attention` -> the implementation that runs for this call (resolved at trace time)."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"attention implementation {implementation!r} is not one of {', '.join(IMPLEMENTATIONS)}")
-    if window and implementation == "cudnn":
-        raise ValueError(CUDNN_WINDOW)
     if dropout_active:
         if implementation in FUSED:
             raise ValueError(f"attention={implementation!r} cannot drop attention probabilities out: set "
@@ -136,7 +130,7 @@ def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_le
         return implementation
     half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
     on = platform()
-    if on == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128 and not window:
+    if on == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
         return "cudnn"
     if on == "tpu" and fits:
         return "pallas"
@@ -153,8 +147,7 @@ def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
                           dropout: Callable[[jax.Array], jax.Array] | None = None,  # on [B, H, L, S] weights
                           ) -> jax.Array:               # [B, L, H, K] in q's dtype
     """softmax(scale * q.k + bias, masked) . v with the implementation `choose` picks."""
-    window = mask.window if isinstance(mask, SegmentMask) else 0
-    implementation = choose(implementation, q.dtype, q.shape[-1], dropout is not None, q.shape[1], k.shape[1], window)
+    implementation = choose(implementation, q.dtype, q.shape[-1], dropout is not None, q.shape[1], k.shape[1])
     if implementation == "pallas":
         return _pallas(q, k, v, mask, bias, scale)
     if implementation == "einsum":

@@ -187,9 +187,6 @@ def _window_within_rows(config) -> None:
     global, a recipe mistake (fine-tuning keeps a checkpoint's window whatever the task's length)."""
     window = config.model.get("local_attention", 0) // 2
     length = config.data.get("max_seq_length", 0)
-    if window and config.model.get("attention") == "cudnn" and config.model.get("global_attn_every_n_layers", 1) > 1:
-        from models.attention import CUDNN_WINDOW
-        raise ConfigError(f"config.model.{CUDNN_WINDOW}")
     if window and "objective" in config and config.model.get("global_attn_every_n_layers", 1) > 1 and window >= length:
         raise ConfigError(f"config.model.local_attention={config.model.local_attention} sees {window} tokens either "
                           f"side, the whole config.data.max_seq_length={length} row: lower local_attention below "

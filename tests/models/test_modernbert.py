@@ -75,18 +75,6 @@ def test_bad_modernbert_config_is_one_line(fields, message):
     assert "\n" not in str(info.value)
 
 
-def test_cudnn_takes_no_two_sided_window_and_auto_picks_xla_for_one_on_a_gpu(monkeypatch):
-    """jax's cuDNN path takes only a causal (left) window: asked for it by name, a one-line error; under 'auto' on
-    a GPU in bf16, where cuDNN would be picked, a windowed call goes to XLA (which takes the window natively)."""
-    from models import attention
-    with pytest.raises(ValueError, match="attention='cudnn' takes only a causal") as info:
-        attention.choose("cudnn", jnp.bfloat16, 64, False, 256, 256, window=64)
-    assert "\n" not in str(info.value)
-    monkeypatch.setattr(attention, "platform", lambda: "gpu")
-    assert attention.choose("auto", jnp.bfloat16, 64, False, 256, 256) == "cudnn"
-    assert attention.choose("auto", jnp.bfloat16, 64, False, 256, 256, window=64) == "xla"
-
-
 # ----- Fine-tuning: PEFT attaches at the generic extension points, in either layout -----
 def task_model(method: str = "none", scan: bool = False, **peft_fields):
     from models import peft
