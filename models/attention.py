@@ -1,19 +1,27 @@
 """Scaled dot-product attention, one function over several implementations (`model.attention`).
 
-- "einsum": the reference: explicit logits, float32 softmax, dropout on the probabilities. The oracle the
+- "einsum": the reference: explicit logits, float32 softmax, dropout on the probabilities; every mask, a sliding
+  window included, as the dense [B|1, 1, L, S] array (`SegmentMask.dense`). The oracle the
   tests compare every other implementation against, and the only one that drops attention probabilities
   out (the fused kernels keep no [B, H, L, S] matrix to drop from). `attention_with_weights` runs it whatever
   `model.attention` says and returns its scores and probabilities too (what distillation reads).
 - "xla": `jax.nn.dot_product_attention(implementation="xla")`: JAX's own composition, which XLA fuses;
-  logits in float32 as here.
+  logits in float32 as here. A `SegmentMask`'s causal flag and sliding window enter as its `is_causal` and
+  `local_window_size` (JAX builds the band inside, beside the segments' mask); the FLOPs are still the whole
+  [L, S] product, a window saves nothing here.
 - "cudnn": the same function with `implementation="cudnn"`: cuDNN's flash attention (GPU only; float16
-  or bfloat16 inputs, head dim a multiple of 8 up to 128).
+  or bfloat16 inputs, head dim a multiple of 8 up to 128). Its sliding window is one-sided: a causal window
+  enters as `local_window_size`, a two-sided one (ModernBERT's) falls back to the dense band in the mask, which
+  JAX adds as a bias [B|1, 1, L, S]. Checked here by the arguments it is called with (no GPU in the tests).
 - "pallas": the TPU flash-attention kernel written in Pallas (jax.experimental.pallas.ops.tpu): blocks of
   128 queries x 128 keys in VMEM, no [L, S] matrix in HBM for the softmax. Query and key lengths must be
   multiples of 128. A `SegmentMask` (what BERT, GPT without a prefix and T5 build) enters as the kernel's
   own segment ids and causal flag, so no [L, S] mask exists anywhere; a dense mask (prefix LM) and T5's
   bias enter as its additive `ab` input ([B, H, L, S], which the kernel differentiates, so T5's
-  relative-position table learns). Under a mesh with more than one device
+  relative-position table learns). The kernel has no sliding window: a `SegmentMask`'s window falls back to the
+  band as `ab` (segments still as ids), materialised [B, H, L, S] in HBM and computed over every block, so a
+  window costs memory and saves no FLOPs; so does ModernBERT's scanned stack, whose mask is dense (the layer's
+  kind is traced: models/modernbert.select). Under a mesh with more than one device
   it runs per shard (shard_map over the batch axes, heads over `tensor`). Tested on CPU in Pallas' TPU
   interpret mode; compiles for TPU with libtpu (python -m pretrain.tools.aot_compile).
 - "auto": the fastest that applies: cuDNN on a GPU in half precision, Pallas on a TPU where the lengths
@@ -44,8 +52,9 @@ class SegmentMask:
     the reference takes; the fused kernels take the parts: Pallas its segment ids and causal flag (no [L, S]
     matrix anywhere), XLA and cuDNN `is_causal` beside the segments' mask.
     `window` > 0: a sliding window (ModernBERT's local attention): query i attends only to keys j with
-    |i - j| <= window, by index in the row (in a packed row, the distance inside the example). XLA and cuDNN take
-    it natively (`local_window_size`); the reference and Pallas as part of the mask."""
+    |i - j| <= window, by index in the row (in a packed row, the distance inside the example). XLA takes it as
+    `local_window_size` (cuDNN only with `causal`: its window is one-sided); the reference, cuDNN otherwise and
+    Pallas (whose kernel has none) as the band in the dense mask or the additive input."""
     q_segments: jax.Array | None = None    # [B|1, L] int; None: one segment, no padding
     kv_segments: jax.Array | None = None   # [B|1, S] int; None exactly when q_segments is
     causal: bool = flax.struct.field(pytree_node=False, default=False)
@@ -53,10 +62,9 @@ class SegmentMask:
 
     def dense(self, q_len: int, kv_len: int) -> jax.Array | None:  # [B|1, 1, L, S] bool, True = may attend
         mask = None if self.q_segments is None else segment_mask(self.q_segments, self.kv_segments)
-        if self.causal or self.window:
-            if q_len != kv_len:
-                raise ValueError(f"a causal or sliding-window mask relates a sequence to itself: {q_len} queries, "
-                                 f"{kv_len} keys")
+        if (self.causal or self.window) and q_len != kv_len:
+            raise ValueError(f"a causal or sliding-window mask relates a sequence to itself: {q_len} queries, "
+                             f"{kv_len} keys")
         for part in (causal_mask(q_len) if self.causal else None, window_mask(q_len, self.window)):
             if part is not None:
                 mask = part if mask is None else mask & part
@@ -152,10 +160,13 @@ def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
         return _pallas(q, k, v, mask, bias, scale)
     if implementation == "einsum":
         return _reference(q, k, v, dense_mask(mask, q.shape[1], k.shape[1]), bias, scale, dropout)[0]
-    is_causal = isinstance(mask, SegmentMask) and mask.causal and q.shape[1] == k.shape[1]
-    window = mask.window if isinstance(mask, SegmentMask) and q.shape[1] == k.shape[1] else 0
+    self_attention = isinstance(mask, SegmentMask) and q.shape[1] == k.shape[1]
+    is_causal = self_attention and mask.causal
+    # cuDNN's window reaches only to the left of the query (JAX raises for a right one without is_causal): a
+    # two-sided band (ModernBERT's) stays in the dense mask, which JAX hands cuDNN as an additive bias
+    window = mask.window if self_attention and (implementation == "xla" or is_causal) else 0
     if is_causal or window:  # the kernel's own causal and sliding-window masking, the segments' mask beside it
-        mask = mask.replace(causal=False, window=0)
+        mask = mask.replace(causal=False, window=0 if window else mask.window)
     if bias is not None:
         bias = bias.astype(q.dtype)
     return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=dense_mask(mask, q.shape[1], k.shape[1]),
