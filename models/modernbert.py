@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import attention, extension, heads, layers, ops, stack
+from models.bert_tasks import TaskHead
 from models.config_base import Dims, ModelConfig
 from models.errors import ModelInputError
 
@@ -257,7 +258,7 @@ class ModernBertForFineTuning(nn.Module):
     vector ([CLS] or the mean, config.classifier_pooling) or on every token, then the head kind's dropout and
     classifier (`head`). The same arguments as models/bert_tasks.BertForFineTuning."""
     config: ModernBertConfig
-    kind: object                   # a registered head kind (objectives.task_heads.head_kind(name))
+    kind: TaskHead                 # a registered head kind (objectives.task_heads.head_kind(name))
     num_labels: int
     classifier_dropout: float = 0.0
     head_options: tuple = ()

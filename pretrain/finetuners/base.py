@@ -8,7 +8,8 @@ score, a tag per word). The task (pretrain/tasks/base.py) reads the files and sc
 The finetuners are in this room, one file each, chosen in registry.py by the task's head kind and
 config.model.name (each model family names its finetuners in models/registry.py):
 
-  bert          an encoder with a classification / regression head on the pooled [CLS] vector (bert.py)
+  bert          an encoder (BERT and its variants, ModernBERT: the family's task_model) with a classification /
+                regression head on the pooled [CLS] vector (bert.py)
   t5            text to text: task prefix + fields in, label word out (t5.py)
   gpt           a decoder with a linear head on the last real token (gpt.py)
   bert tagging  the encoder with a tag classifier at every position, one tag per word (bert_tagging.py)
