@@ -48,6 +48,9 @@ def _bert(length: int, batch: int = 256) -> tuple[str, ...]:
 
 T5_BATCH = ("--config.batch_size=128",)  # T5's pretraining experiments: 128 x 512
 GPT2_BATCH = ("--config.batch_size=480",)  # GPT-2's 512 x 1024 rounded to a multiple of the slices' 16 chips
+# ModernBERT at BERT's batch (256) and its own first-phase length (1,024, configs/modernbert.py's paper recipe: 30%
+# masking, 308 predictions a row); attention "auto": Pallas, its mask dense under the scanned stack
+MODERNBERT_BATCH = ("--config.batch_size=256",)
 
 ROWS = (
     Row("BERT-Base 256 x 128", "configs/bert.py:size=base", "v5e:2x2", "4,1,1", "minimal", _bert(128)),
@@ -58,6 +61,14 @@ ROWS = (
     Row("BERT-Base 256 x 512", "configs/bert.py:size=base", "v5e:2x2", "1,4,1", "full", _bert(512)),
     Row("BERT-Large 256 x 128", "configs/bert.py:size=large", "v5e:2x2", "1,4,1", "full", _bert(128)),
     Row("BERT-Large 256 x 512", "configs/bert.py:size=large", "v5e:2x2", "1,4,1", "full", _bert(512)),
+    Row("ModernBERT-base 256 x 1024", "configs/modernbert.py:size=base", "v5e:2x2", "1,4,1", "full",
+        MODERNBERT_BATCH),
+    # without accumulation: 18.53 GiB per chip, does not fit (2026-11-28)
+    # XLA's attention beside the default Pallas (scanned, both take the dense mask: modernbert.select)
+    Row("ModernBERT-base 256 x 1024, XLA attention", "configs/modernbert.py:size=base", "v5e:2x2", "1,4,1", "full",
+        MODERNBERT_BATCH + ("--config.model.attention=xla",)),
+    Row("ModernBERT-large 256 x 1024", "configs/modernbert.py:size=large", "v5e:2x2", "1,4,1", "full",
+        MODERNBERT_BATCH + ("--config.grad_accum_steps=2",)),
     Row("T5-Small (1.0) 128 x 512", "configs/t5.py:size=small", "v5e:2x2", "1,4,1", "minimal", T5_BATCH),
     Row("T5-Base (1.0) 128 x 512", "configs/t5.py:size=base", "v5e:2x2", "1,4,1", "full", T5_BATCH),
     Row("T5-Base (1.0) 2048 x 512, the released models' batch", "configs/t5.py:size=base", "v5e:2x2", "1,4,1",

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from configs import bert
+from configs import bert, modernbert
 from pretrain.loops.aot import compile_pretraining
 from pretrain.runtime import chips
 from tests.helpers.commands import run_module
@@ -68,6 +68,36 @@ def test_flops_match_the_analytic_count(tiny_result):
     # tables (lookups, no FLOPs) and the MLM head sees 20 of 128 positions; attention adds 2 L^2 d per layer.
     six_n_t = 6 * r.params * config.batch_size * config.data.max_seq_length
     assert 0.5 * six_n_t < r.model_flops < six_n_t
+
+
+def modernbert_config(**extra):
+    config = modernbert.get_config("size=tiny")
+    with config.unlocked():
+        config.update_from_flattened_dict({**OVERRIDES, "model.scan_layers": True, **extra})
+    return config
+
+
+def modernbert_analytic_flops(config) -> float:
+    """3 x the forward matmuls of ModernBertForMaskedLM, the convention of the jaxpr count (one implementation for
+    every family): per token and layer the four attention projections (4 D^2) and the GeGLU's three D x F matmuls
+    (its input projection is 2F wide); attention scores and values over the whole row in every layer (2 L^2 D),
+    the local ones included: every kernel here computes the full product and masks it (Pallas: the band as its
+    additive input), so the window saves no FLOPs and counts none; the head (D x D, then the tied D x V decoder)
+    at the masked positions only. No pooler, no NSP."""
+    m, b, length = config.model, config.batch_size, config.data.max_seq_length
+    d, layers, predictions = m.hidden_size, m.num_layers, config.objective.max_predictions_per_seq
+    forward = (2 * b * length * layers * (4 * d * d + 3 * d * m.intermediate_size)
+               + 2 * b * layers * 2 * length * length * d
+               + 2 * b * predictions * (d * d + d * m.vocab_size))
+    return 3.0 * forward
+
+
+def test_modernbert_flops_match_the_analytic_count():
+    """The scanned stack (global and local layers, one traced kind flag, a dense mask) counted on the jaxpr."""
+    config = modernbert_config()
+    r = compile_pretraining(config, hbm_bytes=2 ** 50)
+    assert r.fits is True
+    assert r.model_flops == pytest.approx(modernbert_analytic_flops(config), rel=1e-6)
 
 
 def test_fits_against_the_capacity(tiny_result):
@@ -186,3 +216,16 @@ def test_pallas_attention_compiles_for_a_tpu_slice_sharded_over_the_batch():
     r = compile_pretraining(config, devices)
     assert r.fits is True and 0 < r.total_bytes < 2 ** 30
     assert r.model_flops == pytest.approx(analytic_flops(config), rel=0.02)
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("scan", [False, True])
+def test_modernbert_compiles_for_a_tpu_slice_with_pallas(scan):
+    """'auto' takes the Pallas kernel on a TPU: looped, the local layers' sliding window enters as its additive
+    input beside the segment ids; scanned, the layer's kind is traced and the whole mask is dense."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    devices = chips.tpu_devices("v5e:2x2")
+    config = modernbert_config(**{"model.dtype": "bfloat16", "model.scan_layers": scan})
+    r = compile_pretraining(config, devices)
+    assert r.fits is True and 0 < r.total_bytes < 2 ** 30
+    assert r.model_flops == pytest.approx(modernbert_analytic_flops(config), rel=0.02)
