@@ -21,7 +21,7 @@
   relative-position table learns). The kernel has no sliding window: a `SegmentMask`'s window falls back to the
   band as `ab` (segments still as ids), materialised [B, H, L, S] in HBM and computed over every block, so a
   window costs memory and saves no FLOPs; so does ModernBERT's scanned stack, whose mask is dense (the layer's
-  kind is traced: models/modernbert.select). Under a mesh with more than one device
+  kind is traced: select in models/modernbert.py). Under a mesh with more than one device
   it runs per shard (shard_map over the batch axes, heads over `tensor`). Tested on CPU in Pallas' TPU
   interpret mode; compiles for TPU with libtpu (python -m pretrain.tools.aot_compile).
 - "auto": the fastest that applies: cuDNN on a GPU in half precision, Pallas on a TPU where the lengths
