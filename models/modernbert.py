@@ -110,8 +110,15 @@ class ModernBertConfig(ModelConfig):  # + the compute fields and the extension (
 @flax.struct.dataclass
 class Attention:
     """What a layer of either kind reads: its mask and its rotary cos, sin [B|1, L, K]."""
-    mask: attention.SegmentMask
+    mask: attention.SegmentMask | jax.Array    # or already the dense [B|1, 1, L, L] bool mask
     rotary: tuple[jax.Array, jax.Array]
+
+    def dense(self, length: int) -> Attention:
+        """The same with the mask as a dense array (all True where nothing is masked)."""
+        if not isinstance(self.mask, attention.SegmentMask):
+            return self
+        mask = self.mask.dense(length, length)
+        return self.replace(mask=jnp.ones((1, 1, length, length), bool) if mask is None else mask)
 
 
 def select(is_global, global_: Attention, local: Attention, length: int
@@ -121,10 +128,9 @@ def select(is_global, global_: Attention, local: Attention, length: int
     if isinstance(is_global, (bool, np.bool_)):
         chosen = global_ if is_global else local
         return chosen.mask, chosen.rotary
-    dense = [jnp.ones((1, 1, length, length), bool) if m is None else m
-             for m in (global_.mask.dense(length, length), local.mask.dense(length, length))]
+    global_, local = global_.dense(length), local.dense(length)  # built once by the model where it can (below)
     rotary = tuple(jnp.where(is_global, g, l) for g, l in zip(global_.rotary, local.rotary))
-    return jnp.where(is_global, *dense), rotary
+    return jnp.where(is_global, global_.mask, local.mask), rotary
 
 
 class ModernBertLayer(extension.Sublayers):
@@ -207,6 +213,8 @@ class ModernBertModel(extension.Leading):
         x = self.first_layer(x, global_, local, deterministic, first_keys_values, c.is_global(0))
         rest = None if keys_values is None else keys_values[1:]
         kinds = np.array([c.is_global(i) for i in range(1, c.num_layers)])
+        if c.scan_layers or c.remat != "none":  # the stack traces each layer's kind: one dense mask of each, here
+            global_, local = global_.dense(x.shape[1]), local.dense(x.shape[1])
         x = self.encoder(x, global_, local, deterministic, rest, kinds)
         x = self.final_norm(x)
         return x[:, x.shape[1] - input_ids.shape[1]:]
