@@ -59,9 +59,8 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: i
 
 
 def _stable_decay(peak: float, end: float, steps: int, decay_fraction: float) -> optax.Schedule:
-    """`steps` at the peak, the last decay_fraction of them decaying as 1 - sqrt to `end`."""
-    if not 0.0 <= decay_fraction <= 1.0:
-        raise ConfigError(f"config.optimizer.decay_fraction={decay_fraction} must be in [0, 1] (ModernBERT: 0.1)")
+    """`steps` at the peak, the last decay_fraction of them (in [0, 1]: config validation) decaying as 1 - sqrt to
+    `end`."""
     decay_steps = max(int(round(decay_fraction * steps)), 1)
     stable = steps - decay_steps
 

@@ -94,16 +94,21 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "optimizer.b2": _float(0, 1, high_open=True), "optimizer.eps": POSITIVE_FLOAT,
     "optimizer.weight_decay": NON_NEGATIVE_FLOAT, "optimizer.grad_clip_norm": NON_NEGATIVE_FLOAT,
     "optimizer.clipping_threshold": NON_NEGATIVE_FLOAT, "optimizer.decay_rate": _float(0, 1, low_open=True),
+    "optimizer.decay_fraction": SHARE,  # warmup_stable_decay: the steps that decay
     # model (every family's field names)
     "model.name": "model", "model.dtype": _choice(*DTYPES), "model.param_dtype": _choice(*DTYPES),
     **{f"model.{k}": POSITIVE for k in (
         "vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
         "d_model", "d_ff", "head_dim", "num_encoder_layers", "num_decoder_layers", "n_positions",
-        "relative_attention_num_buckets", "relative_attention_max_distance", "max_span_tokens")},
+        "relative_attention_num_buckets", "relative_attention_max_distance", "max_span_tokens",
+        "global_attn_every_n_layers", "local_attention")},  # ModernBERT (models/modernbert.py)
     "model.type_vocab_size": NON_NEGATIVE,  # 0: no token-type table (DistilBERT)
-    **{f"model.{k}": DROPOUT for k in ("dropout_rate", "attention_dropout_rate", "classifier_dropout")},
+    **{f"model.{k}": DROPOUT for k in ("dropout_rate", "attention_dropout_rate", "classifier_dropout",
+                                       "embedding_dropout")},
     "model.layer_norm_eps": POSITIVE_FLOAT, "model.initializer_range": POSITIVE_FLOAT,
     "model.initializer_factor": POSITIVE_FLOAT, "model.attention": "attention", "model.remat": "remat",
+    **{f"model.{k}": POSITIVE_FLOAT for k in ("norm_eps", "global_rope_theta", "local_rope_theta",
+                                              "initializer_cutoff_factor")},
     "model.scan_layers": _choice(True, False), "model.fused_qkv": _choice(True, False),
     "model.teacher_layers": POSITIVE,  # distillation (models/distillation/model.py); a teacher width of 0 is the student's
     **{f"model.teacher_{k}": NON_NEGATIVE for k in ("hidden_size", "num_heads", "intermediate_size")},
@@ -115,7 +120,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "objective.max_predictions_per_seq": POSITIVE, "objective.long_max_predictions_per_seq": POSITIVE,
     "objective.max_span_length": POSITIVE, "objective.targets_length": NON_NEGATIVE,
     "objective.masking": "masking", "objective.ngram_max": POSITIVE,
-    "objective.z_loss": NON_NEGATIVE_FLOAT,
+    "objective.z_loss": NON_NEGATIVE_FLOAT, "objective.packing": _choice(True, False),
     # data and tokenizer
     "data.max_seq_length": POSITIVE, "data.window_documents": POSITIVE, "data.pad_to_multiple_of": POSITIVE,
     "data.length_buckets": NON_NEGATIVE,

@@ -53,6 +53,8 @@ def changed(config, **flat):
     ("model.attention", "flash", "one of 'auto', 'einsum', 'xla', 'cudnn', 'pallas'"),
     ("model.remat", "all", "one of 'none', 'minimal', 'full'"),
     ("model.teacher_hidden_size", -768, "an integer >= 0"),
+    ("optimizer.decay_fraction", 1.5, "a number in [0, 1]"),
+    ("model.global_attn_every_n_layers", 0, "a positive integer"),
 ])
 def test_a_value_out_of_range_names_key_value_and_range(key, value, allowed):
     config = changed(bert.get_config("size=tiny"), **{key: value})
