@@ -11,7 +11,8 @@ import os
 import numpy as np
 
 from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, MissingTokenError, Tokenizer, TokenizerError,
-                                            UnknownTextError)
+                                           UnknownTextError)
+from pretrain.data.tokenizers.hf_json import PipelineTokenizer, read_tokenizer_json
 
 _BYTE_LEVEL_SPACE = "\u0120"  # 'Ġ': GPT-2's byte-level alphabet writes the space byte as it
 GPT2_EOS = "<|endoftext|>"  # GPT-2's only special token (id 50256): ends documents, also its unk and bos
@@ -74,7 +75,7 @@ class CharTokenizer(Tokenizer):
         return f"CharTokenizer({self._path}, vocab_size={self.vocab_size}, extra_ids={self.num_extra_ids})"
 
 
-class GPT2BPETokenizer(Tokenizer):
+class GPT2BPETokenizer(PipelineTokenizer):
     """GPT-2's byte-level BPE (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners" §2.2;
     openai/gpt-2 src/encoder.py), built as transformers' GPT2Tokenizer builds it: models.BPE over vocab.json +
     merges.txt, pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel, no normalizer, cased.
@@ -113,18 +114,6 @@ class GPT2BPETokenizer(Tokenizer):
     def eos_id(self) -> int:
         return self._specials[GPT2_EOS]
 
-    def _encode_plain(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
-
-    def _decode_plain(self, ids: list[int]) -> str:
-        # Bytes that do not form UTF-8 (a piece cut mid-character) become U+FFFD: GPT-2's errors="replace".
-        return self._tok.decode(ids, skip_special_tokens=False)
-
-    def _decode_run(self, ids: list[int], after_sentinel: bool) -> str:
-        return self._decode_plain(ids)  # spaces are bytes of the pieces: nothing to restore around sentinels
-
-    def _piece(self, i: int) -> str:
-        return self._tok.id_to_token(i)
 
 
 def _byte_level_alphabet() -> list[str]:
@@ -147,11 +136,7 @@ def _load_byte_level_bpe(path: str):
         path = os.path.dirname(path)  # one of the pair: read both
     json_file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     if os.path.isfile(json_file):
-        try:
-            tok = HFTokenizer.from_file(json_file)
-        except Exception as e:  # the Rust parser raises a bare Exception
-            raise TokenizerError(f"cannot read GPT-2 tokenizer {json_file}: {str(e).splitlines()[0]} (give a "
-                                 "tokenizer.json saved by Hugging Face tokenizers/transformers)") from None
+        tok, json_file = read_tokenizer_json(json_file)
         if not isinstance(tok.model, models.BPE):
             raise TokenizerError(f"{json_file} holds a {type(tok.model).__name__} model, not GPT-2's byte-level BPE "
                                  "(use --config.tokenizer.kind=wordpiece or sentencepiece for it)")

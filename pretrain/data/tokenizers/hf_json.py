@@ -26,7 +26,26 @@ PROBES = ("The quick brown fox jumps over the lazy dog.", "  Two  spaces, then\t
           "naïve café résumé, Ελληνικά, 日本語", "e-mail: someone@example.com; url: https://example.org/a?b=c")
 
 
-class HFJsonTokenizer(Tokenizer):
+class PipelineTokenizer(Tokenizer):
+    """A tokenizer that encodes and decodes with a Hugging Face `tokenizers.Tokenizer` (`self._tok`), as it stands:
+    this kind's and GPT-2's byte-level BPE (gpt.py)."""
+    _tok: "object"
+
+    def _encode_plain(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def _decode_plain(self, ids: list[int]) -> str:
+        # Bytes that do not form UTF-8 (a byte-level piece cut mid-character) become U+FFFD (GPT-2's errors="replace")
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+    def _decode_run(self, ids: list[int], after_sentinel: bool) -> str:
+        return self._decode_plain(ids)  # the pieces carry their spaces: nothing to restore around sentinels
+
+    def _piece(self, i: int) -> str:
+        return self._tok.id_to_token(i)
+
+
+class HFJsonTokenizer(PipelineTokenizer):
     """A tokenizer.json (or a directory holding one) with the [PAD] special token, and [CLS] [SEP] [MASK] where
     BERT objectives need them. `unk_id` is [UNK], else the model's unk token (a byte-level BPE never produces it).
 
@@ -63,18 +82,6 @@ class HFJsonTokenizer(Tokenizer):
             raise MissingTokenError(f"tokenizer {self._path} has no {UNK} token nor a model unk_token (add [UNK] to "
                                     "it as a special token)")
         return self._unk
-
-    def _encode_plain(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
-
-    def _decode_plain(self, ids: list[int]) -> str:
-        return self._tok.decode(ids, skip_special_tokens=False)
-
-    def _decode_run(self, ids: list[int], after_sentinel: bool) -> str:
-        return self._decode_plain(ids)
-
-    def _piece(self, i: int) -> str:
-        return self._tok.id_to_token(i)
 
 
 def read_tokenizer_json(path: str):
