@@ -202,17 +202,18 @@ def config_from_hf(hf_config: dict, *, source: str = "config.json") -> ModernBer
     fields = {ours: type(getattr(default, ours))(hf_config[hf]) for hf, ours in _CONFIG_KEYS.items() if hf in hf_config}
     fields.update({k: float(v) for k, v in thetas.items() if v is not None})
     layer_types = hf_config.get("layer_types")
-    if layer_types:  # transformers 5 writes the pattern out: it must be ours, one global layer every n
-        n = fields.get("global_attn_every_n_layers", default.global_attn_every_n_layers)
-        expected = ["full_attention" if i % n == 0 else "sliding_attention" for i in range(len(layer_types))]
-        if list(layer_types) != expected:
-            n = next((i for i in range(1, len(layer_types)) if layer_types[i] == "full_attention"), len(layer_types))
-            fields["global_attn_every_n_layers"] = n
-            expected = ["full_attention" if i % n == 0 else "sliding_attention" for i in range(len(layer_types))]
-            if list(layer_types) != expected:
-                raise ModelInputError(f"{source}: layer_types is not one global layer every n layers (ours "
-                                      "alternates so)")
+    if layer_types:  # transformers 5 writes the pattern out: ours is one global layer every n, from layer 0
+        n = next((i for i, kind in enumerate(layer_types) if i and kind == "full_attention"), len(layer_types))
+        if list(layer_types) != _layer_types(n, len(layer_types)):
+            raise ModelInputError(f"{source}: layer_types is not one global layer every n layers from layer 0 (ours "
+                                  "alternates so)")
+        fields["global_attn_every_n_layers"] = n
     return ModernBertConfig(**fields)
+
+
+def _layer_types(every: int, count: int) -> list[str]:
+    """transformers' layer_types for a global layer every `every` layers from layer 0."""
+    return ["full_attention" if i % every == 0 else "sliding_attention" for i in range(count)]
 
 
 def config_to_hf(config: ModernBertConfig, architecture: str = "ModernBertForMaskedLM", num_labels: int = 0) -> dict:
@@ -220,8 +221,7 @@ def config_to_hf(config: ModernBertConfig, architecture: str = "ModernBertForMas
     hf = {"architectures": [architecture], "model_type": "modernbert",
           **{key: getattr(config, ours) for key, ours in _CONFIG_KEYS.items()}, **dict(_FIXED),
           "global_rope_theta": config.global_rope_theta, "local_rope_theta": config.local_rope_theta,
-          "layer_types": ["full_attention" if config.is_global(i) else "sliding_attention"
-                          for i in range(config.num_layers)],
+          "layer_types": _layer_types(config.global_attn_every_n_layers, config.num_layers),
           "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": config.global_rope_theta},
                               "sliding_attention": {"rope_type": "default", "rope_theta": config.local_rope_theta}}}
     if num_labels:
