@@ -163,12 +163,7 @@ def _modernbert_task(workdir: str, config: ml_collections.ConfigDict) -> dict:
     if method != "none":
         raise errors.UserError(f"{workdir} trained peft.method={method}: a ModernBERT run exports only when every "
                                "weight was fine-tuned (peft.method=none)")
-    task = task_registry.task_for_config(config)
-    head = task_heads.head_kind(task.kind)
-    if head.hf_class is None:
-        exportable = [name for name in task_heads.HEAD_KINDS if _export_form(name, False)]
-        raise errors.UserError(f"{workdir} fine-tuned a {task.kind!r} head, which has no transformers class: "
-                               f"exportable are {', '.join(exportable)}")
+    task, head = _exportable_task(workdir, config, peft=False)
     return {"architecture": hf_modernbert.task_class(head.hf_class), "id2label": getattr(task, "labels", ()) or None}
 
 
@@ -201,13 +196,7 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
     if config.model.get("shared_layers"):
         raise errors.UserError(f"{workdir} fine-tuned an ALBERT (model.shared_layers): only its pretraining run "
                                "exports (as AlbertForPreTraining), not a fine-tuned ALBERT")
-    task = task_registry.task_for_config(config)
-    head = task_heads.head_kind(task.kind)
-    if _export_form(task.kind, peft) is None:
-        exportable = [name for name in task_heads.HEAD_KINDS if _export_form(name, peft)]
-        raise errors.UserError(f"{workdir} fine-tuned a {task.kind!r} head, which has no "
-                               f"{'peft task type here' if peft else 'transformers class'}: exportable are "
-                               f"{', '.join(exportable)}" + (" (with --peft)" if peft else ""))
+    task, head = _exportable_task(workdir, config, peft)
     if method == "none":
         params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
         base = None
@@ -228,6 +217,18 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
     merged = " (LoRA merged)" if method == "lora" else ""
     return (f"exported {workdir} step {step} (bert, head{merged}) to {output} as "
             f"{head.hf_class}")
+
+
+def _exportable_task(workdir: str, config: ml_collections.ConfigDict, peft: bool):
+    """A fine-tuning run's task and head kind; one line where the kind has no transformers class (or with `peft` no
+    peft task type), before any weight is read."""
+    task = task_registry.task_for_config(config)
+    if _export_form(task.kind, peft) is None:
+        exportable = [name for name in task_heads.HEAD_KINDS if _export_form(name, peft)]
+        raise errors.UserError(f"{workdir} fine-tuned a {task.kind!r} head, which has no "
+                               f"{'peft task type here' if peft else 'transformers class'}: exportable are "
+                               f"{', '.join(exportable)}" + (" (with --peft)" if peft else ""))
+    return task, task_heads.head_kind(task.kind)
 
 
 def _export_form(kind: str, peft: bool) -> str | None:
