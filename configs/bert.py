@@ -74,6 +74,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         dropout_rate=0.1, attention_dropout_rate=0.1, layer_norm_eps=1e-12,
         initializer_range=0.02, next_sentence=arg.nsp, dtype="float32", param_dtype="float32",
         embedding_size=0, shared_layers=False, hidden_act="gelu",  # BERT's; ALBERT's in configs/albert.py
+        pre_norm=False,  # True: pre-LN blocks and a final LayerNorm (configs/cram.py's arm; no transformers export)
         **common.compute_fields()))
 
     c.objective = ml_collections.ConfigDict(dict(
@@ -82,7 +83,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         max_predictions_per_seq=20, long_max_predictions_per_seq=80,
         whole_word_masking=arg.wwm, next_sentence=arg.nsp, short_seq_prob=0.1,
         masking="tokens", ngram_max=3,  # "ngrams": ALBERT's n-grams of up to ngram_max words (configs/albert.py)
-        sentence_order=False))  # True: ALBERT's sentence-order pairs through the NSP head (configs/albert.py)
+        sentence_order=False,  # True: ALBERT's sentence-order pairs through the NSP head (configs/albert.py)
+        eval_mask_prob=0.0))   # the held-out batches' masking rate (0: mask_prob's); configs/cram.py scores at 0.15
     # One switch for NSP: the model's head follows the objective's pairs and loss (setting either key sets both).
     c.model.next_sentence = c.objective.get_ref("next_sentence")
 

@@ -90,6 +90,9 @@ def trainer_config() -> ml_collections.ConfigDict:
     c.batch_size = 256               # global batch (sequences per optimizer step)
     c.grad_accum_steps = 1           # micro-batches per step; batch_size must divide evenly
     c.num_train_steps = 1000
+    c.budget_minutes = 0.0           # > 0: num_train_steps (and the warm-up, evaluations and checkpoints with it) fitted
+                                     # to this wall-clock budget on this machine (pretrain/loops/budget.py)
+    c.budget_steps = 0               # > 0: a budget run's planned steps (its budget.json) replayed without the clock
     c.log_every = 10                 # steps between metrics.jsonl / TensorBoard records
     c.checkpoint_every = 1000        # steps between asynchronous checkpoints (the last is always saved)
     c.keep_checkpoints = 3

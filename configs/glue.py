@@ -80,7 +80,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optimizer.warmup_steps = -1  # derived from warmup_fraction
     c.checkpoint_every = 0         # steps between resume checkpoints in DIR/resume (0 = only on preemption)
     c.skip_nonfinite_updates = False  # True: drop a NaN/inf update and count it; False: stop with one line
-    del c["num_train_steps"], c["keep_checkpoints"], c["eval_every"], c["eval_batches"]
+    del c["num_train_steps"], c["budget_minutes"], c["budget_steps"], c["keep_checkpoints"], c["eval_every"], c["eval_batches"]
 
     c.freezing = ml_collections.ConfigDict(dict(
         strategy=arg.freeze,

@@ -72,7 +72,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         name="bert_pretraining", mask_prob=0.3, replace_with_mask=0.8, replace_with_random=0.1,
         max_predictions_per_seq=int(0.3 * 128) + 1, long_max_predictions_per_seq=int(0.3 * 1024) + 1,
         whole_word_masking=False, next_sentence=False, short_seq_prob=0.0, masking="tokens", ngram_max=3,
-        sentence_order=False, packing=arg.packing))
+        sentence_order=False, packing=arg.packing,
+        eval_mask_prob=0.0))  # the held-out batches' masking rate (0: mask_prob)
 
     c.optimizer.schedule = "warmup_stable_decay"
     c.optimizer.decay_fraction = 0.1   # the last 10% of the steps decay (1 - sqrt) to end_learning_rate

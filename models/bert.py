@@ -44,6 +44,8 @@ class BertConfig(ModelConfig):  # + dtype, param_dtype, attention, scan_layers, 
     hidden_act: str = "gelu"             # gelu (exact) | gelu_new (tanh form; ALBERT)
     pooler: bool = True                  # the [CLS] Dense + tanh (ELECTRA has none)
     max_span_tokens: int = 32            # SBO relative positions embedded; longer spans share the last
+    pre_norm: bool = False               # pre-LN blocks and a final LayerNorm (Xiong et al. 2020; Cramming): not
+                                         # Hugging Face's BERT, so such a model does not export to it
 
     def __post_init__(self):
         # ALBERT factorises to save parameters: a table wider than the layers defeats it. (ELECTRA's generator,
@@ -105,7 +107,9 @@ class BertEmbeddings(nn.Module):
 
 
 class BertLayer(extension.Sublayers):
-    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), dropout before each residual add.
+    """Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), dropout before each residual add. With `pre_norm`
+    the norms move inside the residual branches, x = x + Attn(LN(x)); x = x + FFN(LN(x)), and BertModel adds a final
+    LN: the residual stream is never normalised, which keeps early gradients sane at high learning rates.
     return_internals: -> (x, {'hidden': x, and the attention's 'scores', 'probs', 'values'}) (BertModel)."""
     config: BertConfig
 
@@ -116,18 +120,21 @@ class BertLayer(extension.Sublayers):
         c = self.config
         init = layers.truncated_normal(c.initializer_range)
         dropout = ops.Dropout(c.dropout_rate)
+        attention_norm = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)
+        output_norm = layers.LayerNorm(c.layer_norm_eps, name="output_norm", **c.kwargs)
+        h = attention_norm(x) if c.pre_norm else x
         h = layers.MultiHeadAttention(c.num_heads, c.hidden_size // c.num_heads,
                                       dropout_rate=c.attention_dropout_rate, kernel_init=init, attention=c.attention,
                                       fused_qkv=c.fused_qkv, name="attention", **c.kwargs)(
-            x, mask=mask, deterministic=deterministic, extra_keys_values=extra_keys_values,
+            h, mask=mask, deterministic=deterministic, extra_keys_values=extra_keys_values,
             return_weights=return_internals)
         h, internals = h if return_internals else (h, None)
         h = self.sublayer_output("attention", dropout(h, deterministic=deterministic))
-        x = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", **c.kwargs)(x + h)
+        x = x + h if c.pre_norm else attention_norm(x + h)
         h = layers.MLP(c.intermediate_size, layers.ACTIVATIONS[c.hidden_act], kernel_init=init, name="mlp",
-                       **c.kwargs)(x, deterministic)
+                       **c.kwargs)(output_norm(x) if c.pre_norm else x, deterministic)
         h = self.sublayer_output("mlp", dropout(h, deterministic=deterministic))
-        x = layers.LayerNorm(c.layer_norm_eps, name="output_norm", **c.kwargs)(x + h)
+        x = x + h if c.pre_norm else output_norm(x + h)
         return (x, {"hidden": x, **internals}) if return_internals else x
 
 
@@ -143,6 +150,8 @@ class BertModel(extension.Leading):
             self.embeddings_project = layers.Dense(c.hidden_size, ("embed_out", "embed"), kernel_init=init, **c.kwargs)
         self.encoder = stack.build(BertLayer, c.num_layers, scan=c.scan_layers, remat=c.remat, static_argnums=(2, 4),
                                    per_layer_argnums=(3,), shared=c.shared_layers, config=c)
+        if c.pre_norm:
+            self.final_norm = layers.LayerNorm(c.layer_norm_eps, **c.kwargs)
         if c.pooler:
             self.pooler = layers.Dense(c.hidden_size, ("embed", "embed_out"), kernel_init=init, **c.kwargs)
 
@@ -173,6 +182,7 @@ class BertModel(extension.Leading):
         first = x
         x = self.encoder(x, mask, deterministic, keys_values, return_internals)
         x, internals = x if return_internals else (x, None)
+        x = self.final_norm(x) if c.pre_norm else x
         pooled = jnp.tanh(self.pooler(x[:, 0])) if c.pooler else None  # the [CLS] position
         sequence = x[:, x.shape[1] - input_ids.shape[1]:]
         return (sequence, pooled, {"embeddings": first, **internals}) if return_internals else (sequence, pooled)

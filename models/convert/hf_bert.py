@@ -169,6 +169,9 @@ def hf_config_to_bert(hf_config: dict, *, next_sentence: bool = False, source: s
 
 def bert_config_to_hf(config: BertConfig, architecture: str = "BertForPreTraining") -> dict:
     """BertConfig -> a config.json dict transformers loads (AutoModel picks `architecture`)."""
+    if config.pre_norm:
+        raise ModelInputError("model.pre_norm=True (pre-LN blocks, a final LayerNorm) has no transformers BERT form: "
+                              "fine-tune it here (pretrain.finetune) rather than exporting it")
     return {"architectures": [architecture], "model_type": "bert",
             **{hf: getattr(config, ours) for hf, ours in _CONFIG_KEYS.items()},
             "type_vocab_size": config.type_vocab_size or EXPORTED_TOKEN_TYPES, "hidden_act": "gelu", "position_embedding_type": "absolute", "pad_token_id": 0, "tie_word_embeddings": True}

@@ -86,7 +86,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "batch_size": POSITIVE, "grad_accum_steps": POSITIVE, "num_train_steps": POSITIVE, "num_epochs": POSITIVE,
     "log_every": POSITIVE, "keep_checkpoints": POSITIVE, "eval_batches": POSITIVE, "eval_batch_size": POSITIVE,
     "checkpoint_every": NON_NEGATIVE, "eval_every": NON_NEGATIVE, "prefetch": NON_NEGATIVE, "seed": NON_NEGATIVE,
-    "warmup_fraction": SHARE, "z_loss": NON_NEGATIVE_FLOAT, "head_learning_rate": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
+    "warmup_fraction": SHARE, "budget_minutes": NON_NEGATIVE_FLOAT, "budget_steps": NON_NEGATIVE, "z_loss": NON_NEGATIVE_FLOAT, "head_learning_rate": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
     # optimizer
     "optimizer.name": "optimizer", "optimizer.schedule": "schedule",
     "optimizer.learning_rate": POSITIVE_FLOAT, "optimizer.end_learning_rate": NON_NEGATIVE_FLOAT,
@@ -113,7 +113,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "model.teacher_layers": POSITIVE,  # distillation (models/distillation/model.py); a teacher width of 0 is the student's
     **{f"model.teacher_{k}": NON_NEGATIVE for k in ("hidden_size", "num_heads", "intermediate_size")},
     # objective
-    "objective.name": "objective", "objective.mask_prob": PROBABILITY, "objective.noise_density": PROBABILITY,
+    "objective.name": "objective", "objective.mask_prob": PROBABILITY, "objective.eval_mask_prob": SHARE, "objective.noise_density": PROBABILITY,
     "objective.replace_with_mask": SHARE, "objective.replace_with_random": SHARE, "objective.short_seq_prob": SHARE,
     "objective.geometric_p": _float(0, 1, low_open=True, what="a probability in (0, 1]"),
     "objective.mean_noise_span_length": _float(1, what="a number >= 1"),

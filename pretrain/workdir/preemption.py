@@ -151,6 +151,12 @@ class Watcher:
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.time() >= self.deadline
 
+    def extend_deadline(self, seconds: float) -> None:
+        """Moves a time budget's deadline `seconds` later (the loop's held-out evaluations: a measurement, not
+        training, so they spend none of the budget)."""
+        if self.deadline is not None:
+            self.deadline += seconds
+
     def _all_past_deadline(self) -> bool:
         if self.deadline is None:
             return False

@@ -24,17 +24,24 @@ import os
 import shutil
 import time
 
-from scripts.reproduce import cram, glue_study
+from scripts.reproduce import glue_study
 from scripts.reproduce import reproduction as rp
 
 TIMING_STEPS = 20  # the peer's step time, after 3 untimed steps
 
 
-def torch_batches(data, steps: int, next_sentence: bool):
-    """The first `steps` batches of a pretraining stream (pretraining.training_data), as BertForPreTraining takes
-    them."""
+def torch_batches(data, steps: int, config):
+    """The first `steps` batches of a pretraining stream (pretraining.training_data), as the peer of `config`'s
+    family takes them."""
     from scripts.bench import torch_bert
-    return (torch_bert.inputs(b, next_sentence) for _, (_, b, _) in zip(range(steps), data.iterate(0)))
+    nsp, token_types = config.objective.next_sentence, config.model.name != "modernbert"
+    return (torch_bert.inputs(b, nsp, token_types) for _, (_, b, _) in zip(range(steps), data.iterate(0)))
+
+
+def ours_workdir(ours: str) -> str:
+    """The pretrain.train workdir of a cram.py output directory (DIR/bert, DIR/modernbert, ...)."""
+    with open(os.path.join(ours, "cram.json")) as f:
+        return json.load(f).get("workdir") or os.path.join(ours, "bert")
 
 
 def time_peer_steps(config, train_data) -> float:
@@ -44,7 +51,7 @@ def time_peer_steps(config, train_data) -> float:
     model = torch_bert.build_model(config.model)
     optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, TIMING_STEPS + 3)
     times = []
-    for batch in torch_batches(train_data, TIMING_STEPS + 3, config.objective.next_sentence):
+    for batch in torch_batches(train_data, TIMING_STEPS + 3, config):
         start = time.perf_counter()
         torch_bert.train_step(model, optimizer, scheduler, batch, config.optimizer.grad_clip_norm)
         times.append(time.perf_counter() - start)
@@ -58,35 +65,33 @@ def pretrain_peer(ours: str, output: str, threads: int) -> dict:
     import transformers
 
     from pretrain.data import tokenizers
-    from pretrain.loops import pretraining
+    from pretrain.loops import budget, pretraining
     from scripts.bench import torch_bert
     torch.set_num_threads(threads)
     with open(os.path.join(ours, "cram.json")) as f:
         ours_record = json.load(f)
-    with open(os.path.join(ours, "bert", "config.json")) as f:
+    with open(os.path.join(ours_workdir(ours), "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
     started = time.time()
     _, train_data, eval_data = pretraining.training_data(config)
-    nsp = config.objective.next_sentence
     if ours_record["minutes"]:  # equal minutes: the steps that the peer's own step time fits
         deadline = started + 60 * ours_record["minutes"]
         timed = time_peer_steps(config, train_data)
-        steps = cram.plan_steps(deadline - time.time(), timed, setup=0.0)
+        steps = budget.plan_steps(deadline - time.time(), timed, setup=0.0)
     else:  # ours ran --steps=N: equal steps
         deadline, timed, steps = None, None, ours_record["planned_steps"]
-    config.num_train_steps = steps
-    config.optimizer.warmup_steps = max(1, round(ours_record["warmup_fraction"] * steps))
+    config = budget.stretch(config, steps)  # our schedule's shape (warm-up share, decay) over the peer's steps
     model = torch_bert.build_model(config.model, tokenizers.from_config(config.tokenizer).pad_id, config.seed)
     optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, steps)
     reached, losses, training_started = 0, [], time.time()
-    for batch in torch_batches(train_data, steps, nsp):
+    for batch in torch_batches(train_data, steps, config):
         losses.append(torch_bert.train_step(model, optimizer, scheduler, batch, config.optimizer.grad_clip_norm))
         reached += 1
         if deadline is not None and time.time() >= deadline:
             break
     step_time = (time.time() - training_started) / reached
     train_data.close()
-    held_out = list(torch_batches(eval_data, config.eval_batches, nsp))
+    held_out = list(torch_batches(eval_data, config.eval_batches, config))  # at config.objective.eval_mask_prob
     eval_data.close()
     directory = os.path.join(output, "peer")
     model.save_pretrained(directory, safe_serialization=True)

@@ -10,13 +10,14 @@ What it does, in order:
   1. DIR/corpus.txt: pretrain.tools.build_corpus with every source (its statistics in DIR/corpus.json), once
      (--corpus: an existing one instead).
   2. DIR/spm.model: a SentencePiece vocabulary of --vocab_size pieces on it, once (--tokenizer: an existing one).
-  3. The recipe (--config, by default configs/bert.py:size=tiny,recipe=cram,nsp=False) is timed for a few
-     steps on this machine; from that step time the number of steps that fit the rest of the budget is fixed,
-     and the schedule (warm-up, decay to 0) is laid over exactly those steps. Corpus and tokenizer are outside
-     the budget, as in Cramming; the timing steps, the set-up, the evaluation and the final checkpoint are inside.
-  4. DIR/bert (DIR/t5, DIR/gpt for those configs): an ordinary pretrain.train workdir (config.json,
-     checkpoints/, metrics.jsonl). Should the machine slow down, the run saves and stops at the budget anyway;
-     the same command resumes it.
+  3. The recipe (--config, by default configs/cram.py, the arm the sweep of docs/cram.md chose) runs for
+     --minutes (config.budget_minutes): a few steps timed on this machine fix the steps that fit the rest of the
+     budget, and the schedule (warm-up, decay to 0) is laid over exactly those steps (pretrain/loops/budget.py).
+     Corpus and tokenizer are outside the budget, as in Cramming; the timing steps, the set-up and the final
+     checkpoint are inside, the held-out evaluations along the run are not.
+  4. DIR/<model> (DIR/bert, DIR/modernbert, DIR/t5, ...): an ordinary pretrain.train workdir (config.json,
+     budget.json, checkpoints/, metrics.jsonl). Should the machine slow down, the run saves and stops at the
+     budget anyway; the same command resumes it and finishes the schedule.
   5. DIR/cram.json: budget, step time, steps planned and reached, held-out losses, wall times, and the
      `--steps=N` command that reproduces the run.
 
@@ -28,17 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 
 from configs import common
 from pretrain.tools import build_corpus, train_tokenizer
 
-CONFIG = "configs/bert.py:size=tiny,recipe=cram,nsp=False"  # docs/cram.md: the measurements that chose it
-CALIBRATION_STEPS = 80       # timed from step 30 on: the first windows hold the compilation and batches built
-                             # ahead during it, faster than the steady state where batch building shares the cores
-SAFETY = 0.97                # of the remaining budget: the steps planned leave this much slack for noise
+CONFIG = "configs/cram.py"  # docs/cram.md: the measurements that chose its default arm
 
 
 def build_assets(output: str, args) -> tuple[str, str]:
@@ -60,7 +57,10 @@ def build_assets(output: str, args) -> tuple[str, str]:
     return corpus, prefix + ".model"
 
 
-def pretraining_config(args, corpus: str, spm: str, steps: int):
+def pretraining_config(args, corpus: str, spm: str):
+    """The --config with the corpus, the tokenizer and --set's overrides, its steps fitted to --minutes
+    (config.budget_minutes) or replayed at --steps (config.budget_steps): pretrain/loops/budget.py stretches the
+    config's schedule to them."""
     try:
         config = common.load(args.config)
     except ValueError as e:
@@ -74,42 +74,17 @@ def pretraining_config(args, corpus: str, spm: str, steps: int):
         except (KeyError, AttributeError):
             raise SystemExit(f"error: --set {item}: the pretraining config has no key {item.partition('=')[0]!r} "
                              f"(python -m pretrain.train --config={args.config} --print_config lists them)")
-    config.num_train_steps = steps
-    config.optimizer.warmup_steps = max(1, round(args.warmup_fraction * steps))
-    config.checkpoint_every = steps  # the final checkpoint (a budget stop saves its own)
+    config.budget_minutes, config.budget_steps = float(args.minutes or 0.0), args.steps or 0
     return config
 
 
 def check_arguments(args) -> None:
     """A bad --config, --set or --repeat stops here with one line."""
-    pretraining_config(args, "", "", 1)
+    pretraining_config(args, "", "")
     try:
         build_corpus.parse_repeats(args.repeat)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
-
-
-def time_steps(args, corpus: str, spm: str, directory: str) -> tuple[float, float]:
-    """(seconds per step, seconds of set-up and compilation) of the recipe on this machine, from a short run."""
-    from pretrain.loops import pretraining
-    shutil.rmtree(directory, ignore_errors=True)
-    config = pretraining_config(args, corpus, spm, CALIBRATION_STEPS)
-    config.log_every, config.data.eval_documents = 10, 0
-    started = time.time()
-    pretraining.train_and_evaluate(config, directory)
-    wall = time.time() - started
-    with open(os.path.join(directory, "metrics.jsonl")) as f:
-        windows = [json.loads(line) for line in f]
-    step_times = [w["step_time_sec"] for w in windows if w.get("step", 0) > 30 and "step_time_sec" in w]
-    step_time = sum(step_times) / len(step_times)
-    shutil.rmtree(directory, ignore_errors=True)
-    return step_time, wall - CALIBRATION_STEPS * step_time
-
-
-def plan_steps(budget_left: float, step_time: float, setup: float) -> int:
-    """The steps that fit: what is left of the budget, less one more set-up (the real run loads the corpus and
-    compiles again, from the compilation cache where it can), with SAFETY's slack."""
-    return max(1, int(SAFETY * (budget_left - setup) / step_time))
 
 
 def last_metrics(workdir: str) -> tuple[int, dict, dict]:
@@ -146,7 +121,6 @@ def make_parser() -> argparse.ArgumentParser:
     budget.add_argument("--steps", type=int, help="exactly this many steps, no budget (reproduces a budget run)")
     parser.add_argument("--config", default=CONFIG, help="a config file and its arguments, as pretrain.train's")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
-    parser.add_argument("--warmup_fraction", type=float, default=0.1, help="of the steps, linear warm-up")
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--sources", nargs="+", choices=build_corpus.SOURCES, default=list(build_corpus.SOURCES))
     parser.add_argument("--glue_dir", default=build_corpus.GLUE_DIR)
@@ -163,7 +137,7 @@ def main(argv=None) -> int:
     output = os.path.abspath(args.output)
     os.makedirs(output, exist_ok=True)
 
-    from pretrain.loops import pretraining
+    from pretrain.loops import budget, pretraining
     from pretrain.runtime import cli, compilation_cache
     from pretrain.runtime.errors import EXIT_PREEMPTED, Preempted, StoppedBeforeFirstStep, UserError
     compilation_cache.enable()
@@ -174,29 +148,12 @@ def main(argv=None) -> int:
     assets_sec = time.time() - started
     record_path = os.path.join(output, "cram.json")
     record = json.load(open(record_path)) if os.path.exists(record_path) else {}
-    budget_start = time.time()
-    deadline = None
-    if args.steps:
-        steps = args.steps
-    elif record.get("planned_steps"):  # a resumed budget run keeps its schedule
-        steps, deadline = record["planned_steps"], budget_start + 60 * args.minutes
-    else:
-        deadline = budget_start + 60 * args.minutes
-        step_time, setup = time_steps(args, corpus, spm, os.path.join(output, "timing"))
-        steps = plan_steps(deadline - time.time(), step_time, setup)
-        record.update(timed_step_sec=step_time, setup_sec=setup)
-        print(f"Timed {step_time:.3f} s/step (set-up {setup:.0f} s): {steps:,} steps fit the "
-              f"{args.minutes:g}-minute budget", flush=True)
-    record.update(config=args.config, overrides=args.set, warmup_fraction=args.warmup_fraction,
-                  vocab_size=args.vocab_size, minutes=args.minutes, planned_steps=steps, assets_sec=assets_sec)
-    with open(record_path, "w") as f:
-        json.dump(record, f, indent=1)
-
-    config = pretraining_config(args, corpus, spm, steps)
+    config = pretraining_config(args, corpus, spm)
     workdir = os.path.join(output, config.model.name)
+    budget_start = time.time()
     stopped_by, budget_step = "schedule", None
     try:
-        pretraining.train_and_evaluate(config, workdir, deadline)
+        pretraining.train_and_evaluate(config, workdir)  # a budget run resumes its plan (pretrain/loops/budget.py)
     except StoppedBeforeFirstStep as e:  # SIGTERM while setting up: one line and 75, as pretrain.train
         cli.exit_now(str(e), EXIT_PREEMPTED)
     except Preempted as e:
@@ -208,6 +165,11 @@ def main(argv=None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    plan = budget.read_plan(workdir) or {}
+    steps = plan.get("planned_steps", args.steps)
+    record.update(config=args.config, overrides=args.set, vocab_size=args.vocab_size, minutes=args.minutes,
+                  planned_steps=steps, assets_sec=assets_sec, workdir=workdir,
+                  **{k: plan[k] for k in ("timed_step_sec", "setup_sec", "calibration_sec") if k in plan})
     reached, train, held_out = last_metrics(workdir)
     reached = budget_step or reached  # the last window logged may end before the step the budget stopped at
     record.update(reached_steps=reached, stopped_by=stopped_by, pretraining_sec=time.time() - budget_start,

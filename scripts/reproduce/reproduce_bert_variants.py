@@ -12,7 +12,7 @@ The papers' versions (GLUE dev):
   DistilBERT  Sanh et al. 2019, Table 1: the 6-layer student 77.0 against its teacher BERT-Base 79.5 (GLUE
            macro-score); no from-scratch student row (their ablation, Table 4: random init costs 3.7 points).
 Here: the tiny configs (2 layers, hidden 128) on `make demo`'s corpus. Each arm pretrains for --minutes of wall
-clock (scripts/reproduce/cram.py plans its steps from its own measured step time, so an ELECTRA step, which
+clock (config.budget_minutes plans its steps from its own measured step time, so an ELECTRA step, which
 runs a generator too, buys fewer steps); each arm keeps its paper's masking (BERT: make cram's 40%, ELECTRA 15%
 with 85% [MASK], ALBERT 15% in n-grams of up to 3 words + sentence order), and all share batch 32 x 128, lr 1e-3
 and no dropout. The fine-tuning is scripts/reproduce/glue_study.py's: the same flags for every init, the learning
@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 
-from configs import common
 from scripts.reproduce import glue_study
 from scripts.reproduce import reproduction as rp
 
@@ -64,8 +63,7 @@ def parse_args() -> argparse.Namespace:
 
 def pretrained_workdir(args, arm: str) -> str:
     """Where an arm's pretrain.train workdir will be (rp.Reproduction.pretrained, known before the run)."""
-    workdir = os.path.join(os.path.abspath(args.output), f"pretrain_{arm}")
-    return os.path.join(workdir, common.load(ARMS[arm][0]).model.name) if args.minutes else workdir
+    return os.path.join(os.path.abspath(args.output), f"pretrain_{arm}")
 
 
 def arm_flags(args, arm: str) -> list[str]:

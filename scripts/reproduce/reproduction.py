@@ -3,8 +3,8 @@ print the paper's rows beside ours with the wall time and the machine.
 
 A reproduction is a sweep whose cells are whole runs (pretrain/jobs: resumable, `--parallel` at once, a
 killed script resumed by the same command): `<output>/pretrain_<arm>/` workdirs of `pretrain.train` (with
-`--minutes=M`, `cram.py` directories instead: each arm pretrains for M minutes of wall clock, its steps
-planned from its own measured step time, one arm at a time so that each has the machine), then
+`--minutes=M` each arm pretrains for M minutes of wall clock, config.budget_minutes: its steps planned from its
+own measured step time, one arm at a time so that each has the machine), then
 `<output>/<arm>_<task>_seed<k>/` workdirs of `pretrain.finetune` from them (or from random weights of the
 same architecture: `--config.init_weights=random`). The corpus and tokenizer are `make demo`'s (built here into
 `<output>/assets` when not given), so the numbers are small at CPU scale; a config and its overrides are
@@ -37,7 +37,7 @@ def add_common_flags(parser, output: str) -> None:
     parser.add_argument("--glue_dir", default=GLUE_DIR, help="official GLUE layout")
     parser.add_argument("--parallel", type=int, default=1, help="runs at once (fine-tuning only with --minutes)")
     parser.add_argument("--minutes", type=float, default=0.0,
-                        help="pretrain each arm for this wall-clock budget (scripts.reproduce.cram) instead of a step "
+                        help="pretrain each arm for this wall-clock budget (config.budget_minutes) instead of a step "
                              "count")
 
 
@@ -88,27 +88,17 @@ class Reproduction:
         return os.path.join(self.output, name)
 
     def pretrain_cell(self, arm: str, config: str, flags: list[str]) -> Cell:
-        """`pretrain.train` with `flags` (--config.KEY=VALUE); with --minutes, scripts/reproduce/cram.py with the same
-        config and settings, for that budget (the step count among the flags is then cram's to plan)."""
+        """`pretrain.train` with `flags` (--config.KEY=VALUE); with --minutes, for that budget
+        (config.budget_minutes: the step count among the flags is the schedule's shape, stretched to the steps that
+        fit, pretrain/loops/budget.py)."""
         name = f"pretrain_{arm}"
-        if not self.minutes:
-            return Cell(name, {"arm": arm}, config, (sys.executable, "-m", "pretrain.train",
-                                                     f"--config={config}", f"--workdir={self.workdir(name)}",
-                                                     *flags))
-        settings = dict(flag[len("--config."):].partition("=")[::2] for flag in flags)
-        corpus, spm = settings.pop("data.path"), settings.pop("tokenizer.path")
-        settings.pop("num_train_steps", None)
-        return Cell(name, {"arm": arm}, config, (
-            sys.executable, "-m", "scripts.reproduce.cram", f"--minutes={self.minutes:g}",
-            f"--config={config}", f"--corpus={corpus}", f"--tokenizer={spm}", f"--output={self.workdir(name)}",
-            *(f"--set={key}={value}" for key, value in settings.items())))
+        budget = [f"--config.budget_minutes={self.minutes:g}"] if self.minutes else []
+        return Cell(name, {"arm": arm}, config, (sys.executable, "-m", "pretrain.train", f"--config={config}",
+                                                 f"--workdir={self.workdir(name)}", *flags, *budget))
 
     def pretrained(self, cell: Cell) -> str:
-        """The pretrain.train workdir of a pretraining cell (inside cram's directory with --minutes)."""
-        if not self.minutes:
-            return self.workdir(cell.name)
-        from configs import common
-        return os.path.join(self.workdir(cell.name), common.load(cell.config).model.name)
+        """The pretrain.train workdir of a pretraining cell."""
+        return self.workdir(cell.name)
 
     def pretraining_text(self, steps: int) -> str:
         """What each arm's pretraining was, for the tables' captions."""

@@ -1,0 +1,105 @@
+"""Pretraining fitted to a wall-clock budget (`config.budget_minutes` > 0), as Cramming (Geiping & Goldstein 2022)
+ties its schedule to a budget rather than to a step count.
+
+Before the run, a short calibration run (CALIBRATION_STEPS steps in a temporary directory, left nowhere) times the
+step on this machine. The steps that fit the rest of the budget become `num_train_steps`, and every step count tied
+to the schedule is stretched with it (the warm-up keeps its share of the steps, the evaluations and checkpoints
+their number), so the learning rate reaches its end exactly when the budget does. The plan is written to
+WORKDIR/budget.json: the same command resumes a stopped run on the same schedule and finishes it, and
+`--config.budget_steps=N` with the plan's `planned_steps` reproduces the run without a clock (bitwise). The calibration, the
+set-up and the final checkpoint are inside the budget, the held-out evaluations along the run are not (they
+measure, as a profiler would; pretrain/loops/pretraining.py moves the deadline past them); should the machine slow down, the run saves and stops at the
+deadline as on preemption.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Callable
+
+import ml_collections
+
+from pretrain.workdir import storage
+
+CALIBRATION_STEPS = 80  # timed from step TIMED_FROM on: the first windows hold the compilation and the batches built
+TIMED_FROM = 30         # ahead during it, faster than the steady state where batch building shares the cores
+SAFETY = 0.97           # of the remaining budget: the steps planned leave this much slack for noise
+PLAN_FILE = "budget.json"
+# step counts laid over the schedule: stretched in proportion when the steps are fitted to the budget
+STRETCHED = ("optimizer.warmup_steps", "eval_every", "checkpoint_every", "data.long_seq_start_step")
+
+
+def plan_steps(budget_left: float, step_time: float, setup: float) -> int:
+    """The steps that fit: what is left of the budget, less one more set-up (the real run loads the corpus and
+    compiles again, from the compilation cache where it can), with SAFETY's slack."""
+    return max(1, int(SAFETY * (budget_left - setup) / step_time))
+
+
+def stretch(config: ml_collections.ConfigDict, steps: int) -> ml_collections.ConfigDict:
+    """`config` with num_train_steps = steps and each STRETCHED count (where set, > 0) scaled by the same factor."""
+    config = ml_collections.ConfigDict(config.to_dict())
+    factor = steps / config.num_train_steps
+    for key in STRETCHED:
+        *parents, last = key.split(".")
+        node = config
+        for part in parents:
+            node = node.get(part) if node is not None else None
+        if node is not None and node.get(last, 0) > 0:
+            node[last] = max(1, round(node[last] * factor))
+    config.num_train_steps = steps
+    return config
+
+
+def time_steps(config: ml_collections.ConfigDict, train: Callable) -> tuple[float, float]:
+    """(seconds per step, seconds of set-up and compilation) of `config` on this machine, from a short run of
+    `train(config, workdir)` in a temporary directory."""
+    calibration = ml_collections.ConfigDict(config.to_dict())
+    calibration.budget_minutes, calibration.num_train_steps = 0.0, CALIBRATION_STEPS
+    calibration.log_every, calibration.eval_every, calibration.data.eval_documents = 10, 0, 0
+    calibration.checkpoint_every = CALIBRATION_STEPS
+    directory = tempfile.mkdtemp(prefix="budget_calibration_")
+    try:
+        started = time.time()
+        train(calibration, directory)
+        wall = time.time() - started
+        with open(os.path.join(directory, "metrics.jsonl")) as f:
+            windows = [json.loads(line) for line in f]
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    step_times = [w["step_time_sec"] for w in windows if w.get("step", 0) > TIMED_FROM and "step_time_sec" in w]
+    step_time = sum(step_times) / len(step_times)
+    return step_time, wall - CALIBRATION_STEPS * step_time
+
+
+def read_plan(workdir: str) -> dict | None:
+    path = os.path.join(workdir, PLAN_FILE)
+    return json.loads(storage.read_text(path)) if storage.exists(path) else None
+
+
+def fit(config: ml_collections.ConfigDict, workdir: str, train: Callable
+        ) -> tuple[ml_collections.ConfigDict, float | None]:
+    """(the config whose steps fit config.budget_minutes, the budget's deadline in seconds since the epoch).
+    config.budget_steps > 0: (the config stretched to those steps, None). Without either: (config, None). A workdir with a plan resumes it: the same steps, no deadline (the run
+    finishes the schedule it began)."""
+    minutes, replayed = config.get("budget_minutes", 0.0), config.get("budget_steps", 0)
+    if replayed:  # a budget run's plan without its clock: the same schedule, bitwise the same run
+        return stretch(config, replayed), None
+    if not minutes:
+        return config, None
+    plan = read_plan(workdir)
+    if plan is not None:
+        return stretch(config, plan["planned_steps"]), None
+    deadline = time.time() + 60 * minutes
+    step_time, setup = time_steps(config, train)
+    calibration_sec = time.time() - (deadline - 60 * minutes)
+    steps = plan_steps(deadline - time.time(), step_time, setup)
+    print(f"Timed {step_time:.3f} s/step (set-up {setup:.0f} s): {steps:,} steps fit the {minutes:g}-minute budget",
+          flush=True)
+    storage.makedirs(workdir)
+    storage.write_atomic(os.path.join(workdir, PLAN_FILE), json.dumps(dict(
+        minutes=minutes, timed_step_sec=step_time, setup_sec=setup, calibration_sec=calibration_sec,
+        planned_steps=steps, steps_in_config=config.num_train_steps), indent=1))
+    return stretch(config, steps), deadline
