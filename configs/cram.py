@@ -78,6 +78,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                  log_every=20, eval_every=NOMINAL_STEPS // EVALUATIONS, eval_batches=8,
                  checkpoint_every=NOMINAL_STEPS // 4)
         c.model.update(vocab_size=8000, dropout_rate=0.0, attention_dropout_rate=0.0)
+        if arg.arch == "modernbert":  # its 128-token window (64 either side) is local in a 128-token row; half as
+            c.model.local_attention = min(128, arg.seq)  # long in a 64-token row (a wider one would be global)
         c.data.update(path="runs/cram/corpus.txt", max_seq_length=arg.seq, long_seq_length=0, eval_documents=50)
         c.tokenizer.update(kind="sentencepiece", path="runs/cram/spm.model")
         c.objective.update(mask_prob=arg.mask, max_predictions_per_seq=int(arg.mask * arg.seq) + 1,

@@ -42,6 +42,14 @@ def test_each_axis_changes_what_it_names_and_nothing_else(axis, value, changed):
     assert {k: arm[k] for k in arm if arm[k] != base.get(k)} == changed
 
 
+def test_modernbert_window_stays_local_in_64_token_rows():
+    from pretrain.training import validation
+    for seq in (64, 128):
+        config = cram.get_config(f"arch=modernbert,seq={seq}")
+        validation.validate(config)  # a window covering the whole row is refused there
+        assert config.model.local_attention == seq
+
+
 def test_modernbert_arm_keeps_its_family_at_the_shared_recipe():
     arm = cram.get_config("arch=modernbert,size=4x512")
     assert arm.model.name == "modernbert" and (arm.model.num_layers, arm.model.hidden_size) == (4, 512)
