@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-finetune-step bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram bench-cram clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-finetune-step bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram cram-old cram-sweep bench-cram clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -176,16 +176,33 @@ bench-glue-peft-quick: $(STAMP)
 	    --output runs/bench_glue_peft_quick.json
 
 # The budgeted pretraining recipe (scripts/reproduce/cram.py): the offline corpus, a SentencePiece vocabulary, then the
-# BERT that fits CRAM_MINUTES of this machine; CRAM_DIR/bert is a pretrain.train workdir.
+# recipe configs/cram.py chose by measurement for CRAM_MINUTES of this machine; CRAM_DIR/<model> is a pretrain.train
+# workdir. `make cram-old` runs 2018's recipe (post-LN BERT) the same way, the control of the curve below.
 CRAM_DIR ?= runs/cram
+CRAM_OLD_DIR ?= runs/cram_bert
 CRAM_MINUTES ?= 60
 cram: $(STAMP)
 	$(PY) -m scripts.reproduce.cram --minutes=$(CRAM_MINUTES) --output=$(CRAM_DIR)
 
-# GLUE from that checkpoint, from random weights of its architecture, and from Hugging Face's BertForPreTraining
-# trained for the same minutes on the same batches (3 seeds; resumable).
+cram-old: $(STAMP)
+	$(PY) -m scripts.reproduce.cram --assets_only --output=$(CRAM_DIR)
+	$(PY) -m scripts.reproduce.cram --minutes=$(CRAM_MINUTES) --output=$(CRAM_OLD_DIR) --config=configs/cram.py:arch=bert \
+	    --corpus=$(CRAM_DIR)/corpus.txt --tokenizer=$(CRAM_DIR)/spm.model
+
+# The sweep that chose the recipe (configs/cram.py: architecture, then one change at a time; 20 minutes a cell,
+# one at a time; resumable), then its table and loss-against-minutes plot (docs/cram.md).
+cram-sweep: $(STAMP)
+	$(PY) -m scripts.reproduce.cram --assets_only --output=$(CRAM_DIR)
+	$(PY) -m pretrain.sweep --config=configs/cram.py --sweep=arch@20 --workdir=runs/cram_sweep/arch20
+	$(PY) -m pretrain.sweep --config=configs/cram.py --sweep=recipe:modernbert@20 --workdir=runs/cram_sweep/recipe20
+	$(PY) -m scripts.reproduce.cram_report runs/cram_sweep/arch20 runs/cram_sweep/recipe20 \
+	    --plot runs/cram_sweep/loss_against_minutes.png
+
+# The transformers peer of that run for the same minutes on the same batches, then SST-2 dev accuracy against
+# labels (100 to 8,000; 3 seeds) from it, from 2018's recipe, from random weights and from all-MiniLM-L6-v2 (the
+# ceiling); the table and runs/bench_cram/sample_efficiency.png (resumable).
 bench-cram: $(STAMP)
-	$(PY) -m scripts.bench.bench_cram --ours=$(CRAM_DIR) --output=runs/bench_cram
+	$(PY) -m scripts.bench.bench_cram --ours=$(CRAM_DIR) --old=$(CRAM_OLD_DIR) --output=runs/bench_cram --parallel 2
 
 # all-MiniLM-L6-v2's fine-tuning step here and with transformers on the same MRPC and CoLA batches, padded
 # to our length buckets and to the longest row (~6 min): ms/step, ours / transformers.

@@ -156,7 +156,7 @@ ENCODER_FINETUNERS = {**_sequence("pretrain.finetuners.bert:BertFinetuner"),
                       "qa": "pretrain.finetuners.bert_qa:BertQaFinetuner"}
 BERT_ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
-                     "embedding_size", "shared_layers", "hidden_act")
+                     "embedding_size", "shared_layers", "hidden_act", "pre_norm")
 
 register(ModelFamily(
     "bert", "models.bert", "BertConfig", "BertForPreTraining",
@@ -168,7 +168,8 @@ register(ModelFamily(
     architecture_keys=BERT_ARCHITECTURE,
     width_key="hidden_size", positions_key="max_position_embeddings",
     # embeddings_project: the E -> H projection of factorised embeddings (ALBERT, ELECTRA), part of the embeddings
-    body=Body("bert", embeddings=("embeddings", "embeddings_project"), top=("pooler",)),
+    # final_norm: a pre_norm BERT's LayerNorm above the top layer
+    body=Body("bert", embeddings=("embeddings", "embeddings_project"), top=("pooler", "final_norm")),
     finetuners=ENCODER_FINETUNERS, task_model="models.bert_tasks:BertForFineTuning"))
 
 register(ModelFamily(

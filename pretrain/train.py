@@ -22,7 +22,7 @@ _CONFIG, _WORKDIR, _PRINT_CONFIG = cli.define_config_flags(
 _TIME_BUDGET = flags.DEFINE_float(
     "time_budget_minutes", 0.0, "Save and stop at the first step boundary this many minutes after the start, as "
     "on preemption (exit 75; the same command resumes). 0: no budget. The schedule still spans "
-    "config.num_train_steps (python -m scripts.reproduce.cram fits the steps to a budget).")
+    "config.num_train_steps (--config.budget_minutes fits the steps to a budget instead: docs/training.md).")
 flags.mark_flags_as_required(["config"])
 
 

@@ -45,7 +45,11 @@ def torch_batches(data, steps: int, config):
 
 def ours_workdir(ours: str) -> str:
     """The pretrain.train workdir of a cram.py output directory (DIR/bert, DIR/modernbert, ...)."""
-    with open(os.path.join(ours, "cram.json")) as f:
+    record = os.path.join(ours, "cram.json")
+    if not os.path.exists(record):
+        raise SystemExit(f"error: {ours} holds no cram.json: give a scripts/reproduce/cram.py output directory "
+                         "(make cram, make cram-old), or leave the option out")
+    with open(record) as f:
         return json.load(f).get("workdir") or os.path.join(ours, "bert")
 
 
@@ -138,23 +142,17 @@ CEILING = "all-MiniLM-L6-v2"  # the ceiling row: full pretraining at 22M paramet
 CEILING_RATE = 5e-5  # the standard rate of this project's MiniLM benchmarks (docs/benchmarks.md)
 
 
-def family(workdir: str) -> str:
-    with open(os.path.join(workdir, "config.json")) as f:
-        return json.load(f)["model"]["name"]
-
-
 def study_inits(args, ours: str, peer: str | None) -> tuple[dict[str, list[str]], dict[str, str], dict]:
     """(init -> its pretrain.finetune flags, init -> configs/glue.py model= where not BERT, init -> own rates)."""
     workdirs = {"pretrained": ours_workdir(ours), **({"old": ours_workdir(args.old)} if args.old else {})}
     inits = {name: [f"--config.init={w}"] for name, w in workdirs.items()}
     inits["random"] = [f"--config.init={workdirs['pretrained']}", "--config.init_weights=random"]
-    models = {name: "modernbert" for name, w in workdirs.items() if family(w) == "modernbert"}
-    if "pretrained" in models:
-        models["random"] = "modernbert"
+    models = {name: glue_study.model_of(w) for name, w in workdirs.items()}
+    models["random"] = models["pretrained"]
     if peer and args.finetune_peer:
         inits["peer"] = [f"--config.init={peer}", "--config.tokenizer.kind=sentencepiece",
                          f"--config.tokenizer.path={peer}/spm.model"]
-        models.update({"peer": "modernbert"} if "pretrained" in models else {})
+        models["peer"] = models["pretrained"]
     rates = {}
     if not args.no_ceiling:
         try:
@@ -205,6 +203,8 @@ def main() -> None:
     ours = os.path.abspath(args.ours)
     output = os.path.abspath(args.output)
     os.makedirs(output, exist_ok=True)
+    for directory in filter(None, (ours, args.old)):
+        ours_workdir(directory)  # both runs exist, before an hour of the peer's pretraining
     peer = None if args.no_peer else os.path.join(output, "peer")
     if peer and not os.path.exists(os.path.join(peer, "cram.json")):
         pretrain_peer(ours, output, threads=os.cpu_count() or 1)

@@ -3,6 +3,7 @@ at the scale of a few CPU cores).
 
   python -m scripts.reproduce.cram --minutes=60 --output=DIR  # corpus, tokenizer, then pretraining until the budget
   python -m scripts.reproduce.cram --steps=N --output=DIR2    # the same run, exactly N steps: bitwise, no clock
+  python -m scripts.reproduce.cram --assets_only --output=DIR # the corpus and tokenizer only (configs/cram.py's sweeps)
   python -m scripts.reproduce.cram --minutes=20 --output=DIR3 --corpus=DIR/corpus.txt --tokenizer=DIR/spm.model \
       --config=configs/t5.py:size=tiny --set data.source=text   # another family or arm on the same assets
 
@@ -119,6 +120,8 @@ def make_parser() -> argparse.ArgumentParser:
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--minutes", type=float, help="wall-clock budget of the pretraining")
     budget.add_argument("--steps", type=int, help="exactly this many steps, no budget (reproduces a budget run)")
+    budget.add_argument("--assets_only", action="store_true",
+                        help="the corpus and the tokenizer only (what configs/cram.py's sweeps read)")
     parser.add_argument("--config", default=CONFIG, help="a config file and its arguments, as pretrain.train's")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
     parser.add_argument("--vocab_size", type=int, default=8000)
@@ -146,6 +149,9 @@ def main(argv=None) -> int:
     started = time.time()
     corpus, spm = build_assets(output, args)
     assets_sec = time.time() - started
+    if args.assets_only:
+        print(f"Corpus {corpus}, tokenizer {spm} ({assets_sec:.0f} s)")
+        return 0
     record_path = os.path.join(output, "cram.json")
     record = json.load(open(record_path)) if os.path.exists(record_path) else {}
     config = pretraining_config(args, corpus, spm)

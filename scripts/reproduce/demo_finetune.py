@@ -32,9 +32,10 @@ def main() -> int:
         return 0
     args.tasks = found
     init = os.path.abspath(args.init)
+    model = glue_study.model_of(init)
     study = glue_study.GlueStudy(args, {"pretrained": [f"--config.init={init}"],
                                         "random": [f"--config.init={init}", "--config.init_weights=random"]},
-                                 settings=[init])
+                                 settings=[init], models={"pretrained": model, "random": model})
     print(f"Fine-tuning the demo model and random weights of its architecture on {', '.join(found)} "
           f"(seeds {args.seeds}), into {os.path.abspath(args.output)}", flush=True)
     print("\n" + study.table(study.run()))

@@ -46,10 +46,18 @@ def add_flags(parser, output: str, seeds: tuple[int, ...] = (0, 1, 2)) -> None:
     parser.set_defaults(minutes=0.0)  # the harness's pretraining budget: a study only fine-tunes
 
 
+def model_of(workdir: str) -> str:
+    """configs/glue.py's model= for a pretrain.train workdir (the family in its config.json: bert, modernbert, ...)."""
+    import json
+    with open(os.path.join(workdir, "config.json")) as f:
+        return json.load(f)["model"]["name"]
+
+
 class GlueStudy:
     """inits: row name -> the pretrain.finetune flags that choose its weights (--config.init=..., ...).
-    models: row name -> configs/glue.py's model= where it is not BERT (modernbert). rates: row name -> its own
-    learning rates where they are not --learning_rates (a reference model at its one standard rate)."""
+    models: row name -> configs/glue.py's model= (model_of: bert, the default, or modernbert, ...).
+    rates: row name -> its own learning rates where they are not --learning_rates (a reference model at its one
+    standard rate)."""
 
     def __init__(self, args, inits: dict[str, list[str]], settings: list[str], models: dict[str, str] | None = None,
                  rates: dict[str, list[float]] | None = None):
@@ -71,7 +79,7 @@ class GlueStudy:
         flags = [*self.recipe, f"--config.num_epochs={epochs or self.epochs}",
                  f"--config.optimizer.learning_rate={rate}", f"--config.data.max_train_examples={examples}",
                  *self.inits[init]]
-        model = f",model={self.models[init]}" if init in self.models else ""
+        model = f",model={self.models[init]}" if self.models.get(init, "bert") != "bert" else ""
         return self.harness.finetune_cell(f"{init}_lr{rate:g}", task, seed, f"configs/glue.py:task={name}{model}",
                                           flags)
 

@@ -78,3 +78,24 @@ def test_pre_norm_bert_refuses_a_transformers_bert_export():
     config, _ = ours(pre_norm=True)
     with pytest.raises(ModelInputError, match="pre_norm=True .* no transformers BERT form"):
         hf_bert.bert_config_to_hf(config)
+
+
+def test_fine_tuning_inherits_pre_norm_from_the_checkpoint():
+    import models
+    from pretrain.training import pretrained
+    model, params = pretrained._inherited(models.family("bert"), {"pre_norm": True, "hidden_size": 16,
+                                                                  "dropout_rate": 0.1}, {"bert": {"final_norm": 1}})
+    assert model == {"pre_norm": True, "hidden_size": 16} and params == {"final_norm": 1}
+
+
+def test_gradual_unfreezing_trains_a_pre_norm_final_norm_with_the_top_layer():
+    import ml_collections
+
+    from pretrain.training import freezing
+    params = {"bert": {"embeddings": {"w": 0}, "layer_0": {"w": 0}, "layer_1": {"w": 0}, "final_norm": {"scale": 0}},
+              "classifier": {"w": 0}}
+    config = ml_collections.ConfigDict(dict(strategy="gradual", num_frozen_layers=0, freeze_embeddings=True,
+                                            unfreeze_every_epochs=1))
+    starts = freezing.unfreeze_steps(params, config, num_layers=2, steps_per_epoch=10)
+    assert starts["bert"]["final_norm"]["scale"] == starts["bert"]["layer_1"]["w"] == 0
+    assert starts["bert"]["layer_0"]["w"] == 10 and starts["bert"]["embeddings"]["w"] == 20

