@@ -167,27 +167,17 @@ def study_inits(args, ours: str, peer: str | None) -> tuple[dict[str, list[str]]
 
 def plot_curve(study: glue_study.GlueStudy, scores, path: str) -> None:
     """SST-2 dev accuracy against labelled examples (log scale), mean ± std over seeds per init."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
     tasks = [t for t in study.tasks if glue_study.TASKS[t][0] == "sst2" and glue_study.TASKS[t][1]]
     labels = [glue_study.TASKS[t][1] for t in tasks]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for init in study.inits:
-        means = [np.mean(scores[init, t]) for t in tasks]
-        stds = [np.std(scores[init, t], ddof=1) if len(scores[init, t]) > 1 else 0.0 for t in tasks]
-        ceiling = init == CEILING
-        ax.errorbar(labels, means, yerr=stds, marker="o", capsize=3, label=f"{init} (ceiling)" if ceiling else init,
-                    linestyle="--" if ceiling else "-")
-    ax.set_xscale("log")
-    ax.set_xlabel("SST-2 training labels")
-    ax.set_ylabel("SST-2 dev accuracy x100")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"wrote {path}")
+    with rp.figure(path, "SST-2 training labels", "SST-2 dev accuracy x100") as ax:
+        for init in study.inits:
+            means = [np.mean(scores[init, t]) for t in tasks]
+            stds = [np.std(scores[init, t], ddof=1) if len(scores[init, t]) > 1 else 0.0 for t in tasks]
+            ceiling = init == CEILING
+            ax.errorbar(labels, means, yerr=stds, marker="o", capsize=3,
+                        label=f"{init} (ceiling)" if ceiling else init, linestyle="--" if ceiling else "-")
+        ax.set_xscale("log")
 
 
 def main() -> None:

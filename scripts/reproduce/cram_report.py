@@ -131,21 +131,11 @@ def table(rows: list[dict], plateau: dict[str, float]) -> str:
 
 
 def plot(rows: list[dict], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for r in rows:
-        minutes, losses = zip(*r["curve"])
-        label = f"{r['arch']} {r['size']} seq {r['seq']} mask {r['mask']} {r['schedule']} clip {r['clip']}"
-        ax.plot(minutes, losses, marker=".", label=f"{label} ({r['minutes']} min)")
-    ax.set_xlabel("minutes of the budget (2 CPU cores)")
-    ax.set_ylabel("held-out MLM loss at 15% masking")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"wrote {path}")
+    with rp.figure(path, "minutes of the budget (2 CPU cores)", "held-out MLM loss at 15% masking", 7) as ax:
+        for r in rows:
+            minutes, losses = zip(*r["curve"])
+            label = f"{r['arch']} {r['size']} seq {r['seq']} mask {r['mask']} {r['schedule']} clip {r['clip']}"
+            ax.plot(minutes, losses, marker=".", label=f"{label} ({r['minutes']} min)")
 
 
 def main(argv=None) -> None:

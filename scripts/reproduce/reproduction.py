@@ -12,6 +12,7 @@ all that changes at another scale.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -146,6 +147,24 @@ class Reproduction:
 
 def mean_std(values: list[float]) -> str:
     return f"{100 * np.mean(values):.1f} ± {100 * np.std(values, ddof=1) if len(values) > 1 else 0.0:.1f}"
+
+
+@contextlib.contextmanager
+def figure(path: str, xlabel: str, ylabel: str, legend_size: int = 8):
+    """Axes to draw on, written to `path` (PNG) on leaving, with the labels, a grid and the legend."""
+    import matplotlib
+    matplotlib.use("Agg")  # no display on a TPU VM or in CI
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    yield ax
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
