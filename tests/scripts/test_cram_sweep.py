@@ -17,9 +17,9 @@ def flat(config) -> dict:
     return flatten(config.to_dict())
 
 
-def test_default_arm_is_the_bert_cram_recipe_scored_at_15_percent():
+def test_bert_arm_is_the_bert_cram_recipe_scored_at_15_percent():
     from configs import bert
-    arm, today = flat(cram.get_config("")), flat(bert.get_config("size=tiny,recipe=cram,nsp=False"))
+    arm, today = flat(cram.get_config("arch=bert")), flat(bert.get_config("size=tiny,recipe=cram,nsp=False"))
     differ = {k for k in today if arm.get(k) != today[k]}
     # the recipe trains as configs/bert.py's cram recipe; the evaluation along the run and the budget are the sweep's
     assert differ <= {"data.path", "tokenizer.path", "eval_every", "checkpoint_every", "budget_minutes",
@@ -38,7 +38,7 @@ def test_default_arm_is_the_bert_cram_recipe_scored_at_15_percent():
     ("clip", "0.5", {"optimizer.grad_clip_norm": 0.5}),
 ])
 def test_each_axis_changes_what_it_names_and_nothing_else(axis, value, changed):
-    base, arm = flat(cram.get_config("")), flat(cram.get_config(f"{axis}={value}"))
+    base, arm = flat(cram.get_config("arch=bert")), flat(cram.get_config(f"arch=bert,{axis}={value}"))
     assert {k: arm[k] for k in arm if arm[k] != base.get(k)} == changed
 
 
