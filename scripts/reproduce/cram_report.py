@@ -19,6 +19,7 @@ import os
 
 import numpy as np
 
+from pretrain.tools import plot_metrics
 from scripts.reproduce import reproduction as rp
 
 PLATEAU_MARGIN = 0.3  # nats below the plateau: the model predicts from context, not from frequency alone
@@ -27,15 +28,6 @@ PLATEAU_MARGIN = 0.3  # nats below the plateau: the model predicts from context,
 def read_json(path: str) -> dict:
     with open(path) as f:
         return json.load(f)
-
-
-def read_metrics(workdir: str) -> tuple[list[dict], list[dict]]:
-    """(training windows, held-out evaluations) of metrics.jsonl, in step order."""
-    train, held_out = [], []
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        for record in map(json.loads, filter(str.strip, f)):
-            (held_out if "eval_mlm_loss" in record else train).append(record)
-    return train, held_out
 
 
 def runs(paths: list[str]) -> list[tuple[str, str]]:
@@ -100,7 +92,7 @@ def summarize(workdir: str, command: str, plateau: dict[str, float]) -> dict:
     config = read_json(os.path.join(workdir, "config.json"))
     plan_path = os.path.join(workdir, "budget.json")
     plan = read_json(plan_path) if os.path.exists(plan_path) else {}
-    train, held_out = read_metrics(workdir)
+    train, held_out = plot_metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))  # (train, eval records)
     corpus = config["data"]["path"]
     if corpus not in plateau:
         plateau[corpus] = plateau_loss(config)

@@ -19,6 +19,7 @@ The tasks (a row name -> the GLUE task and how many training examples):
 """
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -48,7 +49,6 @@ def add_flags(parser, output: str, seeds: tuple[int, ...] = (0, 1, 2)) -> None:
 
 def model_of(workdir: str) -> str:
     """configs/glue.py's model= for a pretrain.train workdir (the family in its config.json: bert, modernbert, ...)."""
-    import json
     with open(os.path.join(workdir, "config.json")) as f:
         return json.load(f)["model"]["name"]
 
