@@ -87,7 +87,7 @@ def trainer_config() -> ml_collections.ConfigDict:
     """Fields every pretraining config has: loop, logging, checkpoints, mesh, optimizer."""
     c = ml_collections.ConfigDict()
     c.seed = 0
-    c.batch_size = 256               # global batch (sequences per optimizer step)
+    c.batch_size = 256               # global batch (sequences per step; per update unless optimizer.ramp_accumulation)
     c.grad_accum_steps = 1           # micro-batches per step; batch_size must divide evenly
     c.num_train_steps = 1000
     c.budget_minutes = 0.0           # > 0: num_train_steps (and the warm-up, evaluations and checkpoints with it) fitted
@@ -118,4 +118,8 @@ def trainer_config() -> ml_collections.ConfigDict:
     c.optimizer.eps = 1e-6
     c.optimizer.weight_decay = 0.01
     c.optimizer.grad_clip_norm = 1.0
+    # Cramming's batch-size ramp (optimizers.with_batch_ramp): > 1, each update averages a group of steps' batches,
+    # one at first, growing linearly to this many at ramp_fraction of the steps (1: every step updates)
+    c.optimizer.ramp_accumulation = 1
+    c.optimizer.ramp_fraction = 0.6
     return c

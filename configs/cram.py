@@ -22,6 +22,8 @@ Config string (each an axis of get_sweep):
   schedule  linear (10% warm-up, linear decay) | onecycle (Cramming's triangle: up for half the steps, down for
             the other half) | wsd (ModernBERT's warmup-stable-decay: 10% up, the last 20% down as 1 - sqrt)
   clip      the global gradient-norm clipping (Cramming: 0.5)
+  ramp      off | on: Cramming's batch-size ramp, here from 16 rows to 64 (4 groups of 16 averaged per update),
+            growing linearly until 60% of the steps (optimizer.ramp_accumulation); off: 32 rows a step throughout
   minutes   the budget
 """
 import ml_collections
@@ -39,7 +41,8 @@ SCHEDULES = {  # name: (schedule, warm-up share of the steps)
 WSD_DECAY_FRACTION = 0.2   # of the steps after the warm-up (Hägele et al. 2024: 20% decay matches cosine)
 NOMINAL_STEPS = 1000       # the schedule's shape; config.budget_minutes stretches it to the steps that fit
 EVALUATIONS = 40           # held-out evaluations along a run
-DEFAULT = dict(arch="bert", size="2x128", seq=128, mask=0.4, schedule="linear", clip=1.0, minutes=60.0)
+RAMP = dict(rows=16, accumulation=4, fraction=0.6)  # ramp=on: 16 rows a step, 16 -> 64 rows an update
+DEFAULT = dict(arch="bert", size="2x128", seq=128, mask=0.4, schedule="linear", clip=1.0, ramp="off", minutes=60.0)
 
 
 def _family_config(arch: str, layers: int, width: int) -> ml_collections.ConfigDict:
@@ -69,12 +72,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     arg = common.parse_arg(arg, **DEFAULT)
     if arg.schedule not in SCHEDULES:
         raise ValueError(f"configs/cram.py: schedule={arg.schedule!r} is not one of {list(SCHEDULES)}")
+    if arg.ramp not in ("off", "on"):
+        raise ValueError(f"configs/cram.py: ramp={arg.ramp!r} is not 'off' or 'on'")
     c = _family_config(arg.arch, *_size(arg.size))
     with c.unlocked():
         schedule, warmup_share = SCHEDULES[arg.schedule]
         c.optimizer.update(schedule=schedule, learning_rate=1e-3, grad_clip_norm=arg.clip,
                            warmup_steps=round(warmup_share * NOMINAL_STEPS), decay_fraction=WSD_DECAY_FRACTION)
-        c.update(batch_size=32 * 128 // arg.seq, num_train_steps=NOMINAL_STEPS, budget_minutes=arg.minutes,
+        rows = RAMP["rows"] if arg.ramp == "on" else 32
+        c.optimizer.update(ramp_accumulation=RAMP["accumulation"] if arg.ramp == "on" else 1,
+                           ramp_fraction=RAMP["fraction"])
+        c.update(batch_size=rows * 128 // arg.seq, num_train_steps=NOMINAL_STEPS, budget_minutes=arg.minutes,
                  log_every=20, eval_every=NOMINAL_STEPS // EVALUATIONS, eval_batches=8,
                  checkpoint_every=NOMINAL_STEPS // 4)
         c.model.update(vocab_size=8000, dropout_rate=0.0, attention_dropout_rate=0.0)
@@ -91,7 +99,7 @@ def get_sweep(arg: str) -> list[dict]:
     """--sweep=NAME[:ARCH][@MINUTES] -> cells (configs/sweep_axes.py), each at MINUTES (default 20).
     arch: the three architectures at the default recipe (arch=bert is configs/bert.py's recipe=cram, 2018's model
     at 40% masking). recipe[:ARCH] (default modernbert): one change at a time from ARCH at the default recipe:
-    size, masking rate, schedule, clipping, sequence length."""
+    size, masking rate, schedule, clipping, sequence length, batch ramp."""
     spec, _, minutes = (arg or "arch").partition("@")
     name, _, arch = spec.partition(":")
     budget = sweep("arg.minutes", [float(minutes or 20)])
@@ -100,6 +108,6 @@ def get_sweep(arg: str) -> list[dict]:
     if name == "recipe":
         one_change = chain(sweep("arg.size", ["4x256", "4x512"]), sweep("arg.mask", [0.15, 0.3]),
                            sweep("arg.schedule", ["onecycle", "wsd"]), sweep("arg.clip", [0.5]),
-                           sweep("arg.seq", [64]))
+                           sweep("arg.seq", [64]), sweep("arg.ramp", ["on"]))
         return product(sweep("arg.arch", [arch or "modernbert"]), one_change, budget)
     raise ValueError(f"configs/cram.py: --sweep={arg!r} is not arch[@MINUTES] or recipe[:ARCH][@MINUTES]")

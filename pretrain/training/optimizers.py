@@ -14,7 +14,7 @@ except LayerNorm parameters and biases, with BERT's warmup, linear decay and cli
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -262,13 +262,47 @@ def with_head_learning_rate(tx: optax.GradientTransformation, params: dict, head
                                         {name: name == head for name in params}))
 
 
+def ramp_plan(num_train_steps: int, final: int, ramp_fraction: float) -> np.ndarray:
+    """Micro-batches per update [U] of a batch-size ramp over `num_train_steps` micro-batches: the update that
+    starts at micro-batch m accumulates 1 + floor((final - 1) * min(m / (ramp_fraction * num_train_steps), 1)),
+    so the batch grows linearly from one micro-batch to `final` of them, reached at ramp_fraction of the run."""
+    ramp_steps, plan, step = max(ramp_fraction * num_train_steps, 1.0), [], 0
+    while step < num_train_steps:
+        plan.append(1 + int((final - 1) * min(step / ramp_steps, 1.0)))
+        step += plan[-1]
+    return np.asarray(plan, np.int32)
+
+
+def with_batch_ramp(build: Callable[[optax.Schedule], optax.GradientTransformation], schedule: optax.Schedule,
+                    num_train_steps: int, final: int, ramp_fraction: float) -> optax.GradientTransformation:
+    """Cramming's batch-size ramp (Geiping & Goldstein 2022, `batch_size_ramp`): optax.MultiSteps averages the
+    gradients of ramp_plan's groups of micro-batches and the optimizer `build(schedule)` takes one update per group,
+    so the batch grows from config.batch_size to `final` times it while every trainer step keeps one shape; a step
+    that ends no group changes nothing. `schedule` is over trainer steps, as the step logs it: each update takes
+    its rate at the step that ends its group."""
+    plan = ramp_plan(num_train_steps, final, ramp_fraction)
+    group_size, group_end, last = jnp.asarray(plan), jnp.asarray(np.cumsum(plan) - 1), plan.size - 1
+    tx = build(lambda update: schedule(group_end[jnp.minimum(update, last)]))
+    return optax.MultiSteps(tx, every_k_schedule=lambda update: group_size[jnp.minimum(update, last)]
+                            ).gradient_transformation()
+
+
 def make_optimizer(config: ml_collections.ConfigDict, num_train_steps: int,
                    schedule: optax.Schedule | None = None) -> optax.GradientTransformation:
     """config = config.optimizer. Clipping by global norm (grad_clip_norm; 0 = off) comes first, as in
     BERT (clip the raw gradient). Adafactor's keys default to T5's values when a config lacks them:
     decay_rate 0.8, clipping_threshold 1.0, multiply_by_parameter_scale True, weight_decay 0. `schedule`:
-    learning_rate_schedule(config, num_train_steps), when the caller has built it already (the step logs it)."""
+    learning_rate_schedule(config, num_train_steps), when the caller has built it already (the step logs it).
+    ramp_accumulation > 1: the batch-size ramp of `with_batch_ramp` (clipping sees the averaged gradient)."""
     schedule = schedule or learning_rate_schedule(config, num_train_steps)
+    if config.get("ramp_accumulation", 1) > 1:
+        return with_batch_ramp(lambda rate: _clipped_optimizer(config, rate), schedule, num_train_steps,
+                               config.ramp_accumulation, config.get("ramp_fraction", 0.6))
+    return _clipped_optimizer(config, schedule)
+
+
+def _clipped_optimizer(config: ml_collections.ConfigDict, schedule: optax.Schedule) -> optax.GradientTransformation:
+    """config.optimizer's optimizer at `schedule`, after clipping by global norm."""
     if config.name == "adamw":
         tx = optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
                          weight_decay=config.weight_decay, mask=weight_decay_mask)

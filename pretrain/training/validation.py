@@ -95,6 +95,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "optimizer.weight_decay": NON_NEGATIVE_FLOAT, "optimizer.grad_clip_norm": NON_NEGATIVE_FLOAT,
     "optimizer.clipping_threshold": NON_NEGATIVE_FLOAT, "optimizer.decay_rate": _float(0, 1, low_open=True),
     "optimizer.decay_fraction": SHARE,  # warmup_stable_decay: the steps that decay
+    "optimizer.ramp_accumulation": POSITIVE, "optimizer.ramp_fraction": SHARE,
     # model (every family's field names)
     "model.name": "model", "model.dtype": _choice(*DTYPES), "model.param_dtype": _choice(*DTYPES),
     **{f"model.{k}": POSITIVE for k in (

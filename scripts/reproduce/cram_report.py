@@ -51,7 +51,8 @@ def runs(paths: list[str]) -> list[tuple[str, str]]:
 
 
 def arm(config: dict) -> dict[str, str]:
-    """What distinguishes a run: architecture, shape, sequence, masking, schedule, clipping."""
+    """What distinguishes a run: architecture, shape, sequence, masking, schedule, clipping, batch (rows an update:
+    '16-64' for a batch-size ramp)."""
     model, optimizer = config["model"], config["optimizer"]
     arch = model["name"] + ("_preln" if model.get("pre_norm") else "")
     warmup = optimizer["warmup_steps"] / config["num_train_steps"]
@@ -59,7 +60,14 @@ def arm(config: dict) -> dict[str, str]:
                                                   "onecycle" if warmup >= 0.4 else "linear")
     return dict(arch=arch, size=f"{model['num_layers']}x{model['hidden_size']}",
                 seq=str(config["data"]["max_seq_length"]), mask=f"{config['objective']['mask_prob']:g}",
-                schedule=schedule, clip=f"{optimizer['grad_clip_norm']:g}", minutes=f"{config.get('budget_minutes', 0):g}")
+                schedule=schedule, clip=f"{optimizer['grad_clip_norm']:g}", batch=batch_of(config),
+                minutes=f"{config.get('budget_minutes', 0):g}")
+
+
+def batch_of(config: dict) -> str:
+    """Rows an update: config.batch_size, or 'first-last' under optimizer.ramp_accumulation."""
+    rows, ramp = config["batch_size"], config["optimizer"].get("ramp_accumulation", 1)
+    return f"{rows}-{rows * ramp}" if ramp > 1 else str(rows)
 
 
 def minute_of(step: int, plan: dict) -> float:
@@ -109,9 +117,9 @@ def summarize(workdir: str, command: str, plateau: dict[str, float]) -> dict:
 
 
 def table(rows: list[dict], plateau: dict[str, float]) -> str:
-    header = ["arch", "size", "seq", "mask", "schedule", "clip", "minutes", "steps reached / planned", "s / step",
+    header = ["arch", "size", "seq", "mask", "schedule", "clip", "batch", "minutes", "steps reached / planned", "s / step",
               "held-out MLM loss", "accuracy", "leaves the plateau at step (minute)", "command"]
-    body = [[r["arch"], r["size"], r["seq"], r["mask"], r["schedule"], r["clip"], r["minutes"],
+    body = [[r["arch"], r["size"], r["seq"], r["mask"], r["schedule"], r["clip"], r["batch"], r["minutes"],
              f"{r['reached']:,} / {r['planned']:,}", f"{r['step_sec']:.3f}", f"{r['loss']:.3f}",
              f"{r['accuracy']:.3f}",
              (f"{r['exit_step']:,} ({r['exit_minute']:.1f})" if r["exit_minute"] else f"{r['exit_step']:,}")
@@ -126,7 +134,8 @@ def plot(rows: list[dict], path: str) -> None:
     with rp.figure(path, "minutes of the budget (2 CPU cores)", "held-out MLM loss at 15% masking", 7) as ax:
         for r in rows:
             minutes, losses = zip(*r["curve"])
-            label = f"{r['arch']} {r['size']} seq {r['seq']} mask {r['mask']} {r['schedule']} clip {r['clip']}"
+            label = (f"{r['arch']} {r['size']} seq {r['seq']} mask {r['mask']} {r['schedule']} clip {r['clip']} "
+                     f"batch {r['batch']}")
             ax.plot(minutes, losses, marker=".", label=f"{label} ({r['minutes']} min)")
 
 

@@ -36,6 +36,7 @@ def test_bert_arm_is_the_bert_cram_recipe_scored_at_15_percent():
     ("schedule", "onecycle", {"optimizer.warmup_steps": 500}),
     ("schedule", "wsd", {"optimizer.schedule": "warmup_stable_decay"}),
     ("clip", "0.5", {"optimizer.grad_clip_norm": 0.5}),
+    ("ramp", "on", {"batch_size": 16, "optimizer.ramp_accumulation": 4}),
 ])
 def test_each_axis_changes_what_it_names_and_nothing_else(axis, value, changed):
     base, arm = flat(cram.get_config("arch=bert")), flat(cram.get_config(f"arch=bert,{axis}={value}"))
@@ -58,7 +59,7 @@ def test_modernbert_arm_keeps_its_family_at_the_shared_recipe():
 
 
 @pytest.mark.parametrize("arg, message", [("arch=gpt", "arch='gpt'"), ("size=3x100", "LAYERSxWIDTH"),
-                                          ("schedule=cosine", "schedule='cosine'")])
+                                          ("schedule=cosine", "schedule='cosine'"), ("ramp=yes", "ramp='yes'")])
 def test_bad_arm_is_a_one_line_error(arg, message):
     with pytest.raises(ValueError, match=message):
         cram.get_config(arg)
@@ -68,7 +69,7 @@ def test_sweeps_name_distinct_cells_at_their_budget():
     arch = cram.get_sweep("arch@20")
     assert [c["arg.arch"] for c in arch] == list(cram.ARCHS) and all(c["arg.minutes"] == 20.0 for c in arch)
     recipe = cram.get_sweep("recipe:bert_preln@60")
-    assert len({sweep_cells.cell_name(c) for c in recipe}) == len(recipe) == 8
+    assert len({sweep_cells.cell_name(c) for c in recipe}) == len(recipe) == 9
     assert all(c["arg.arch"] == "bert_preln" and c["arg.minutes"] == 60.0 for c in recipe)
     with pytest.raises(ValueError, match="arch\\[@MINUTES\\]"):
         cram.get_sweep("sizes")
@@ -97,7 +98,7 @@ def test_report_finds_the_plateau_exit_and_its_minute(tmp_path):
     assert row["exit_minute"] == pytest.approx((50 + 10 + 80 * 0.5) / 60)  # calibration, set-up, 80 steps of 0.5 s
     assert (row["arch"], row["mask"], row["schedule"], row["loss"]) == ("bert_preln", "0.3", "linear", 4.9)
     assert row["command"].endswith("--config.budget_steps=100")
-    assert "| bert_preln | 2x128 | 128 | 0.3 | linear | 1 |" in cram_report.table([row], {corpus: 6.2})
+    assert "| bert_preln | 2x128 | 128 | 0.3 | linear | 1 | 32 |" in cram_report.table([row], {corpus: 6.2})
 
 
 def test_report_says_when_a_run_never_leaves_the_plateau(tmp_path):

@@ -343,3 +343,49 @@ def test_warmup_stable_decay_holds_the_peak_then_decays_as_one_minus_sqrt():
     assert [float(schedule(s)) for s in (10, 50, 91)] == pytest.approx([1.0, 1.0, 1.0])
     assert float(schedule(91 + 9 * 0.25)) == pytest.approx(1 - 0.5, abs=1e-6)  # t = 1/4: 1 - sqrt(1/4)
     assert float(schedule(100)) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_ramp_plan_grows_the_groups_linearly_to_final_at_the_fraction_and_covers_every_step():
+    plan = optimizers.ramp_plan(1000, final=4, ramp_fraction=0.6)
+    starts = np.cumsum(plan) - plan
+    assert plan[0] == 1 and plan.max() == 4 and np.all(np.diff(plan) >= 0)
+    assert 600 <= starts[plan == 4][0] < 604  # the first group of 4 starts once 60% of the steps are behind
+    assert starts[plan == 3][0] == pytest.approx(400, abs=3)  # 1 + 3 * 400 / 600 = 3
+    assert plan.sum() >= 1000 > starts[-1]  # the last group ends at or after the last step, and starts before it
+
+
+def test_batch_ramp_updates_once_a_group_on_its_mean_gradient_at_the_rate_of_its_last_step():
+    """SGD under the ramp, 1 then groups of 2 (ramp_fraction 0): one step alone, then a step that changes nothing and a
+    step that applies the mean of both gradients at the schedule's rate of that step."""
+    schedule = lambda step: 0.1 * (step + 1)
+    tx = optimizers.with_batch_ramp(optax.sgd, schedule, num_train_steps=5, final=2, ramp_fraction=0.0)
+    w = jnp.zeros(3)
+    state = tx.init(w)
+    grads = [jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 2.0, 0.0]), jnp.array([0.0, 0.0, 4.0])]
+    trajectory = []
+    for g in grads:
+        updates, state = tx.update(g, state, w)
+        w = optax.apply_updates(w, updates)
+        trajectory.append(np.asarray(w))
+    np.testing.assert_allclose(trajectory[0], [-0.1, 0, 0])        # step 0 at its rate 0.1
+    np.testing.assert_allclose(trajectory[1], trajectory[0])       # step 1 opens a group: no update
+    np.testing.assert_allclose(trajectory[2], [-0.1, -0.3, -0.6])  # mean [0, 1, 2] at step 2's rate 0.3
+
+
+def test_make_optimizer_under_the_ramp_is_adamw_with_clipping_fed_each_groups_mean_gradient():
+    config = ml_collections.ConfigDict(dict(name="adamw", learning_rate=1e-3, schedule="constant", warmup_steps=0,
+                                            end_learning_rate=0.0, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0,
+                                            grad_clip_norm=1.0, ramp_accumulation=2, ramp_fraction=0.0))
+    ramped = optimizers.make_optimizer(config, 5)
+    plain = optimizers.make_optimizer(ml_collections.ConfigDict({**config.to_dict(), "ramp_accumulation": 1}), 5)
+    w = {"kernel": jnp.ones(2)}
+    g = [{"kernel": jnp.array(v)} for v in ([3.0, 0.0], [0.0, 4.0], [0.0, -8.0])]
+    ramped_state, plain_state, w_ramped, w_plain = ramped.init(w), plain.init(w), w, w
+    for grad in g:
+        updates, ramped_state = ramped.update(grad, ramped_state, w_ramped)
+        w_ramped = optax.apply_updates(w_ramped, updates)
+    for grad in (g[0], jax.tree.map(lambda a, b: (a + b) / 2, g[1], g[2])):  # the plain optimizer fed the means
+        updates, plain_state = plain.update(grad, plain_state, w_plain)
+        w_plain = optax.apply_updates(w_plain, updates)
+    np.testing.assert_allclose(w_ramped["kernel"], w_plain["kernel"], rtol=1e-6)
+    assert not np.allclose(w_plain["kernel"], 1.0)
