@@ -1,7 +1,7 @@
 """Pretraining in a wall-clock budget on a few CPU cores ("Cramming", Geiping & Goldstein 2022): one recipe per
 architecture, every arm of the sweep that chose `make cram`'s default (docs/cram.md has the measurements).
 
-  python -m scripts.reproduce.cram --minutes=60 --output=runs/cram              # the corpus, the tokenizer, the default
+  python -m scripts.reproduce.cram --minutes=60 --output=runs/cram              # the corpus, the tokenizer, recipe=best
   python -m pretrain.train --config=configs/cram.py:arch=modernbert,minutes=20 --workdir=runs/cram_sweep/x
   python -m pretrain.sweep --config=configs/cram.py --sweep=arch --workdir=runs/cram_sweep   # resumable
   python -m scripts.reproduce.cram_report --sweep=runs/cram_sweep                    # the table and the plot
@@ -12,7 +12,9 @@ The corpus and SentencePiece model are scripts/reproduce/cram.py's (runs/cram/co
 and is scored the same way: held-out MLM loss at 15% masking (objective.eval_mask_prob) on the same 50 held-out
 documents, evaluated 40 times along the run (the loss-against-minutes curve).
 
-Config string (each an axis of get_sweep):
+Config string (each an axis of get_sweep, except recipe):
+  recipe    base (the default: where the sweeps start, 2018's BERT recipe) | best (the sweeps' choice, BEST: make
+            cram's and make demo's); the axes the string names override its recipe's
   arch      bert (2018's recipe: post-LN, biases, learned absolute positions, a GELU MLP) | bert_preln (the same with
             pre-LN blocks and a final LayerNorm) | modernbert (pre-norm, no biases, RoPE, GeGLU, local/global attention)
   size      LAYERSxWIDTH: 2x128, 4x256, 4x512 (heads of 64; BERT's MLP 4x the width, ModernBERT's GeGLU 1.5x, as
@@ -42,7 +44,10 @@ WSD_DECAY_FRACTION = 0.2   # of the steps after the warm-up (Hägele et al. 2024
 NOMINAL_STEPS = 1000       # the schedule's shape; config.budget_minutes stretches it to the steps that fit
 EVALUATIONS = 40           # held-out evaluations along a run
 RAMP = dict(rows=16, accumulation=4, fraction=0.6)  # ramp=on: 16 rows a step, 16 -> 64 rows an update
-DEFAULT = dict(arch="bert", size="2x128", seq=128, mask=0.4, schedule="linear", clip=1.0, ramp="off", minutes=60.0)
+# recipe=base: where the sweeps start (2018's BERT recipe: an arm names only what it changes, so that its command
+# replays it whatever is chosen later); recipe=best: what the sweeps chose (docs/cram.md), make cram's and make demo's
+BASE = dict(arch="bert", size="2x128", seq=128, mask=0.4, schedule="linear", clip=1.0, ramp="off", minutes=60.0)
+BEST = dict(BASE, arch="modernbert", mask=0.15, schedule="wsd")
 
 
 def _family_config(arch: str, layers: int, width: int) -> ml_collections.ConfigDict:
@@ -68,8 +73,16 @@ def _size(size: str) -> tuple[int, int]:
     return int(layers), int(width)
 
 
+def _arms(arg: str | None) -> ml_collections.ConfigDict:
+    """The config string -> every axis: those it names, the others from its recipe= (base or best)."""
+    recipe = common.parse_arg(arg, recipe="base", **BASE).recipe
+    if recipe not in ("base", "best"):
+        raise ValueError(f"configs/cram.py: recipe={recipe!r} is not 'base' (2018's, where the sweeps start) or 'best'")
+    return common.parse_arg(arg, recipe=recipe, **(BEST if recipe == "best" else BASE))
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    arg = common.parse_arg(arg, **DEFAULT)
+    arg = _arms(arg)
     if arg.schedule not in SCHEDULES:
         raise ValueError(f"configs/cram.py: schedule={arg.schedule!r} is not one of {list(SCHEDULES)}")
     if arg.ramp not in ("off", "on"):

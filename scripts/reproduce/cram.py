@@ -11,7 +11,7 @@ What it does, in order:
   1. DIR/corpus.txt: pretrain.tools.build_corpus with every source (its statistics in DIR/corpus.json), once
      (--corpus: an existing one instead).
   2. DIR/spm.model: a SentencePiece vocabulary of --vocab_size pieces on it, once (--tokenizer: an existing one).
-  3. The recipe (--config, by default configs/cram.py, the arm the sweep of docs/cram.md chose) runs for
+  3. The recipe (--config, by default configs/cram.py:recipe=best, what the sweeps of docs/cram.md chose) runs for
      --minutes (config.budget_minutes): a few steps timed on this machine fix the steps that fit the rest of the
      budget, and the schedule (warm-up, decay to 0) is laid over exactly those steps (pretrain/loops/budget.py).
      Corpus and tokenizer are outside the budget, as in Cramming; the timing steps, the set-up and the final
@@ -36,7 +36,7 @@ import time
 from configs import common
 from pretrain.tools import build_corpus, train_tokenizer
 
-CONFIG = "configs/cram.py"  # docs/cram.md: the measurements that chose its default arm
+CONFIG = "configs/cram.py:recipe=best"  # docs/cram.md: the measurements that chose it
 
 
 def build_assets(output: str, args) -> tuple[str, str]:

@@ -58,7 +58,19 @@ def test_modernbert_arm_keeps_its_family_at_the_shared_recipe():
     assert arm.objective.mask_prob == 0.4 and arm.objective.eval_mask_prob == 0.15 and arm.batch_size == 32
 
 
-@pytest.mark.parametrize("arg, message", [("arch=gpt", "arch='gpt'"), ("size=3x100", "LAYERSxWIDTH"),
+def test_best_recipe_is_the_sweeps_choice_and_named_axes_override_it():
+    from scripts.reproduce import cram as reproduce_cram
+    assert reproduce_cram.CONFIG == "configs/cram.py:recipe=best"  # make cram, make demo
+    best = {axis: value for axis, value in cram.BEST.items() if axis != "minutes"}
+    chosen = flat(cram.get_config("recipe=best"))
+    assert chosen == flat(cram.get_config(",".join(f"{axis}={value}" for axis, value in best.items())))
+    assert chosen["model.name"] == "modernbert" != flat(cram.get_config(""))["model.name"]
+    assert flat(cram.get_config("recipe=best,arch=bert")) == flat(cram.get_config(
+        ",".join(f"{axis}={value}" for axis, value in {**best, "arch": "bert"}.items())))
+    assert cram.get_config("").model.name == "bert"  # recipe=base, where the sweeps' cells start: 2018's BERT
+
+
+@pytest.mark.parametrize("arg, message", [("recipe=paper", "recipe='paper'"), ("arch=gpt", "arch='gpt'"), ("size=3x100", "LAYERSxWIDTH"),
                                           ("schedule=cosine", "schedule='cosine'"), ("ramp=yes", "ramp='yes'")])
 def test_bad_arm_is_a_one_line_error(arg, message):
     with pytest.raises(ValueError, match=message):
