@@ -112,7 +112,8 @@ def get_sweep(arg: str) -> list[dict]:
     """--sweep=NAME[:ARCH][@MINUTES] -> cells (configs/sweep_axes.py), each at MINUTES (default 20).
     arch: the three architectures at the default recipe (arch=bert is configs/bert.py's recipe=cram, 2018's model
     at 40% masking). recipe[:ARCH] (default modernbert): one change at a time from ARCH at the default recipe:
-    size, masking rate, schedule, clipping, sequence length, batch ramp."""
+    size, masking rate, schedule, clipping, sequence length, batch ramp. best: recipe=best alone (the changes that
+    won, together)."""
     spec, _, minutes = (arg or "arch").partition("@")
     name, _, arch = spec.partition(":")
     budget = sweep("arg.minutes", [float(minutes or 20)])
@@ -123,4 +124,7 @@ def get_sweep(arg: str) -> list[dict]:
                            sweep("arg.schedule", ["onecycle", "wsd"]), sweep("arg.clip", [0.5]),
                            sweep("arg.seq", [64]), sweep("arg.ramp", ["on"]))
         return product(sweep("arg.arch", [arch or "modernbert"]), one_change, budget)
-    raise ValueError(f"configs/cram.py: --sweep={arg!r} is not arch[@MINUTES] or recipe[:ARCH][@MINUTES]")
+    if name == "best":
+        return product(sweep("arg.recipe", ["best"]), budget)
+    raise ValueError(f"configs/cram.py: --sweep={arg!r} is not arch[@MINUTES], recipe[:ARCH][@MINUTES] or "
+                     "best[@MINUTES]")
