@@ -189,13 +189,14 @@ cram-old: $(STAMP)
 	$(PY) -m scripts.reproduce.cram --minutes=$(CRAM_MINUTES) --output=$(CRAM_OLD_DIR) --config=configs/cram.py:arch=bert \
 	    --corpus=$(CRAM_DIR)/corpus.txt --tokenizer=$(CRAM_DIR)/spm.model
 
-# The sweep that chose the recipe (configs/cram.py: architecture, then one change at a time; 20 minutes a cell,
-# one at a time; resumable), then its table and loss-against-minutes plot (docs/cram.md).
+# The sweep that chose the recipe (configs/cram.py: architecture, then one change at a time, then the winning changes
+# together; 20 minutes a cell, one at a time; resumable), then its table and loss-against-minutes plot (docs/cram.md).
 cram-sweep: $(STAMP)
 	$(PY) -m scripts.reproduce.cram --assets_only --output=$(CRAM_DIR)
 	$(PY) -m pretrain.sweep --config=configs/cram.py --sweep=arch@20 --workdir=runs/cram_sweep/arch20
 	$(PY) -m pretrain.sweep --config=configs/cram.py --sweep=recipe:modernbert@20 --workdir=runs/cram_sweep/recipe20
-	$(PY) -m scripts.reproduce.cram_report runs/cram_sweep/arch20 runs/cram_sweep/recipe20 \
+	$(PY) -m pretrain.sweep --config=configs/cram.py --sweep=best@20 --workdir=runs/cram_sweep/best20
+	$(PY) -m scripts.reproduce.cram_report runs/cram_sweep/arch20 runs/cram_sweep/recipe20 runs/cram_sweep/best20 \
 	    --plot runs/cram_sweep/loss_against_minutes.png
 
 # The transformers peer of that run for the same minutes on the same batches, then SST-2 dev accuracy against
