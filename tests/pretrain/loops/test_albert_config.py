@@ -32,7 +32,8 @@ def test_albert_paper_recipe_is_lamb_at_its_learning_rate_with_ngram_masking():
     paper, short = common.load("configs/albert.py:size=base"), common.load("configs/albert.py:size=tiny")
     assert dict(paper.optimizer) == dict(name="lamb", learning_rate=0.00176, end_learning_rate=0.0,
                                          schedule="warmup_linear_decay", warmup_steps=3125, b1=0.9, b2=0.999,
-                                         eps=1e-6, weight_decay=0.01, grad_clip_norm=1.0)
+                                         eps=1e-6, weight_decay=0.01, grad_clip_norm=1.0,
+                                         ramp_accumulation=1, ramp_fraction=0.6)  # ramp_accumulation 1: no batch ramp
     assert short.optimizer.name == "adamw"
     for config in (paper, short):
         objective = config.objective
