@@ -43,7 +43,7 @@ SCHEDULES = {  # name: (schedule, warm-up share of the steps)
 WSD_DECAY_FRACTION = 0.2   # of the steps after the warm-up (Hägele et al. 2024: 20% decay matches cosine)
 NOMINAL_STEPS = 1000       # the schedule's shape; config.budget_minutes stretches it to the steps that fit
 EVALUATIONS = 40           # held-out evaluations along a run
-RAMP = dict(rows=16, accumulation=4, fraction=0.6)  # ramp=on: 16 rows a step, 16 -> 64 rows an update
+RAMP = dict(rows=16, accumulation=4)  # ramp=on: 16 rows a step, 16 -> 64 rows an update (optimizer.ramp_fraction 0.6)
 # recipe=base: where the sweeps start (2018's BERT recipe: an arm names only what it changes, so that its command
 # replays it whatever is chosen later); recipe=best: what the sweeps chose (docs/cram.md), make cram's and make demo's
 BASE = dict(arch="bert", size="2x128", seq=128, mask=0.4, schedule="linear", clip=1.0, ramp="off", minutes=60.0)
@@ -90,11 +90,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c = _family_config(arg.arch, *_size(arg.size))
     with c.unlocked():
         schedule, warmup_share = SCHEDULES[arg.schedule]
+        ramp = arg.ramp == "on"
         c.optimizer.update(schedule=schedule, learning_rate=1e-3, grad_clip_norm=arg.clip,
-                           warmup_steps=round(warmup_share * NOMINAL_STEPS), decay_fraction=WSD_DECAY_FRACTION)
-        rows = RAMP["rows"] if arg.ramp == "on" else 32
-        c.optimizer.update(ramp_accumulation=RAMP["accumulation"] if arg.ramp == "on" else 1,
-                           ramp_fraction=RAMP["fraction"])
+                           warmup_steps=round(warmup_share * NOMINAL_STEPS), decay_fraction=WSD_DECAY_FRACTION,
+                           ramp_accumulation=RAMP["accumulation"] if ramp else 1)
+        rows = RAMP["rows"] if ramp else 32
         c.update(batch_size=rows * 128 // arg.seq, num_train_steps=NOMINAL_STEPS, budget_minutes=arg.minutes,
                  log_every=20, eval_every=NOMINAL_STEPS // EVALUATIONS, eval_batches=8,
                  checkpoint_every=NOMINAL_STEPS // 4)

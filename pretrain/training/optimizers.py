@@ -297,7 +297,7 @@ def make_optimizer(config: ml_collections.ConfigDict, num_train_steps: int,
     schedule = schedule or learning_rate_schedule(config, num_train_steps)
     if config.get("ramp_accumulation", 1) > 1:
         return with_batch_ramp(lambda rate: _clipped_optimizer(config, rate), schedule, num_train_steps,
-                               config.ramp_accumulation, config.get("ramp_fraction", 0.6))
+                               config.ramp_accumulation, config.ramp_fraction)
     return _clipped_optimizer(config, schedule)
 
 

@@ -117,8 +117,8 @@ def summarize(workdir: str, command: str, plateau: dict[str, float]) -> dict:
 
 
 def table(rows: list[dict], plateau: dict[str, float]) -> str:
-    header = ["arch", "size", "seq", "mask", "schedule", "clip", "batch", "minutes", "steps reached / planned", "s / step",
-              "held-out MLM loss", "accuracy", "leaves the plateau at step (minute)", "command"]
+    header = ["arch", "size", "seq", "mask", "schedule", "clip", "batch", "minutes", "steps reached / planned",
+              "s / step", "held-out MLM loss", "accuracy", "leaves the plateau at step (minute)", "command"]
     body = [[r["arch"], r["size"], r["seq"], r["mask"], r["schedule"], r["clip"], r["batch"], r["minutes"],
              f"{r['reached']:,} / {r['planned']:,}", f"{r['step_sec']:.3f}", f"{r['loss']:.3f}",
              f"{r['accuracy']:.3f}",

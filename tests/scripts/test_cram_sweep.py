@@ -70,8 +70,9 @@ def test_best_recipe_is_the_sweeps_choice_and_named_axes_override_it():
     assert cram.get_config("").model.name == "bert"  # recipe=base, where the sweeps' cells start: 2018's BERT
 
 
-@pytest.mark.parametrize("arg, message", [("recipe=paper", "recipe='paper'"), ("arch=gpt", "arch='gpt'"), ("size=3x100", "LAYERSxWIDTH"),
-                                          ("schedule=cosine", "schedule='cosine'"), ("ramp=yes", "ramp='yes'")])
+@pytest.mark.parametrize("arg, message", [("recipe=paper", "recipe='paper'"), ("arch=gpt", "arch='gpt'"),
+                                          ("size=3x100", "LAYERSxWIDTH"), ("schedule=cosine", "schedule='cosine'"),
+                                          ("ramp=yes", "ramp='yes'")])
 def test_bad_arm_is_a_one_line_error(arg, message):
     with pytest.raises(ValueError, match=message):
         cram.get_config(arg)
