@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-finetune-step bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram cram-old cram-sweep bench-cram clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-finetune-step bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram cram-old cram-sweep cram-sweep-long bench-cram clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -198,6 +198,13 @@ cram-sweep: $(STAMP)
 	$(PY) -m pretrain.sweep --config=configs/cram.py --sweep=best@20 --workdir=runs/cram_sweep/best20
 	$(PY) -m scripts.reproduce.cram_report runs/cram_sweep/arch20 runs/cram_sweep/recipe20 runs/cram_sweep/best20 \
 	    --plot runs/cram_sweep/loss_against_minutes.png
+
+# The 60-minute stage (after make cram, whose run is its recipe=best row): the changes from recipe=best that a
+# longer budget may favour, 60 minutes each (resumable), then the table and plot beside make cram's and make cram-old's.
+cram-sweep-long: $(STAMP)
+	$(PY) -m pretrain.sweep --config=configs/cram.py --sweep=long@60 --workdir=runs/cram_sweep/long60
+	$(PY) -m scripts.reproduce.cram_report $(CRAM_DIR) $(CRAM_OLD_DIR) runs/cram_sweep/long60 \
+	    --plot runs/cram_sweep/loss_against_minutes_60.png
 
 # The transformers peer of that run for the same minutes on the same batches, then SST-2 dev accuracy against
 # labels (100 to 8,000; 3 seeds) from it, from 2018's recipe, from random weights and from all-MiniLM-L6-v2 (the

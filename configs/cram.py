@@ -113,7 +113,8 @@ def get_sweep(arg: str) -> list[dict]:
     arch: the three architectures at the default recipe (arch=bert is configs/bert.py's recipe=cram, 2018's model
     at 40% masking). recipe[:ARCH] (default modernbert): one change at a time from ARCH at the default recipe:
     size, masking rate, schedule, clipping, sequence length, batch ramp. best: recipe=best alone (the changes that
-    won, together)."""
+    won, together). long: the changes from recipe=best that a longer budget may favour (a model four times the
+    size; 30% masking, a harder task per row), the 60-minute stage beside make cram's own recipe=best run."""
     spec, _, minutes = (arg or "arch").partition("@")
     name, _, arch = spec.partition(":")
     budget = sweep("arg.minutes", [float(minutes or 20)])
@@ -126,5 +127,8 @@ def get_sweep(arg: str) -> list[dict]:
         return product(sweep("arg.arch", [arch or "modernbert"]), one_change, budget)
     if name == "best":
         return product(sweep("arg.recipe", ["best"]), budget)
-    raise ValueError(f"configs/cram.py: --sweep={arg!r} is not arch[@MINUTES], recipe[:ARCH][@MINUTES] or "
-                     "best[@MINUTES]")
+    if name == "long":
+        return product(sweep("arg.recipe", ["best"]), chain(sweep("arg.size", ["4x256"]), sweep("arg.mask", [0.3])),
+                       budget)
+    raise ValueError(f"configs/cram.py: --sweep={arg!r} is not arch[@MINUTES], recipe[:ARCH][@MINUTES], "
+                     "best[@MINUTES] or long[@MINUTES]")

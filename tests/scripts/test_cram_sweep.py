@@ -85,6 +85,8 @@ def test_sweeps_name_distinct_cells_at_their_budget():
     assert len({sweep_cells.cell_name(c) for c in recipe}) == len(recipe) == 9
     assert all(c["arg.arch"] == "bert_preln" and c["arg.minutes"] == 60.0 for c in recipe)
     assert cram.get_sweep("best@60") == [{"arg.recipe": "best", "arg.minutes": 60.0}]
+    assert cram.get_sweep("long@60") == [{"arg.recipe": "best", "arg.size": "4x256", "arg.minutes": 60.0},
+                                         {"arg.recipe": "best", "arg.mask": 0.3, "arg.minutes": 60.0}]
     with pytest.raises(ValueError, match="arch\\[@MINUTES\\]"):
         cram.get_sweep("sizes")
 
