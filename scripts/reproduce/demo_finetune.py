@@ -1,7 +1,7 @@
 """The fine-tuning half of `make demo`: the demo model and random weights of its architecture, side by side, on the
 GLUE tasks in --glue_dir; then the table with both rows and their difference.
 
-  python -m scripts.reproduce.demo_finetune --init demo_out/bert_tiny --glue_dir ../shared/data/glue \
+  python -m scripts.reproduce.demo_finetune --init demo_out/pretrained --glue_dir ../shared/data/glue \
       --output demo_out/glue
 
 Each task is fine-tuned twice with the same recipe (scripts/reproduce/glue_study.py), once from the checkpoint and once
