@@ -33,7 +33,7 @@ demo: $(STAMP)
 	$(PY) -m pretrain.tools.build_corpus --sources cpython glue --glue_dir "$(GLUE_DIR)" --output $(DEMO)/corpus.txt
 	$(PY) -m pretrain.tools.train_tokenizer --input $(DEMO)/corpus.txt --model_prefix $(DEMO)/tokenizer/spm --vocab_size 8000
 	rm -rf $(DEMO)/pretrained
-	$(PY) -m pretrain.train --config=configs/cram.py:minutes=$(DEMO_MINUTES) --workdir=$(DEMO)/pretrained \
+	$(PY) -m pretrain.train --config=configs/cram.py:recipe=best,minutes=$(DEMO_MINUTES) --workdir=$(DEMO)/pretrained \
 	    --config.data.path=$(DEMO)/corpus.txt --config.tokenizer.path=$(DEMO)/tokenizer/spm.model
 	$(PY) -m pretrain.tools.plot_metrics --workdir $(DEMO)/pretrained
 	rm -rf $(DEMO)/glue
