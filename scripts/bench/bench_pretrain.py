@@ -1,28 +1,29 @@
-"""BERT pretraining throughput, side by side with Hugging Face transformers on PyTorch.
+"""Pretraining throughput, side by side with Hugging Face transformers on PyTorch.
 
-Both sides train the same BERT shape with MLM + NSP on the same batches (built by this project's
-data pipeline from the demo corpus), with AdamW, linear warmup/decay and clipping at 1.0, and are
-timed per step after a warm-up (compilation for JAX). Prints tokens/s, the time ratio, the loss
-each side reaches (quality) and MFU against this machine's measured matmul roofline.
+Both sides train the same shape on the same batches (built by this project's data pipeline), with the same
+optimizer, schedule and clipping, and are timed per step after a warm-up (compilation for JAX), the batches
+already built (the input pipeline is not timed). Prints tokens/s, the time ratio, the loss each side reaches
+(quality) and MFU against this machine's measured matmul roofline.
 
   pip install -e ".[hf]"   # torch==2.13.0 (CPU build) + transformers
-  python -m scripts.bench.bench_pretrain --size mini --steps 40
+  python -m scripts.bench.bench_pretrain --size mini --steps 40      # BERT (MLM + NSP) on the demo corpus
+  python -m scripts.bench.bench_pretrain --workdir runs/cram/modernbert   # a run's own config (BERT or ModernBERT)
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from configs import bert as bert_configs
-from objectives import build_objective
-from pretrain.data import documents, streaming, tokenizers
-from pretrain.loops import setup
+from pretrain.loops import pretraining, setup
 from pretrain.loops.steps import micro_batches
 from pretrain.runtime import partitioning
 from pretrain.training import train_state
@@ -58,7 +59,8 @@ def _timed(fn) -> float:
 def train_flops_per_step(config, batch_size: int, seq_len: int, predictions: int) -> float:
     """6 x (matmul params) x tokens for the encoder, plus attention scores and the MLM decoder."""
     m = config.model
-    per_layer = 4 * m.hidden_size ** 2 + 2 * m.hidden_size * m.intermediate_size
+    mlp_matrices = 3 if m.name == "modernbert" else 2  # GeGLU: gate and value in, one out
+    per_layer = 4 * m.hidden_size ** 2 + mlp_matrices * m.hidden_size * m.intermediate_size
     encoder = 6 * per_layer * m.num_layers * batch_size * seq_len
     attention = 6 * 2 * m.num_layers * batch_size * seq_len ** 2 * m.hidden_size
     decoder = 6 * (m.hidden_size ** 2 + m.hidden_size * m.vocab_size) * batch_size * predictions
@@ -94,25 +96,18 @@ def run_torch(config, batches: list[dict], threads: int) -> tuple[list[float], l
     torch.set_num_threads(threads)
     model = torch_bert.build_model(config.model)
     optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, config.num_train_steps)
+    nsp, token_types = config.objective.next_sentence, config.model.name != "modernbert"
     times, losses = [], []
     for batch in batches:
-        inputs = torch_bert.inputs(batch)
+        inputs = torch_bert.inputs(batch, nsp, token_types)
         start = time.perf_counter()
         losses.append(torch_bert.train_step(model, optimizer, scheduler, inputs, config.optimizer.grad_clip_norm))
         times.append(time.perf_counter() - start)
     return times, losses
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="mini", choices=list(bert_configs.SIZES))
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--seq_len", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--warmup", type=int, default=5, help="untimed first steps (JAX compiles here)")
-    parser.add_argument("--assets", default="demo_out", help="where the demo corpus/tokenizer live")
-    args = parser.parse_args()
-
+def demo_config(args) -> ml_collections.ConfigDict:
+    """configs/bert.py's --size (short recipe) on the demo corpus and tokenizer, --batch_size x --seq_len."""
     corpus, spm = demo_assets(args.assets if os.path.isdir(args.assets) else tempfile.mkdtemp())
     config = bert_configs.get_config(f"size={args.size},recipe=short")
     with config.unlocked():
@@ -121,22 +116,47 @@ def main() -> None:
         config.data.max_seq_length = args.seq_len
         config.data.path, config.tokenizer.path = corpus, spm
         config.optimizer.warmup_steps = max(1, args.steps // 10)
-    tokenizer = tokenizers.load_tokenizer("sentencepiece", spm)
-    objective = build_objective(config.objective, tokenizer)
-    train_docs, _ = documents.load_documents(config.data, tokenizer)
-    data = streaming.StreamingData(train_docs, objective, batch_size=args.batch_size, seed=0,
-                                   max_seq_length=args.seq_len)
+    return config
+
+
+def workdir_config(workdir: str) -> ml_collections.ConfigDict:
+    """A pretrain.train run's config.json as it ran (model, objective, batch, corpus, tokenizer)."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"error: {workdir} holds no config.json: give a pretrain.train workdir "
+                         "(runs/cram/modernbert after make cram), or use --size")
+    with open(path) as f:
+        return ml_collections.ConfigDict(json.load(f))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="mini", choices=list(bert_configs.SIZES))
+    parser.add_argument("--workdir", default="", help="a pretrain.train workdir: its config instead of --size "
+                        "(batch, length and data as it ran)")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--seq_len", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5, help="untimed first steps (JAX compiles here)")
+    parser.add_argument("--assets", default="demo_out", help="where the demo corpus/tokenizer live")
+    args = parser.parse_args()
+
+    config = workdir_config(args.workdir) if args.workdir else demo_config(args)
+    objective, data, held_out = pretraining.training_data(config)
     batches = [rows for _, (_, rows, _) in zip(range(args.steps), data.iterate(0))]
-    data.close()
+    for stream in filter(None, (data, held_out)):
+        stream.close()
+    batch_size, seq_len = batches[0]["input_ids"].shape
 
     threads = os.cpu_count() or 1
-    print(f"BERT-{args.size} ({config.model.num_layers}L/{config.model.hidden_size}H), batch "
-          f"{args.batch_size} x {args.seq_len}, {args.steps} steps ({args.warmup} untimed), {threads} threads")
+    m = config.model
+    print(f"{m.name} ({m.num_layers}L/{m.hidden_size}H), batch {batch_size} x {seq_len}, {args.steps} steps "
+          f"({args.warmup} untimed), {threads} threads")
     roofline = matmul_roofline()
-    flops = train_flops_per_step(config, args.batch_size, args.seq_len, config.objective.max_predictions_per_seq)
+    flops = train_flops_per_step(config, batch_size, seq_len, batches[0]["masked_lm_positions"].shape[1])
     results = {"jax/flax (ours)": run_jax(config, batches, objective),
                "pytorch/transformers": run_torch(config, batches, threads)}
-    tokens = args.batch_size * args.seq_len
+    tokens = batch_size * seq_len
     print(f"matmul roofline {roofline / 1e9:.1f} GFLOP/s; model {flops / 1e9:.2f} GFLOP per step")
     print(f"{'side':24s} {'step ms':>8s} {'tokens/s':>9s} {'MFU':>6s} {'loss@1':>7s} {'loss@end':>8s}")
     median = {}

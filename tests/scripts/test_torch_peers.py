@@ -1,5 +1,6 @@
 """scripts/bench/torch_bert.py, the transformers peers of the budget benchmark: the learning rate at every step is
-ours, and ModernBertForMaskedLM given our ModernBERT's weights computes our held-out MLM loss on the same batch."""
+ours, and ModernBertForMaskedLM given our ModernBERT's weights computes our held-out MLM loss on the same batch; and
+scripts/bench/bench_pretrain.py's FLOP count, which both sides' MFU divides by."""
 from __future__ import annotations
 
 import flax
@@ -69,3 +70,22 @@ def test_modernbert_peer_with_our_weights_computes_our_mlm_loss():
         peer_loss = float(torch_bert.loss_of(peer, torch_bert.inputs(batch, next_sentence=False, token_types=False)))
     assert peer_loss == pytest.approx(our_loss, abs=1e-4)
     assert "token_type_ids" not in torch_bert.inputs(batch, next_sentence=False, token_types=False)
+
+
+def test_bench_pretrain_flops_count_the_modernbert_layers_matmul_parameters():
+    """scripts/bench/bench_pretrain.py --workdir: its encoder FLOPs are 6 x the layers' matrix parameters x tokens
+    (GeGLU has three matrices), counted here from the model's own parameters."""
+    import models
+    from scripts.bench import bench_pretrain
+    config = arm_config("modernbert")
+    ours = models.model_config(config.model.to_dict())
+    module = models.family("modernbert").model_cls()(ours)
+    ids = jnp.ones((1, 8), jnp.int32)
+    params = flax.core.meta.unbox(module.init(jax.random.PRNGKey(0), ids, None, ids, jnp.zeros((1, 2), jnp.int32)
+                                              )["params"])
+    matrices = sum(leaf.size for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+                   if leaf.ndim >= 2 and "layer_" in jax.tree_util.keystr(path))
+    batch_size, seq_len = 4, 8
+    no_attention_or_decoder = bench_pretrain.train_flops_per_step(config, batch_size, seq_len, predictions=0) - (
+        6 * 2 * config.model.num_layers * batch_size * seq_len ** 2 * config.model.hidden_size)
+    assert no_attention_or_decoder == 6 * matrices * batch_size * seq_len
