@@ -201,8 +201,9 @@ cram-sweep: $(STAMP)
 	$(PY) -m scripts.reproduce.cram_report runs/cram_sweep/arch20 runs/cram_sweep/recipe20 runs/cram_sweep/best20 \
 	    --plot runs/cram_sweep/loss_against_minutes.png
 
-# The 60-minute stage (after make cram, whose run is its recipe=best row): the changes from recipe=best that a
-# longer budget may favour, 60 minutes each (resumable), then the table and plot beside make cram's and make cram-old's.
+# The 60-minute stage: the changes from recipe=best that a longer budget may favour (4 x 256, which won and is
+# make cram's recipe; 30% masking), 60 minutes each (resumable), then the table and plot beside make cram's and
+# make cram-old's runs.
 cram-sweep-long: $(STAMP)
 	$(PY) -m pretrain.sweep --config=configs/cram.py --sweep=long@60 --workdir=runs/cram_sweep/long60
 	$(PY) -m scripts.reproduce.cram_report $(CRAM_DIR) $(CRAM_OLD_DIR) runs/cram_sweep/long60 \
