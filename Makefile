@@ -25,7 +25,7 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 # Offline end to end: corpus from CPython's docs and the GLUE training sentences (no labels) -> SentencePiece
-# -> DEMO_MINUTES of the budgeted recipe (configs/cram.py's default, chosen by docs/cram.md's sweep) -> plot ->
+# -> DEMO_MINUTES of configs/cram.py:recipe=best (the 20-minute winner of docs/cram.md's sweep) -> plot ->
 # fine-tune + evaluate on the GLUE tasks in $(GLUE_DIR), from the checkpoint and from random weights of its
 # architecture -> the table with both rows.
 DEMO_MINUTES ?= 8
