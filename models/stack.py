@@ -125,7 +125,7 @@ def _split(out: Any) -> tuple[jax.Array, Any]:
 
 def _with_extras(x: jax.Array, extras: list) -> Any:
     """The looped stack's result: x alone, or (x, the layers' extras stacked [count, ...] as nn.scan stacks them)."""
-    if extras[0] is None:
+    if not extras or extras[0] is None:  # no looped layer (a one-layer model builds its first itself)
         return x
     return x, jax.tree.map(lambda *leaves: jnp.stack(leaves), *extras)
 

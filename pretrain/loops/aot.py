@@ -52,7 +52,7 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
                            peak_flops_per_device=peak_flops or (chip.peak_bf16_flops if chip else None))
     batch = abstract_batch(trainer.example_rows, batch_size, accum)  # [accum, B / accum, ...]
     rng = jax.eval_shape(lambda: jax.random.key(0))
-    result.model_flops = 3 * accum * _forward_flops(trainer, batch, rng)
+    result.model_flops = model_flops(trainer, batch_size, accum)
     with mesh:
         init, init_error, init_needed, result.init_compile_seconds = _compile(trainer.initialize.lower)
         start = time.perf_counter()
@@ -70,6 +70,15 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
     else:
         result.total_bytes = step_needed
     return chips.judge(result)
+
+
+def model_flops(trainer: setup.Trainer, batch_size: int, accum: int = 1) -> float:
+    """Model FLOPs of one training step of `batch_size` rows in `accum` micro-batches: 3 x the matmul FLOPs of
+    the forward pass and loss (the backward pass does two matmuls for each of the forward's), counted from the
+    step's own jaxpr, so every family's shapes (GeGLU's three matrices, sparse MLM prediction) count as they run."""
+    batch = abstract_batch(trainer.example_rows, batch_size, accum)
+    rng = jax.eval_shape(lambda: jax.random.key(0))
+    return 3 * accum * _forward_flops(trainer, batch, rng)
 
 
 def _forward_flops(trainer: setup.Trainer, batch: dict[str, jax.ShapeDtypeStruct], rng) -> float:

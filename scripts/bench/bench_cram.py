@@ -5,6 +5,10 @@ random weights of the same architecture, with a fully pretrained model as the ce
   python -m scripts.reproduce.cram --minutes=60 --output=runs/cram                    # ours, first
   python -m scripts.bench.bench_cram --ours=runs/cram --old=runs/cram_bert --output=runs/bench_cram   # (resumable)
   python -m scripts.bench.bench_cram --ours=runs/cram --no_peer --tasks sst2-1k mrpc cola   # GLUE rows instead
+  python -m scripts.bench.bench_cram --ours="runs/cram_sweep/long60/recipe=best_size=4x256_minutes=60" ...  # a cell
+
+--ours and --old take a scripts/reproduce/cram.py output directory or a budgeted pretrain.train workdir (a sweep's
+cell, with its budget.json): the peer gets that run's minutes.
 
 1. The peer (skipped with --no_peer): transformers' `BertForPreTraining` or `ModernBertForMaskedLM` (the family of
    our run) with the architecture, dropout and optimizer of our config.json and our learning rate at every step,
@@ -39,18 +43,32 @@ def torch_batches(data, steps: int, config):
     """The first `steps` batches of a pretraining stream (pretraining.training_data), as the peer of `config`'s
     family takes them."""
     from scripts.bench import torch_bert
-    nsp, token_types = config.objective.next_sentence, config.model.name != "modernbert"
-    return (torch_bert.inputs(b, nsp, token_types) for _, (_, b, _) in zip(range(steps), data.iterate(0)))
+    return (torch_bert.peer_inputs(b, config) for _, (_, b, _) in zip(range(steps), data.iterate(0)))
+
+
+def run_record(ours: str) -> dict:
+    """The pretraining run of `ours`, either a scripts/reproduce/cram.py output directory (its cram.json) or a budgeted
+    pretrain.train workdir (a sweep's cell: budget.json and metrics.jsonl): workdir, minutes, planned_steps,
+    reached_steps, step_time_sec and eval (the last held-out metrics)."""
+    from scripts.reproduce import cram
+    record_path, plan_path = os.path.join(ours, "cram.json"), os.path.join(ours, "budget.json")
+    if os.path.exists(record_path):
+        with open(record_path) as f:
+            record = json.load(f)
+        return dict(record, workdir=record.get("workdir") or os.path.join(ours, "bert"))
+    if not (os.path.exists(plan_path) and os.path.exists(os.path.join(ours, "metrics.jsonl"))):
+        raise SystemExit(f"error: {ours} holds neither cram.json nor budget.json: give a scripts/reproduce/cram.py "
+                         "output directory (make cram, make cram-old) or a budgeted run's workdir (a sweep's cell)")
+    with open(plan_path) as f:
+        plan = json.load(f)
+    reached, train, held_out = cram.last_metrics(ours)
+    return dict(workdir=ours, minutes=plan["minutes"], planned_steps=plan["planned_steps"], reached_steps=reached,
+                step_time_sec=train["step_time_sec"], eval=held_out)
 
 
 def ours_workdir(ours: str) -> str:
-    """The pretrain.train workdir of a cram.py output directory (DIR/bert, DIR/modernbert, ...)."""
-    record = os.path.join(ours, "cram.json")
-    if not os.path.exists(record):
-        raise SystemExit(f"error: {ours} holds no cram.json: give a scripts/reproduce/cram.py output directory "
-                         "(make cram, make cram-old), or leave the option out")
-    with open(record) as f:
-        return json.load(f).get("workdir") or os.path.join(ours, "bert")
+    """The pretrain.train workdir of `ours` (run_record)."""
+    return run_record(ours)["workdir"]
 
 
 def time_peer_steps(config, train_data) -> float:
@@ -77,9 +95,8 @@ def pretrain_peer(ours: str, output: str, threads: int) -> dict:
     from pretrain.loops import budget, pretraining
     from scripts.bench import torch_bert
     torch.set_num_threads(threads)
-    with open(os.path.join(ours, "cram.json")) as f:
-        ours_record = json.load(f)
-    with open(os.path.join(ours_workdir(ours), "config.json")) as f:
+    ours_record = run_record(ours)
+    with open(os.path.join(ours_record["workdir"], "config.json")) as f:
         config = ml_collections.ConfigDict(json.load(f))
     started = time.time()
     _, train_data, eval_data = pretraining.training_data(config)
@@ -123,8 +140,7 @@ def pretraining_rows(ours: str, peer: str | None, old: str = "") -> list[list[st
     rows = []
     for side, directory in (("ours (JAX/Flax)", ours), ("ours, earlier recipe", old)):
         if directory:
-            with open(os.path.join(directory, "cram.json")) as f:
-                record = json.load(f)
+            record = run_record(directory)
             held_out = record.get("eval", {})  # none where the run held no documents out
             loss, accuracy = (held_out.get(k, float("nan")) for k in ("eval_mlm_loss", "eval_mlm_accuracy"))
             rows.append([side, f"{record['reached_steps']:,}", f"{record['step_time_sec']:.3f}", f"{loss:.3f}",
@@ -182,8 +198,9 @@ def plot_curve(study: glue_study.GlueStudy, scores, path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ours", required=True, help="a scripts/reproduce/cram.py output directory")
-    parser.add_argument("--old", default="", help="another cram.py directory (an earlier recipe) to compare")
+    parser.add_argument("--ours", required=True,
+                        help="a scripts/reproduce/cram.py output directory, or a budgeted run's workdir (a sweep's cell)")
+    parser.add_argument("--old", default="", help="another such run (an earlier recipe) to compare")
     parser.add_argument("--no_peer", action="store_true", help="no transformers peer")
     parser.add_argument("--finetune_peer", action="store_true", help="fine-tune the peer too")
     parser.add_argument("--no_ceiling", action="store_true", help="without all-MiniLM-L6-v2")

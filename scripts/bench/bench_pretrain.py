@@ -23,7 +23,7 @@ import ml_collections
 import numpy as np
 
 from configs import bert as bert_configs
-from pretrain.loops import pretraining, setup
+from pretrain.loops import aot, pretraining, setup
 from pretrain.loops.steps import micro_batches
 from pretrain.runtime import partitioning
 from pretrain.training import train_state
@@ -56,17 +56,6 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def train_flops_per_step(config, batch_size: int, seq_len: int, predictions: int) -> float:
-    """6 x (matmul params) x tokens for the encoder, plus attention scores and the MLM decoder."""
-    m = config.model
-    mlp_matrices = 3 if m.name == "modernbert" else 2  # GeGLU: gate and value in, one out
-    per_layer = 4 * m.hidden_size ** 2 + mlp_matrices * m.hidden_size * m.intermediate_size
-    encoder = 6 * per_layer * m.num_layers * batch_size * seq_len
-    attention = 6 * 2 * m.num_layers * batch_size * seq_len ** 2 * m.hidden_size
-    decoder = 6 * (m.hidden_size ** 2 + m.hidden_size * m.vocab_size) * batch_size * predictions
-    return encoder + attention + decoder
-
-
 def timed_steps(trainer: setup.Trainer, batches: list[dict[str, np.ndarray]]
                 ) -> tuple[train_state.TrainState, list[float], list[float]]:
     """The trainer's fresh state through its step on each [B, ...] batch (one micro-batch, as the loop feeds the
@@ -84,8 +73,8 @@ def timed_steps(trainer: setup.Trainer, batches: list[dict[str, np.ndarray]]
     return state, times, losses
 
 
-def run_jax(config, batches: list[dict], objective) -> tuple[list[float], list[float]]:
-    _, times, losses = timed_steps(setup.pretraining_trainer(config, objective), batches)
+def run_jax(trainer: setup.Trainer, batches: list[dict]) -> tuple[list[float], list[float]]:
+    _, times, losses = timed_steps(trainer, batches)
     return times, losses
 
 
@@ -96,10 +85,9 @@ def run_torch(config, batches: list[dict], threads: int) -> tuple[list[float], l
     torch.set_num_threads(threads)
     model = torch_bert.build_model(config.model)
     optimizer, scheduler = torch_bert.build_optimizer(model, config.optimizer, config.num_train_steps)
-    nsp, token_types = config.objective.next_sentence, config.model.name != "modernbert"
     times, losses = [], []
     for batch in batches:
-        inputs = torch_bert.inputs(batch, nsp, token_types)
+        inputs = torch_bert.peer_inputs(batch, config)
         start = time.perf_counter()
         losses.append(torch_bert.train_step(model, optimizer, scheduler, inputs, config.optimizer.grad_clip_norm))
         times.append(time.perf_counter() - start)
@@ -153,8 +141,9 @@ def main() -> None:
     print(f"{m.name} ({m.num_layers}L/{m.hidden_size}H), batch {batch_size} x {seq_len}, {args.steps} steps "
           f"({args.warmup} untimed), {threads} threads")
     roofline = matmul_roofline()
-    flops = train_flops_per_step(config, batch_size, seq_len, batches[0]["masked_lm_positions"].shape[1])
-    results = {"jax/flax (ours)": run_jax(config, batches, objective),
+    trainer = setup.pretraining_trainer(config, objective)
+    flops = aot.model_flops(trainer, batch_size)
+    results = {"jax/flax (ours)": run_jax(trainer, batches),
                "pytorch/transformers": run_torch(config, batches, threads)}
     tokens = batch_size * seq_len
     print(f"matmul roofline {roofline / 1e9:.1f} GFLOP/s; model {flops / 1e9:.2f} GFLOP per step")

@@ -72,6 +72,12 @@ def inputs(batch: dict[str, np.ndarray], next_sentence: bool = True, token_types
     return out
 
 
+def peer_inputs(batch: dict[str, np.ndarray], config) -> dict[str, torch.Tensor]:
+    """inputs() for the peer of a pretraining config: NSP's labels where its objective has them, token types for
+    BERT (ModernBERT has none)."""
+    return inputs(batch, config.objective.next_sentence, config.model.name != "modernbert")
+
+
 def loss_of(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """The model's MLM loss (plus NSP where the batch has its labels). BertForPreTraining computes one only when
     both labels are given, so MLM alone (no NSP, as RoBERTa) is its masked-LM cross-entropy, taken here from its

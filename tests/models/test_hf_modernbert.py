@@ -35,7 +35,7 @@ TOLERANCE = 1e-5
 def random_hf(cls=transformers.ModernBertForMaskedLM, seed: int = 0, **overrides):
     """A transformers ModernBERT with weights of O(1) activations: every term of the computation shows."""
     torch.manual_seed(seed)
-    model = cls(transformers.ModernBertConfig(**SIZES, **overrides)).eval()
+    model = cls(transformers.ModernBertConfig(**{**SIZES, **overrides})).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -91,6 +91,16 @@ def test_masked_lm_logits_match_transformers_with_padding(mlm_dir, scan_layers):
         assert "layers" in params["modernbert"] and "layer_0" in params["modernbert"]  # layer 0 stays looped
     ids, mask = inputs()
     expected = hf_outputs(transformers.ModernBertForMaskedLM.from_pretrained(mlm_dir).eval(), ids, mask).logits.numpy()
+    assert_close_at_real_positions(our_mlm_logits(config, params, ids, mask), expected, mask)
+
+
+def test_one_layer_model_matches_transformers(tmp_path):
+    """num_hidden_layers=1: layer 0 alone, built by the model itself, and an empty stack after it."""
+    random_hf(num_hidden_layers=1).save_pretrained(tmp_path)
+    config, params = load_hf_modernbert(str(tmp_path))
+    assert config.num_layers == 1 and "layer_1" not in params["modernbert"]
+    ids, mask = inputs()
+    expected = hf_outputs(transformers.ModernBertForMaskedLM.from_pretrained(tmp_path).eval(), ids, mask).logits.numpy()
     assert_close_at_real_positions(our_mlm_logits(config, params, ids, mask), expected, mask)
 
 

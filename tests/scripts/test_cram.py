@@ -153,6 +153,26 @@ def test_ceiling_row_is_minilm_at_its_one_rate_and_a_modernbert_run_fine_tunes_a
     assert inits["random"] == [f"--config.init={ours / 'modernbert'}", "--config.init_weights=random"]
 
 
+def test_bench_cram_takes_a_sweep_cells_budget_and_last_held_out_metrics(tmp_path):
+    """--ours as a budgeted pretrain.train workdir (a sweep's cell, no cram.json): the peer's minutes and the
+    pretraining row come from its budget.json and metrics.jsonl; a directory with neither is refused by name."""
+    from scripts.bench import bench_cram
+    cell = tmp_path / "recipe=best_size=4x256_minutes=60"
+    cell.mkdir()
+    (cell / "budget.json").write_text(json.dumps({"minutes": 60.0, "planned_steps": 300, "timed_step_sec": 0.8}))
+    lines = [{"step": 100, "loss": 5.0, "step_time_sec": 9.0}, {"step": 200, "loss": 4.0, "step_time_sec": 0.7},
+             {"step": 200, "eval_mlm_loss": 4.5, "eval_mlm_accuracy": 0.3}, {"step": 300, "loss": 3.5,
+             "step_time_sec": 0.9}, {"step": 300, "eval_mlm_loss": 3.9, "eval_mlm_accuracy": 0.4}]
+    (cell / "metrics.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    record = bench_cram.run_record(str(cell))
+    assert (record["workdir"], record["minutes"], record["planned_steps"], record["reached_steps"]) == (
+        str(cell), 60.0, 300, 300)
+    assert record["step_time_sec"] == pytest.approx(0.8)  # the first window (compilation) left out
+    assert bench_cram.pretraining_rows(str(cell), None) == [["ours (JAX/Flax)", "300", "0.800", "3.900", "0.400"]]
+    with pytest.raises(SystemExit, match="neither cram.json nor budget.json"):
+        bench_cram.run_record(str(tmp_path))
+
+
 def test_curve_plot_draws_each_init_over_the_label_counts(tmp_path, monkeypatch):
     import argparse
 

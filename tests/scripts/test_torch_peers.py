@@ -72,20 +72,21 @@ def test_modernbert_peer_with_our_weights_computes_our_mlm_loss():
     assert "token_type_ids" not in torch_bert.inputs(batch, next_sentence=False, token_types=False)
 
 
-def test_bench_pretrain_flops_count_the_modernbert_layers_matmul_parameters():
-    """scripts/bench/bench_pretrain.py --workdir: its encoder FLOPs are 6 x the layers' matrix parameters x tokens
-    (GeGLU has three matrices), counted here from the model's own parameters."""
-    import models
-    from scripts.bench import bench_pretrain
-    config = arm_config("modernbert")
-    ours = models.model_config(config.model.to_dict())
-    module = models.family("modernbert").model_cls()(ours)
-    ids = jnp.ones((1, 8), jnp.int32)
-    params = flax.core.meta.unbox(module.init(jax.random.PRNGKey(0), ids, None, ids, jnp.zeros((1, 2), jnp.int32)
-                                              )["params"])
-    matrices = sum(leaf.size for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
-                   if leaf.ndim >= 2 and "layer_" in jax.tree_util.keystr(path))
-    batch_size, seq_len = 4, 8
-    no_attention_or_decoder = bench_pretrain.train_flops_per_step(config, batch_size, seq_len, predictions=0) - (
-        6 * 2 * config.model.num_layers * batch_size * seq_len ** 2 * config.model.hidden_size)
-    assert no_attention_or_decoder == 6 * matrices * batch_size * seq_len
+def test_model_flops_add_a_modernbert_layers_matrices_and_attention_per_layer():
+    """pretrain/loops/aot.model_flops (bench_pretrain's MFU, the fit table's model FLOPs), counted from the step's
+    jaxpr: one more ModernBERT layer adds 6 x its matrix parameters x tokens (GeGLU's three matrices among them,
+    counted from the model's own parameters) plus 6 x the attention's two [S, S] products."""
+    from pretrain.loops import aot, setup
+    batch_size, flops = 2, {}
+    for layers in (2, 3):
+        config = arm_config("modernbert")
+        config.model.num_layers = layers
+        trainer = setup.pretraining_trainer(config)
+        flops[layers] = aot.model_flops(trainer, batch_size)
+    matrices = sum(leaf.size for path, leaf in jax.tree_util.tree_flatten_with_path(
+        flax.core.meta.unbox(trainer.abstract_state.params))[0]
+        if leaf.ndim >= 2 and "layer_2" in jax.tree_util.keystr(path))
+    seq_len, hidden = config.data.max_seq_length, config.model.hidden_size
+    tokens = batch_size * seq_len
+    assert matrices == 4 * hidden ** 2 + 3 * hidden * config.model.intermediate_size
+    assert flops[3] - flops[2] == 6 * matrices * tokens + 6 * 2 * tokens * seq_len * hidden
