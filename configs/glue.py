@@ -70,6 +70,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.init_weights = "pretrained"  # pretrained | random: the init's architecture and tokenizer with fresh weights
                                    # (the control row of a does-pretraining-help table)
     c.num_epochs = 3
+    c.eval_every_epochs = 1        # dev evaluation (and the best epoch's checkpoint) every this many epochs, and after
+                                   # the last: many short epochs (100 labels) would otherwise spend most time on dev
     c.batch_size = 32
     c.eval_batch_size = 64
     c.warmup_fraction = 0.1        # of all optimizer steps

@@ -356,6 +356,8 @@ class _Epochs:
     def evaluate_epoch(self, state, epoch: int) -> None:
         """Dev metrics after an epoch; the best epoch so far is saved (parameters only; with PEFT, the trained
         ones: the whole state for resuming lives in DIR/resume)."""
+        if (epoch + 1) % self.config.get("eval_every_epochs", 1) and epoch + 1 < self.config.num_epochs:
+            return  # dev is scored after every eval_every_epochs-th epoch (from 1) and after the last
         position = self.position
         dev = {s: self.task.score(self.family, predict(self.jit_predict, self.family, state.params, d, self.mesh,
                                                        examples), examples)

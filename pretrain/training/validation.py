@@ -84,6 +84,7 @@ def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
 RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     # the loop
     "batch_size": POSITIVE, "grad_accum_steps": POSITIVE, "num_train_steps": POSITIVE, "num_epochs": POSITIVE,
+    "eval_every_epochs": POSITIVE,
     "log_every": POSITIVE, "keep_checkpoints": POSITIVE, "eval_batches": POSITIVE, "eval_batch_size": POSITIVE,
     "checkpoint_every": NON_NEGATIVE, "eval_every": NON_NEGATIVE, "prefetch": NON_NEGATIVE, "seed": NON_NEGATIVE,
     "warmup_fraction": SHARE, "budget_minutes": NON_NEGATIVE_FLOAT, "budget_steps": NON_NEGATIVE, "z_loss": NON_NEGATIVE_FLOAT, "head_learning_rate": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),

@@ -22,7 +22,9 @@ cell, with its budget.json): the peer gets that run's minutes.
    (scripts/reproduce/glue_study.py) from ours, --old (an earlier recipe's cram.py directory), random weights of
    ours (`--config.init_weights=random`) and all-MiniLM-L6-v2 (--no_ceiling: without), the fully pretrained 22M
    model as the ceiling of full pretraining, not a run at the same budget, at its one standard learning rate.
-   Every other init takes the best of --learning_rates on dev per label count. --finetune_peer adds the peer.
+   Every other init takes the best of --learning_rates on dev per label count, chosen on the first seed (the other
+   seeds run at that rate only; --rate_selection=mean runs every rate on every seed and takes the best mean).
+   --finetune_peer adds the peer.
 3. The tables (mean ± std over seeds, pretrained - random per column) and OUTPUT/sample_efficiency.png.
 """
 from __future__ import annotations
@@ -205,7 +207,7 @@ def main() -> None:
     parser.add_argument("--finetune_peer", action="store_true", help="fine-tune the peer too")
     parser.add_argument("--no_ceiling", action="store_true", help="without all-MiniLM-L6-v2")
     glue_study.add_flags(parser, "runs/bench_cram")
-    parser.set_defaults(tasks=list(CURVE), learning_rates=[1e-4, 3e-4, 1e-3])
+    parser.set_defaults(tasks=list(CURVE), learning_rates=[1e-4, 3e-4, 1e-3], rate_selection="first_seed")
     args = parser.parse_args()
     ours = os.path.abspath(args.ours)
     output = os.path.abspath(args.output)

@@ -157,6 +157,20 @@ def test_init_weights_random_keeps_the_architecture_and_tokenizer_with_fresh_wei
 
 
 @pytest.mark.slow
+def test_eval_every_epochs_scores_dev_after_every_nth_epoch_and_the_last(tmp_path, tiny_bert_workdir):
+    """--config.eval_every_epochs=2 over 5 epochs: dev is scored after epochs 2, 4 and 5 only, and the best of those
+    is the one checkpoint kept."""
+    workdir = tmp_path / "wnli"
+    _finetune(workdir, "wnli", str(tiny_bert_workdir), "--config.data.max_train_examples=32", "--config.num_epochs=5",
+              "--config.eval_every_epochs=2", "--config.batch_size=16", "--config.data.max_seq_length=32",
+              "--config.write_test_predictions=false")
+    results = json.loads((workdir / "results.json").read_text())
+    assert [e["epoch"] for e in results["epochs"]] == [2, 4, 5]
+    best = next(e for e in results["epochs"] if e["epoch"] == results["best_epoch"])
+    assert os.listdir(workdir / "checkpoints") == [str(best["step"])]
+
+
+@pytest.mark.slow
 def test_bad_glue_input_is_one_line_error(tmp_path):
     bad = tmp_path / "glue" / "WNLI"
     bad.mkdir(parents=True)
