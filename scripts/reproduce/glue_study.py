@@ -5,8 +5,8 @@ Every init is fine-tuned by pretrain.finetune on every task, learning rate and s
 rows differ only in the weights they start from. With several learning rates each (init, task) takes the one with
 the best mean dev score over seeds, as the BERT paper selects on dev (Section 4.1): a pretrained model and random
 weights need not train best at the same rate. `--rate_selection=first_seed` chooses it on the first seed alone and
-runs the other seeds at that rate only (5 runs in place of 9 for 3 rates and 3 seeds). The runs are cells of a reproduction.py sweep: resumable, `--parallel`,
-and a directory that holds another recipe is refused.
+runs the other seeds at that rate only (5 runs in place of 9 for 3 rates and 3 seeds). The runs are cells of a
+reproduction.py sweep: resumable, `--parallel`, and a directory that holds another recipe is refused.
 
 The tasks (a row name -> the GLUE task and how many training examples):
   sst2-1k  SST-2 with 1,000 training examples (a fixed random subset, the same for every seed and init), for 10
@@ -96,7 +96,9 @@ class GlueStudy:
         chosen by --rate_selection (self.chosen)."""
         pairs = [(init, task) for init in self.inits for task in self.tasks]
         if self.rate_selection == "first_seed":
-            self.harness.run([cells[0] for cells in self.cells.values()])
+            # seed 0 of every rate, and every seed of an init with one rate (nothing to choose: no idle worker)
+            self.harness.run([cell for (init, _, _), cells in self.cells.items()
+                              for cell in (cells if len(self.rates_of[init]) == 1 else cells[:1])])
             for init, task in pairs:
                 self.chosen[init, task] = max(self.rates_of[init],
                                               key=lambda rate: self.score(self.cells[init, task, rate][0]))

@@ -51,3 +51,15 @@ def test_few_label_rows_score_dev_every_few_epochs(tmp_path):
     commands = {task: study.cells["pretrained", task, 1e-4][0].command for task in args.tasks}
     assert "--config.eval_every_epochs=5" in commands["sst2-100"] and "--config.num_epochs=100" in commands["sst2-100"]
     assert not any(flag.startswith("--config.eval_every_epochs") for flag in commands["sst2-1k"])
+
+
+def test_first_seed_selection_runs_an_init_with_one_rate_whole_in_the_first_round(tmp_path, monkeypatch):
+    args = argparse.Namespace(output=str(tmp_path), glue_dir="g", parallel=1, tasks=["sst2-1k"], seeds=[0, 1, 2],
+                              learning_rates=RATES, epochs=3, batch_size=32, minutes=0.0, rate_selection="first_seed")
+    study = glue_study.GlueStudy(args, {"pretrained": [], "ceiling": []}, settings=[], rates={"ceiling": [5e-5]})
+    ran = []
+    monkeypatch.setattr(study.harness, "run", lambda cells: ran.append(sorted(c.name for c in cells)))
+    monkeypatch.setattr(study.harness, "results", lambda cell: {"metrics": {"dev": {"accuracy": 0.5}}})
+    study.run()
+    assert [n for n in ran[0] if n.startswith("ceiling")] == [f"ceiling_lr5e-05_sst2-1k_seed{s}" for s in range(3)]
+    assert not any(n.startswith("ceiling") for n in ran[1])
