@@ -103,7 +103,8 @@ class GlueStudy:
                 self.chosen[init, task] = max(self.rates_of[init],
                                               key=lambda rate: self.score(self.cells[init, task, rate][0]))
             self.harness.run([cell for (init, task, rate), cells in self.cells.items()
-                              if rate == self.chosen[init, task] for cell in cells[1:]])
+                              if rate == self.chosen[init, task] and len(self.rates_of[init]) > 1
+                              for cell in cells[1:]])
         else:
             self.harness.run([cell for cells in self.cells.values() for cell in cells])
             for init, task in pairs:
