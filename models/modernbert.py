@@ -286,6 +286,8 @@ class ModernBertForFineTuning(nn.Module):
             pooled = sequence[:, 0]
         else:
             weights = (input_mask > 0).astype(jnp.float32)[..., None]
-            pooled = (jnp.sum(sequence.astype(jnp.float32) * weights, 1) / jnp.sum(weights, 1)).astype(sequence.dtype)
+            # max(., 1): a batch's padding rows (no token at all) pool to zeros, not 0/0, whose gradient is NaN
+            count = jnp.maximum(jnp.sum(weights, 1), 1.0)
+            pooled = (jnp.sum(sequence.astype(jnp.float32) * weights, 1) / count).astype(sequence.dtype)
         return self.kind.outputs(self.head, self.prediction_head(sequence), self.prediction_head(pooled), inputs,
                                  deterministic)

@@ -6,7 +6,8 @@
 PATH: a pretrain.train workdir (Orbax) or a Hugging Face BERT directory. The workdir receives
 results.json (task, metrics of the best epoch, best epoch, wall time), predictions/ (dev with
 labels, test in the GLUE submission format), checkpoints/ (the best epoch only), metrics.jsonl,
-tensorboard/ and config.json (with the architecture and tokenizer taken from the init).
+tensorboard/ and config.json (with the architecture and tokenizer taken from the init; a --config.model.KEY=VALUE
+flag, such as model.classifier_pooling=mean or model.dropout_rate=0.1, overrides the init's value).
 Multi-host: the flags of pretrain/runtime/distributed.py, as for pretrain.train. --print_config prints the
 resolved config (the init's architecture and tokenizer included) and exits.
 """
@@ -29,12 +30,12 @@ def main(argv: list[str]) -> None:
     from pretrain.loops import finetuning
     if _PRINT_CONFIG.value:  # with the architecture and tokenizer of --config.init, as config.json gets them
         with errors.one_line_errors():
-            print(finetuning.resolve_config(_CONFIG.value)[0].to_json_best_effort(indent=2))
+            print(finetuning.resolve_config(_CONFIG.value, cli.model_flags())[0].to_json_best_effort(indent=2))
         return
     workdir = cli.require_workdir(_WORKDIR)
     with errors.one_line_errors():
         distributed.initialize()  # before any JAX computation
-        results = finetuning.finetune(_CONFIG.value, workdir)
+        results = finetuning.finetune(_CONFIG.value, workdir, cli.model_flags())
     print(json.dumps({k: results[k] for k in ("task", "best_epoch", "metrics", "wall_time_sec")}, indent=1))
 
 

@@ -21,7 +21,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import jax
@@ -48,9 +48,12 @@ from pretrain.workdir.metric_writers import MetricWriter
 # ---------------------------------------------------------------------------------------------
 # Set-up: config, data, model, state.
 # ---------------------------------------------------------------------------------------------
-def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, pretrained.Pretrained | None]:
-    """The architecture and tokenizer of `config.init` replace the config's defaults. Returns the init whose
-    weights to load: None with config.init_weights=random (the same architecture from fresh weights)."""
+def resolve_config(config: ml_collections.ConfigDict, model_flags: Mapping[str, Any] | None = None,
+                   ) -> tuple[ml_collections.ConfigDict, pretrained.Pretrained | None]:
+    """The architecture and tokenizer of `config.init` replace the config's defaults; model_flags, the
+    --config.model.KEY=VALUE flags given (the head's pooling, dropout, dtype: as from_pretrained's keyword
+    arguments), replace the init's. Returns the init whose weights to load: None with config.init_weights=random
+    (the same architecture from fresh weights)."""
     config = copy.deepcopy(config)
     config.unlock()
     init = pretrained.load_pretrained(config.init) if config.init else None
@@ -59,6 +62,7 @@ def resolve_config(config: ml_collections.ConfigDict) -> tuple[ml_collections.Co
             raise UserError(f"--config.init={config.init} holds a {init.family} model but the config fine-tunes "
                             f"{config.model.name}: use configs/glue.py:task={config.task},model={init.family}")
         config.model.update(init.model)
+        config.model.update(model_flags or {})
         if not config.tokenizer.path:
             config.tokenizer.update(init.tokenizer)
     if not config.tokenizer.path:
@@ -129,8 +133,8 @@ def build(config, finetuner, train_data, init: pretrained.Pretrained | None) -> 
 # ---------------------------------------------------------------------------------------------
 # The loop.
 # ---------------------------------------------------------------------------------------------
-def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Fine-tunes and evaluates; returns the contents of DIR/results.json."""
+def finetune(config: ml_collections.ConfigDict, workdir: str, model_flags: Mapping[str, Any] | None = None) -> dict:
+    """Fine-tunes and evaluates; returns the contents of DIR/results.json. model_flags: resolve_config's."""
     started = time.perf_counter()
     validation.check_ranges(config)  # before reading the init checkpoint; all of it once the init is merged
     workdir = workdirs.prepare(workdir)
@@ -140,13 +144,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict:
         return json.loads(storage.read_text(results_path))
     # From here a SIGTERM stops the set-up at once (nothing to save yet); from the first step on it saves first.
     with preemption.Watcher(setting_up=os.path.join(workdir, "resume")) as watcher:
-        return _finetune(config, workdir, watcher, started)
+        return _finetune(resolve_config(config, model_flags), workdir, watcher, started)
 
 
-def _finetune(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.Watcher, started: float) -> dict:
+def _finetune(resolved: tuple[ml_collections.ConfigDict, pretrained.Pretrained | None], workdir: str,
+              watcher: preemption.Watcher, started: float) -> dict:
     """finetune's set-up, epochs and results, inside its preemption watcher."""
     results_path = os.path.join(workdir, "results.json")
-    config, init = resolve_config(config)
+    config, init = resolved
     task, finetuner = task_and_finetuner(config)
     train_data, examples = load_split(config, finetuner, "train", config.batch_size,
                                       subset=config.data.max_train_examples)

@@ -116,6 +116,14 @@ def define_config_flags(example: str, workdir_help: str):
                               "WORKDIR/config.json will hold it) and exit; nothing is written."))
 
 
+def model_flags() -> dict:
+    """The --config.model.KEY=VALUE flags given on the command line, {KEY: VALUE}: a fine-tuning command applies
+    them over the architecture its --config.init brings."""
+    from ml_collections import config_flags
+    given = config_flags.get_override_values(flags.FLAGS["config"])
+    return {key.removeprefix("model."): value for key, value in given.items() if key.startswith("model.")}
+
+
 def require_workdir(workdir) -> str:
     """The --workdir value, or one line and exit status 2 when it is missing."""
     if not workdir.value:

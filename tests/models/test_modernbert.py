@@ -76,11 +76,12 @@ def test_bad_modernbert_config_is_one_line(fields, message):
 
 
 # ----- Fine-tuning: PEFT attaches at the generic extension points, in either layout -----
-def task_model(method: str = "none", scan: bool = False, **peft_fields):
+def task_model(method: str = "none", scan: bool = False, pooling: str = "cls", **peft_fields):
     from models import peft
     from models.modernbert import ModernBertForFineTuning
     from objectives.task_heads import head_kind
-    config = dataclasses.replace(CONFIG, scan_layers=scan, peft=peft.PeftConfig(method=method, **peft_fields))
+    config = dataclasses.replace(CONFIG, scan_layers=scan, classifier_pooling=pooling,
+                                 peft=peft.PeftConfig(method=method, **peft_fields))
     return ModernBertForFineTuning(config, head_kind("classification"), 3)
 
 
@@ -110,3 +111,20 @@ def test_peft_on_modernbert_gives_the_same_logits_looped_and_scanned(method):
     params = jax.tree.map(lambda x: x + np.random.default_rng(1).normal(0, 0.05, x.shape).astype(x.dtype),
                           jax.tree.map(np.asarray, params))
     np.testing.assert_allclose(classify(scanned, stack.stack_layers(params)), classify(looped, params), atol=1e-5)
+
+
+def test_mean_pooling_keeps_gradients_finite_beside_a_padding_row():
+    """A data loader fills a short last batch with rows of padding (mask all zero): mean pooling must give them
+    a finite value and gradient, and leave the real rows' logits as they are alone."""
+    model = task_model(pooling="mean")
+    params = model.init(jax.random.key(0), IDS, IDS * 0, IDS)["params"]
+    padded = jnp.concatenate([IDS, jnp.zeros((1, IDS.shape[1]), jnp.int32)])
+
+    def loss(p, ids):
+        out = model.apply({"params": p}, ids, ids * 0, (ids != 0).astype(jnp.int32))["logits"]
+        return jnp.sum(out[:2] ** 2), out[:2]
+
+    (_, alone), _ = jax.value_and_grad(loss, has_aux=True)(params, IDS)
+    (_, beside), grads = jax.value_and_grad(loss, has_aux=True)(params, padded)
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
+    np.testing.assert_allclose(np.asarray(beside), np.asarray(alone), atol=1e-5)

@@ -218,6 +218,7 @@ CASES = {
        for entry in ("train", "finetune", "evaluate", "generate", "perplexity", "fewshot")},
     "train/--print_config": (["pretrain.train", f"--config={BERT}", "--print_config", "--config.batch_size=3"], 0,
                              None),
+    "finetune/--print_config": (finetune("--print_config", "--config.model.dropout_rate=0.25"), 0, None),
 }
 # The commands without a config file must never suggest a --config.* option.
 NO_CONFIG_FLAGS = ("evaluate", "generate", "perplexity", "fewshot")
@@ -345,6 +346,15 @@ def test_help_lists_the_flags_and_print_config_prints_every_key(outcomes):
     assert "--workdir" in help_text and "--print_config" in help_text and "--config.KEY=VALUE" in help_text
     printed = json.loads(outcomes["train/--print_config"][0].stdout)
     assert printed["batch_size"] == 3 and printed["model"]["name"] == "bert" and "mask_prob" in printed["objective"]
+
+
+def test_finetune_takes_the_architecture_from_its_init_and_a_model_flag_over_both(outcomes):
+    """configs/glue.py's BERT is base-sized with dropout 0.1; --config.init (the tiny run) brings hidden size 32,
+    and --config.model.dropout_rate=0.25 on the command line wins over the init's value, as a keyword argument
+    of from_pretrained does."""
+    printed = json.loads(outcomes["finetune/--print_config"][0].stdout)
+    assert printed["model"]["hidden_size"] == 32 and printed["model"]["num_layers"] == 2
+    assert printed["model"]["dropout_rate"] == 0.25
 
 
 def test_a_forked_command_prints_and_exits_as_the_started_one(outcomes, tmp_path):
