@@ -28,9 +28,10 @@ flags.mark_flags_as_required(["config"])
 def main(argv: list[str]) -> None:
     cli.begin(argv)
     from pretrain.loops import finetuning
+    from pretrain.training import pretrained
     if _PRINT_CONFIG.value:  # with the architecture and tokenizer of --config.init, as config.json gets them
         with errors.one_line_errors():
-            print(finetuning.resolve_config(_CONFIG.value, cli.model_flags())[0].to_json_best_effort(indent=2))
+            print(pretrained.resolve_config(_CONFIG.value, cli.model_flags())[0].to_json_best_effort(indent=2))
         return
     workdir = cli.require_workdir(_WORKDIR)
     with errors.one_line_errors():

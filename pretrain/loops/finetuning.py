@@ -48,31 +48,6 @@ from pretrain.workdir.metric_writers import MetricWriter
 # ---------------------------------------------------------------------------------------------
 # Set-up: config, data, model, state.
 # ---------------------------------------------------------------------------------------------
-def resolve_config(config: ml_collections.ConfigDict, model_flags: Mapping[str, Any] | None = None,
-                   ) -> tuple[ml_collections.ConfigDict, pretrained.Pretrained | None]:
-    """The architecture and tokenizer of `config.init` replace the config's defaults; model_flags, the
-    --config.model.KEY=VALUE flags given (the head's pooling, dropout, dtype: as from_pretrained's keyword
-    arguments), replace the init's. Returns the init whose weights to load: None with config.init_weights=random
-    (the same architecture from fresh weights)."""
-    config = copy.deepcopy(config)
-    config.unlock()
-    init = pretrained.load_pretrained(config.init) if config.init else None
-    if init is not None:
-        if init.family != config.model.name:
-            raise UserError(f"--config.init={config.init} holds a {init.family} model but the config fine-tunes "
-                            f"{config.model.name}: use configs/glue.py:task={config.task},model={init.family}")
-        config.model.update(init.model)
-        config.model.update(model_flags or {})
-        if not config.tokenizer.path:
-            config.tokenizer.update(init.tokenizer)
-    if not config.tokenizer.path:
-        raise UserError("no tokenizer: give --config.init (a checkpoint with its tokenizer) or "
-                        "--config.tokenizer.path")
-    if config.get("init_weights") == "random":
-        return config, None
-    return config, init
-
-
 def make_optimizer(config, params, steps_per_epoch: int, finetuner, fresh: Collection[str] = ()):
     """-> (tx, schedule, each parameter's first training step, the PEFT trainable mask or None). fresh: the body's
     weights the pretrained checkpoint lacks, which train from the start (freezing.train_fresh)."""
@@ -134,7 +109,7 @@ def build(config, finetuner, train_data, init: pretrained.Pretrained | None) -> 
 # The loop.
 # ---------------------------------------------------------------------------------------------
 def finetune(config: ml_collections.ConfigDict, workdir: str, model_flags: Mapping[str, Any] | None = None) -> dict:
-    """Fine-tunes and evaluates; returns the contents of DIR/results.json. model_flags: resolve_config's."""
+    """Fine-tunes and evaluates; returns the contents of DIR/results.json. model_flags: pretrained.resolve_config's."""
     started = time.perf_counter()
     validation.check_ranges(config)  # before reading the init checkpoint; all of it once the init is merged
     workdir = workdirs.prepare(workdir)
@@ -144,14 +119,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, model_flags: Mappi
         return json.loads(storage.read_text(results_path))
     # From here a SIGTERM stops the set-up at once (nothing to save yet); from the first step on it saves first.
     with preemption.Watcher(setting_up=os.path.join(workdir, "resume")) as watcher:
-        return _finetune(resolve_config(config, model_flags), workdir, watcher, started)
+        return _finetune(*pretrained.resolve_config(config, model_flags), workdir, watcher, started)
 
 
-def _finetune(resolved: tuple[ml_collections.ConfigDict, pretrained.Pretrained | None], workdir: str,
+def _finetune(config: ml_collections.ConfigDict, init: pretrained.Pretrained | None, workdir: str,
               watcher: preemption.Watcher, started: float) -> dict:
     """finetune's set-up, epochs and results, inside its preemption watcher."""
     results_path = os.path.join(workdir, "results.json")
-    config, init = resolved
     task, finetuner = task_and_finetuner(config)
     train_data, examples = load_split(config, finetuner, "train", config.batch_size,
                                       subset=config.data.max_train_examples)

@@ -5,16 +5,19 @@ fine-tuning model starts from (BERT: the `bert` encoder subtree; T5 and GPT: the
 tokenizer that goes with them, so that `--config.init=PATH` is all a user has to give. Generation,
 perplexity and few-shot evaluation (pretrain/lm/) load their model the same way. What differs per family
 (its Hugging Face loaders and tokenizers, the subtree and the fields it inherits) is its registration
-in models/registry.py.
+in models/registry.py. `resolve_config` merges an init's architecture and tokenizer into a fine-tuning config.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import jax
+import ml_collections
 import numpy as np
 
 import models
@@ -120,6 +123,31 @@ def load_pretrained(path: str, flag: str = "--config.init", heads: bool = False)
     family = models.FAMILIES[name]
     model, params = _inherited(family, config["model"], params, heads)
     return Pretrained(family.finetunes_as or name, model, params, tokenizer, f"orbax:{ckpt}/{step}")
+
+
+def resolve_config(config: ml_collections.ConfigDict, model_flags: Mapping[str, Any] | None = None,
+                   ) -> tuple[ml_collections.ConfigDict, Pretrained | None]:
+    """The architecture and tokenizer of `config.init` replace the config's defaults; model_flags, the
+    --config.model.KEY=VALUE flags given (the head's pooling, dropout, dtype: as from_pretrained's keyword
+    arguments), replace the init's. Returns the init whose weights to load: None with config.init_weights=random
+    (the same architecture from fresh weights)."""
+    config = copy.deepcopy(config)
+    config.unlock()
+    init = load_pretrained(config.init) if config.init else None
+    if init is not None:
+        if init.family != config.model.name:
+            raise UserError(f"--config.init={config.init} holds a {init.family} model but the config fine-tunes "
+                            f"{config.model.name}: use configs/glue.py:task={config.task},model={init.family}")
+        config.model.update(init.model)
+        config.model.update(model_flags or {})
+        if not config.tokenizer.path:
+            config.tokenizer.update(init.tokenizer)
+    if not config.tokenizer.path:
+        raise UserError("no tokenizer: give --config.init (a checkpoint with its tokenizer) or "
+                        "--config.tokenizer.path")
+    if config.get("init_weights") == "random":
+        return config, None
+    return config, init
 
 
 def merge_params(params: dict, pretrained_params: dict, source: str, prefix: str = "") -> tuple[dict, list[str]]:

@@ -39,13 +39,14 @@ def our_batches(task: str, policy: str, args):
     from configs import glue as glue_configs
     from pretrain.loops import finetuning
     from pretrain.loops.scoring import load_split
+    from pretrain.training import pretrained
 
     config = glue_configs.get_config(f"task={task}")
     with config.unlocked():
         config.init, config.seed, config.batch_size = args.model_dir, 0, args.batch_size
         config.data.update(source="dir", glue_dir=args.glue_dir, max_seq_length=args.max_seq_length,
                            length_buckets=POLICIES[policy])
-    config, init = finetuning.resolve_config(config)
+    config, init = pretrained.resolve_config(config)
     _, finetuner = finetuning.task_and_finetuner(config)
     train_data, _ = load_split(config, finetuner, "train", config.batch_size)
     chunks = train_data.epoch_order(config.seed, 0)[:args.steps]

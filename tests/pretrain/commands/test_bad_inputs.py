@@ -218,7 +218,7 @@ CASES = {
        for entry in ("train", "finetune", "evaluate", "generate", "perplexity", "fewshot")},
     "train/--print_config": (["pretrain.train", f"--config={BERT}", "--print_config", "--config.batch_size=3"], 0,
                              None),
-    "finetune/--print_config": (finetune("--print_config", "--config.model.dropout_rate=0.25"), 0, None),
+    "finetune/--print_config": (finetune("--print_config", "--config.model.layer_norm_eps=1e-05"), 0, None),
 }
 # The commands without a config file must never suggest a --config.* option.
 NO_CONFIG_FLAGS = ("evaluate", "generate", "perplexity", "fewshot")
@@ -349,12 +349,12 @@ def test_help_lists_the_flags_and_print_config_prints_every_key(outcomes):
 
 
 def test_finetune_takes_the_architecture_from_its_init_and_a_model_flag_over_both(outcomes):
-    """configs/glue.py's BERT is base-sized with dropout 0.1; --config.init (the tiny run) brings hidden size 32,
-    and --config.model.dropout_rate=0.25 on the command line wins over the init's value, as a keyword argument
-    of from_pretrained does."""
+    """configs/glue.py's BERT is base-sized; --config.init (the tiny run, layer_norm_eps 1e-12) brings hidden size
+    32 and its layer_norm_eps, and --config.model.layer_norm_eps=1e-05 on the command line wins over the init's
+    value, as a keyword argument of from_pretrained does."""
     printed = json.loads(outcomes["finetune/--print_config"][0].stdout)
     assert printed["model"]["hidden_size"] == 32 and printed["model"]["num_layers"] == 2
-    assert printed["model"]["dropout_rate"] == 0.25
+    assert printed["model"]["layer_norm_eps"] == 1e-05
 
 
 def test_a_forked_command_prints_and_exits_as_the_started_one(outcomes, tmp_path):
