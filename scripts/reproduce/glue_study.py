@@ -41,6 +41,9 @@ def add_flags(parser, output: str, seeds: tuple[int, ...] = (0, 1, 2)) -> None:
     parser.add_argument("--output", default=output, help="the study's directory (resumable)")
     parser.add_argument("--glue_dir", default=rp.GLUE_DIR, help="GLUE in the official layout")
     parser.add_argument("--parallel", type=int, default=1, help="fine-tuning runs at once")
+    parser.add_argument("--ledger", default="",
+                        help="JSON lines of finished runs kept apart from --output (scripts/bench/bench_ledger.py): "
+                             "a run it holds is not run again, on any machine")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
     parser.add_argument("--seeds", nargs="+", type=int, default=list(seeds))
     parser.add_argument("--learning_rates", nargs="+", type=float, default=[1e-4, 3e-4],
@@ -63,10 +66,11 @@ class GlueStudy:
     """inits: row name -> the pretrain.finetune flags that choose its weights (--config.init=..., ...).
     models: row name -> configs/glue.py's model= (model_of: bert, the default, or modernbert, ...).
     rates: row name -> its own learning rates where they are not --learning_rates (a reference model at its one
-    standard rate)."""
+    standard rate).
+    places: a name -> a path among the inits' flags, as --ledger keys the runs (reproduction.Reproduction)."""
 
     def __init__(self, args, inits: dict[str, list[str]], settings: list[str], models: dict[str, str] | None = None,
-                 rates: dict[str, list[float]] | None = None):
+                 rates: dict[str, list[float]] | None = None, places: dict[str, str] | None = None):
         self.inits, self.tasks, self.seeds = inits, args.tasks, args.seeds
         self.models = models or {}
         self.rates_of = {init: (rates or {}).get(init, args.learning_rates) for init in inits}
@@ -76,7 +80,8 @@ class GlueStudy:
         self.recipe = [f"--config.batch_size={args.batch_size}", "--config.write_test_predictions=false",
                        f"--config.data.glue_dir={os.path.abspath(args.glue_dir)}"]
         inits_flags = [f"{name}={' '.join(flags)}" for name, flags in inits.items()]
-        self.harness = rp.Reproduction(args, settings + self.recipe + [f"epochs={self.epochs}"] + inits_flags)
+        self.harness = rp.Reproduction(args, settings + self.recipe + [f"epochs={self.epochs}"] + inits_flags,
+                                       places={"<glue_dir>": os.path.abspath(args.glue_dir), **(places or {})})
         self.cells = {(init, task, rate): [self.cell(init, task, rate, seed) for seed in self.seeds]
                       for init in inits for task in self.tasks for rate in self.rates_of[init]}
         self.chosen: dict[tuple[str, str], float] = {}  # (init, task) -> the learning rate selected on dev
@@ -97,13 +102,14 @@ class GlueStudy:
         pairs = [(init, task) for init in self.inits for task in self.tasks]
         if self.rate_selection == "first_seed":
             # seed 0 of every rate, and every seed of an init with one rate (nothing to choose: no idle worker)
+            one_rate = {init for init in self.inits if len(self.rates_of[init]) == 1}
             self.harness.run([cell for (init, _, _), cells in self.cells.items()
-                              for cell in (cells if len(self.rates_of[init]) == 1 else cells[:1])])
+                              for cell in (cells if init in one_rate else cells[:1])])
             for init, task in pairs:
                 self.chosen[init, task] = max(self.rates_of[init],
                                               key=lambda rate: self.score(self.cells[init, task, rate][0]))
             self.harness.run([cell for (init, task, rate), cells in self.cells.items()
-                              if rate == self.chosen[init, task] and len(self.rates_of[init]) > 1
+                              if rate == self.chosen[init, task] and init not in one_rate
                               for cell in cells[1:]])
         else:
             self.harness.run([cell for cells in self.cells.values() for cell in cells])

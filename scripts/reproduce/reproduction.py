@@ -9,6 +9,10 @@ own measured step time, one arm at a time so that each has the machine), then
 same architecture: `--config.init_weights=random`). The corpus and tokenizer are `make demo`'s (built here into
 `<output>/assets` when not given), so the numbers are small at CPU scale; a config and its overrides are
 all that changes at another scale.
+
+With `--ledger` (scripts/bench/bench_ledger.py) every finished fine-tuning run is also kept there, keyed by its
+command line with the paths that differ between machines named (`places`), so a study that takes several sessions
+survives losing the machine its run directories lived on: a cell the ledger holds is not run again.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from pretrain.jobs import sweep_report, sweep_runner
 from pretrain.jobs.sweep_cells import Cell
 from pretrain.jobs.sweep_dir import SweepDir
 from pretrain.runtime.errors import EXIT_PREEMPTED, UserError
+from scripts.bench import bench_ledger
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GLUE_DIR = os.path.join(REPO, "..", "shared", "data", "glue")
@@ -71,7 +76,8 @@ def machine() -> str:
 class Reproduction:
     """The runs of one reproduction in one sweep directory."""
 
-    def __init__(self, args, settings: list[str]):
+    def __init__(self, args, settings: list[str], places: dict[str, str] | None = None):
+        """places: a name (<pretrained: ...>) -> a path the runs' commands hold, as --ledger keys them."""
         self.output = os.path.abspath(args.output)
         self.parallel, self.minutes = args.parallel, args.minutes
         settings = settings + ([f"minutes={self.minutes:g}"] if self.minutes else [])
@@ -84,6 +90,9 @@ class Reproduction:
             sys.exit(f"error: {e}")
         self.started = time.perf_counter()
         self.cells: list[Cell] = []
+        self.ledger = os.path.abspath(args.ledger) if getattr(args, "ledger", "") else ""
+        self.places = {"<output>": self.output, "<repo>": REPO, **(places or {})}
+        self.recorded: dict[str, dict] = {}  # cell name -> its --ledger record (a run whose directory is not here)
 
     def workdir(self, name: str) -> str:
         return os.path.join(self.output, name)
@@ -116,20 +125,49 @@ class Reproduction:
         self.run(cells, parallel=1 if self.minutes else self.parallel)
 
     def run(self, cells: list[Cell], parallel: int | None = None) -> None:
-        """The cells not done before (`parallel` at once, default --parallel); exits 1 naming a failed one (its
-        log has why)."""
+        """The cells not done before, here or in --ledger (`parallel` at once, default --parallel); exits 1 naming
+        a failed one (its log has why)."""
         self.cells += cells
+        todo = [cell for cell in cells if not self.in_ledger(cell)]
         try:
-            statuses = sweep_runner.run_cells(self.sweep, cells, parallel or self.parallel,
+            statuses = sweep_runner.run_cells(self.sweep, todo, parallel or self.parallel,
                                               say=lambda line: print(line, flush=True))
         except sweep_runner.SweepStopped as e:
             print(e, file=sys.stderr)
             sys.exit(EXIT_PREEMPTED)
+        finally:
+            for cell in todo:
+                self.record(cell)
         failed = [name for name, code in statuses.items() if code != 0]
         if failed:
             sys.exit(f"error: runs failed: {', '.join(failed)} (logs in {self.output}/logs)")
 
+    def ledger_key(self, cell: Cell) -> list[str]:
+        return bench_ledger.portable_command(list(cell.command), self.places)
+
+    def in_ledger(self, cell: Cell) -> bool:
+        """Whether --ledger holds this cell's run while this directory does not (then its record stands in)."""
+        if not self.ledger or self.sweep.outcome(cell) is not None:
+            return False
+        record = bench_ledger.find(self.ledger, self.ledger_key(cell))
+        if record is not None:
+            self.recorded[cell.name] = record
+            print(f"  {cell.name}: in {self.ledger} ({record['recorded']}), skipped", flush=True)
+        return record is not None
+
+    def record(self, cell: Cell) -> None:
+        """A finished fine-tuning run's results.json and wall time into --ledger, its paths named as in the key
+        (once; a pretraining run, with no results.json, stays out)."""
+        outcome = self.sweep.outcome(cell)
+        path = os.path.join(self.workdir(cell.name), "results.json")
+        if self.ledger and outcome is not None and os.path.exists(path):
+            with open(path) as f:
+                results = _portable(json.load(f), self.places)
+            bench_ledger.record(self.ledger, self.ledger_key(cell), dict(results, wall_sec=outcome["wall_sec"]))
+
     def results(self, cell: Cell) -> dict:
+        if cell.name in self.recorded:
+            return self.recorded[cell.name]
         with open(os.path.join(self.workdir(cell.name), "results.json")) as f:
             return json.load(f)
 
@@ -140,9 +178,18 @@ class Reproduction:
     def footer(self) -> str:
         """How long: this invocation, and the runs' own wall times summed (over earlier invocations too)."""
         minutes = (time.perf_counter() - self.started) / 60
-        runs = sum(self.sweep.outcome(c)["wall_sec"] for c in self.cells) / 60
+        runs = sum((self.recorded.get(c.name) or self.sweep.outcome(c))["wall_sec"] for c in self.cells) / 60
         return (f"Ran in {minutes:.1f} min (this invocation); its {len(self.cells)} runs took {runs:.1f} min in all, "
                 f"one after another unless --parallel; on {machine()}.")
+
+
+def _portable(value, places: dict[str, str]):
+    """A results.json's values with the paths of `places` named (bench_ledger.portable), at any depth."""
+    if isinstance(value, dict):
+        return {k: _portable(v, places) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_portable(v, places) for v in value]
+    return bench_ledger.portable(value, places) if isinstance(value, str) else value
 
 
 def mean_std(values: list[float]) -> str:
