@@ -89,11 +89,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model.next_sentence = c.objective.get_ref("next_sentence")
 
     c.data = ml_collections.ConfigDict(dict(
-        source="text",               # text | tfds | prepared (python -m pretrain.tools.prepare_corpus)
-        path="",                     # text: file(s), globs, comma-separated
-        tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",
-        max_documents=0,             # 0 = all
-        eval_documents=0,            # documents held out for evaluation (0 = no evaluation)
+        **common.corpus_fields(),
         max_seq_length=128,
         long_seq_length=512,         # second phase at this length (0 = no second phase)
         long_seq_start_step=900_000,

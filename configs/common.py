@@ -60,6 +60,24 @@ def apply_setting(config: ml_collections.ConfigDict, setting: str) -> None:
     node[last] = typed(value, node[last])
 
 
+def corpus_fields(**overrides) -> dict:
+    """config.data fields of every pretraining config that name its corpus (pretrain/data/documents.py), with the
+    family's own defaults in `overrides`."""
+    return dict(dict(
+        source="text",               # text | tfds | hf (a Hugging Face Hub dataset) | prepared
+                                     # (python -m pretrain.tools.prepare_corpus)
+        path="",                     # text: file(s), globs, comma-separated; prepared: its directory
+        tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",  # tfds: the dataset, its text feature
+        hf_path="",                  # hf: a Hub name (wikimedia/wikipedia) or a local folder in the Hub's layout
+        hf_name="", hf_split="train",  # hf: the dataset's config (20231101.en) and split (train[:10%])
+        data_files="",               # hf: files of the dataset (globs, comma-separated), as load_dataset's data_files
+        text_column="text",          # hf: the column holding a document
+        streaming=False,             # hf: read as a stream, up to max_documents (no Arrow copy of the split)
+        max_documents=0,             # 0 = all
+        eval_documents=0),           # documents held out for evaluation (0 = no evaluation)
+        **overrides)
+
+
 def input_pipeline_fields() -> dict:
     """config.data fields of every pretraining config: how the streaming pipeline (pretrain/data/streaming.py)
     cuts the corpus. A batch is a pure function of (seed, step, streams, window_documents)."""

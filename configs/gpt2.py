@@ -117,12 +117,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.objective = ml_collections.ConfigDict(dict(name="causal_lm", pack_documents=True, z_loss=0.0))
 
     c.data = ml_collections.ConfigDict(dict(
-        source="text",               # text (blank lines end documents) | raw_text (verbatim stream) | tfds
-                                     # | prepared (python -m pretrain.tools.prepare_corpus)
-        path="",                     # text: file(s), globs, comma-separated
-        tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",
-        max_documents=0,             # 0 = all
-        eval_documents=0,            # documents held out for evaluation (0 = no evaluation)
+        **common.corpus_fields(),    # and source=raw_text: the files verbatim as one stream (nanoGPT)
         eval_fraction=0.0,           # raw_text: the stream's last fraction held out (nanoGPT: 0.1)
         max_seq_length=n_positions,  # nanoGPT's block_size: the model's context
         **common.input_pipeline_fields()))

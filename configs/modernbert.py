@@ -78,8 +78,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optimizer.schedule = "warmup_stable_decay"
     c.optimizer.decay_fraction = 0.1   # the last 10% of the steps decay (1 - sqrt) to end_learning_rate
     c.data = ml_collections.ConfigDict(dict(
-        source="text", path="", tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",
-        max_documents=0, eval_documents=0,
+        **common.corpus_fields(),
         max_seq_length=128,
         long_seq_length=0,           # a second phase at this length (the paper's 8,192 context extension)
         long_seq_start_step=0,

@@ -117,11 +117,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         z_loss=1e-4))                # t5x's default auxiliary loss on log Z
 
     c.data = ml_collections.ConfigDict(dict(
-        source="tfds",               # text | tfds | prepared (python -m pretrain.tools.prepare_corpus)
-        path="",                     # text: file(s), globs, comma-separated
-        tfds_name="c4/en", tfds_split="train", tfds_data_dir="", text_key="text",
-        max_documents=0,             # 0 = all
-        eval_documents=0,            # documents held out for evaluation (0 = no evaluation)
+        **common.corpus_fields(source="tfds", tfds_name="c4/en"),
         max_seq_length=512,          # encoder input length (Section 3.1.2)
         **common.input_pipeline_fields()))
 

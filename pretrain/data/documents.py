@@ -3,10 +3,13 @@ or a prepared corpus read by random access). The batches built from them are pre
 pretrain/data/prefetch.py builds them ahead of the device."""
 from __future__ import annotations
 
+import itertools
+
 import ml_collections
 import numpy as np
 
-from pretrain.data import prepared, sources, staging, tokenizers
+
+from pretrain.data import hub, prepared, sources, staging, tokenizers
 from pretrain.workdir import storage
 
 
@@ -34,9 +37,11 @@ def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Toke
         docs = sources.read_tfds_corpus(
             config.tfds_name, split=config.tfds_split, data_dir=config.tfds_data_dir or None,
             text_key=config.text_key, max_documents=config.max_documents or None)
+    elif config.source == "hf":
+        docs = _hub_documents(config)
     else:
         raise sources.CorpusError(f"config.data.source={config.source!r} is unknown; use 'text', 'raw_text', "
-                                  "'tfds' or 'prepared'")
+                                  "'tfds', 'hf' or 'prepared'")
     if config.max_documents:
         docs = docs[:config.max_documents]
     tokenized = sources.tokenize_documents(docs, tokenizer)
@@ -45,6 +50,27 @@ def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Toke
         raise sources.CorpusError(f"corpus has {len(tokenized)} documents, too few to hold out "
                                   f"config.data.eval_documents={n_eval}; lower it or add text")
     return (tokenized[:-n_eval], tokenized[-n_eval:]) if n_eval else (tokenized, [])
+
+
+def _hub_documents(config: ml_collections.ConfigDict) -> list[sources.Document]:
+    """A Hugging Face Hub dataset's documents (pretrain/data/hub.py), read whole into memory as a text corpus is:
+    every process reads them all, and the streaming pipeline gives each its rows. A streamed one is read up to
+    max_documents; a corpus too large for memory goes through pretrain.tools.prepare_corpus --hf instead."""
+    if not config.hf_path:
+        raise sources.CorpusError("config.data.hf_path is empty: give a Hub name (--config.data.hf_path="
+                                  "wikimedia/wikipedia --config.data.hf_name=20231101.en) or a local folder")
+    if config.streaming and not config.max_documents:
+        raise sources.CorpusError("config.data.streaming=True reads the stream into memory up to "
+                                  "config.data.max_documents: set it, or prepare the whole corpus once with "
+                                  "python -m pretrain.tools.prepare_corpus --hf and train with source=prepared")
+    documents = hub.iter_documents(config.hf_path, name=config.hf_name, split=config.hf_split,
+                                   data_files=config.data_files, streaming=config.streaming,
+                                   text_column=config.text_column)
+    docs = list(itertools.islice(documents, config.max_documents or None))
+    if not docs:
+        raise sources.CorpusError(f"the dataset {config.hf_path!r} split {config.hf_split!r} has no text in column "
+                                  f"{config.text_column!r} (check --config.data.hf_split and text_column)")
+    return docs
 
 
 def _prepared_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer

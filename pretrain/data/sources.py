@@ -1,4 +1,5 @@
-"""Pretraining corpora: text files and named TFDS datasets -> documents -> token ids.
+"""Pretraining corpora: text files and named TFDS datasets -> documents -> token ids (Hugging Face Hub datasets:
+pretrain/data/hub.py).
 
 A corpus is a list of documents; a document is a list of sentences (or lines). This is the
 layout BERT's `create_pretraining_data.py` reads (one sentence per line, blank lines between
@@ -177,7 +178,10 @@ def _array_record_examples(source, limit: int):
         yield from source.__getitems__(indices)  # one batched read instead of len(indices) reads
 
 
-def _to_document(text: Any) -> Document:
+def to_document(text: Any) -> Document:
+    """A document's text (str or bytes; None: no text) -> its non-blank lines."""
+    if text is None:
+        return []
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     return [line.strip() for line in str(text).split("\n") if line.strip()]
@@ -227,7 +231,7 @@ def iter_tfds_documents(
         examples = _tfrecord_examples(builder, split, name)
     else:
         examples = _array_record_examples(source, len(source))  # lazy: a consumer may stop early
-    return (document for document in map(_to_document, (e[text_key] for e in examples)) if document)
+    return (document for document in map(to_document, (e[text_key] for e in examples)) if document)
 
 
 def read_tfds_corpus(

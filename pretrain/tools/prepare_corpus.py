@@ -4,9 +4,12 @@
       --num_shards 8 [--eval_documents 100] [--workers N] [--max_documents M]
   python -m pretrain.tools.prepare_corpus --tfds wikipedia/20230601.en [--tfds_data_dir DIR] [--text_key text] \
       --tokenizer vocab.txt --tokenizer_kind wordpiece --output prepared/wiki --num_shards 256
+  python -m pretrain.tools.prepare_corpus --hf HuggingFaceFW/fineweb-edu --hf_name sample-10BT --streaming \
+      --tokenizer tokenizer.json --tokenizer_kind hf_json --output prepared/fineweb --num_shards 256
 
 --input is the text format of --config.data.source=text (one sentence per line, blank lines between
-documents; paths, globs or comma-separated lists); --tfds a dataset as --config.data.source=tfds reads it.
+documents; paths, globs or comma-separated lists); --tfds a dataset as --config.data.source=tfds reads it; --hf a
+Hugging Face Hub dataset (or a local folder in its layout) as --config.data.source=hf reads it.
 Both are streamed (read twice: counted, then tokenized on --workers processes), so memory stays bounded
 whatever the corpus size. The layout is pretrain/data/prepared.py's; index.json, written last, records the
 counts, the tokenizer's fingerprint and this command.
@@ -19,7 +22,7 @@ import os
 import shlex
 import sys
 
-from pretrain.data import preparation, prepared, sources, tokenizers
+from pretrain.data import hub, preparation, prepared, sources, tokenizers
 from pretrain.runtime import errors
 
 
@@ -31,6 +34,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tfds_data_dir", default=None)
     parser.add_argument("--tfds_split", default="train")
     parser.add_argument("--text_key", default="text", help="the TFDS feature holding a document")
+    corpus.add_argument("--hf", help="a Hugging Face Hub dataset (owner/name) or a local folder in the Hub's layout")
+    parser.add_argument("--hf_name", default="", help="the Hub dataset's config, e.g. 20231101.en")
+    parser.add_argument("--hf_split", default="train")
+    parser.add_argument("--data_files", default="", help="the Hub dataset's files to read (globs, comma-separated)")
+    parser.add_argument("--text_column", default="text", help="the Hub dataset's column holding a document")
+    parser.add_argument("--streaming", action="store_true",
+                        help="read the Hub dataset as a stream (no Arrow copy of the split on disk)")
     parser.add_argument("--tokenizer", required=True, help="the tokenizer file (as --config.tokenizer.path)")
     parser.add_argument("--tokenizer_kind", choices=tokenizers.KINDS, default="sentencepiece")
     parser.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
@@ -50,6 +60,12 @@ def run(args: argparse.Namespace, command: str = "") -> dict:
     if args.input:
         documents = functools.partial(sources.iter_text_documents, args.input, flag="--input")
         source = {"input": args.input}
+    elif args.hf:
+        source = {"hf": args.hf, "hf_name": args.hf_name, "hf_split": args.hf_split, "data_files": args.data_files,
+                  "text_column": args.text_column, "streaming": args.streaming}
+        documents = functools.partial(hub.iter_documents, args.hf, name=args.hf_name, split=args.hf_split,
+                                      data_files=args.data_files, streaming=args.streaming,
+                                      text_column=args.text_column)
     else:
         documents = functools.partial(sources.iter_tfds_documents, args.tfds, split=args.tfds_split,
                                       data_dir=args.tfds_data_dir, text_key=args.text_key)

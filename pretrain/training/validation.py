@@ -130,7 +130,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "data.max_documents": NON_NEGATIVE, "data.long_seq_length": NON_NEGATIVE,
     "data.long_seq_start_step": NON_NEGATIVE, "data.max_train_examples": NON_NEGATIVE,
     "data.eval_fraction": _float(0, 1, high_open=True, what="a number in [0, 1)"),
-    "data.source": _choice("text", "raw_text", "tfds", "prepared", "dir"),
+    "data.source": _choice("text", "raw_text", "tfds", "hf", "prepared", "dir"),
     "tokenizer.extra_ids": NON_NEGATIVE,  # tokenizer.kind: pretrain/data/tokenizers names the kinds it loads
     # fine-tuning
     "init_weights": _choice("pretrained", "random"),

@@ -1,0 +1,115 @@
+"""Corpora from the Hugging Face Hub (pretrain/data/hub.py), offline: the demo corpus's documents written as a local
+folder in a Hub repository's layout (data/train-0000k-of-00002.parquet with a `text` column and an `id`), which
+`load_dataset` reads as it would the repository. Read directly or prepared into ArrayRecord shards, it gives the
+documents of the text file it came from, and pretraining from it the same run."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import pytest
+
+from pretrain.data import documents as corpus_documents
+from pretrain.data import hub, preparation, sources, tokenizers
+from pretrain.data.prepared import PreparedCorpus
+from pretrain.data.sources import CorpusError
+from tests.helpers.asserts import assert_one_line_error
+from tests.helpers.commands import run_train
+from tests.helpers.tiny_bert import tiny_overrides
+
+datasets = pytest.importorskip("datasets")
+
+
+@pytest.fixture(autouse=True)
+def offline_cache(tmp_path, monkeypatch):
+    """No network, and the Arrow cache of `load_dataset` under tmp_path rather than ~/.cache."""
+    import huggingface_hub
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))  # the commands the tests start
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def write_hub_folder(folder, documents: list[list[str]], files: int = 2) -> str:
+    """The documents as a Hub repository's parquet files: one row per document, its lines joined by newlines."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    os.makedirs(folder / "data", exist_ok=True)
+    per_file = -(-len(documents) // files)
+    for k in range(files):
+        part = documents[k * per_file:(k + 1) * per_file]
+        table = pa.table({"id": list(range(k * per_file, k * per_file + len(part))),
+                          "text": ["\n".join(document) for document in part]})
+        pq.write_table(table, folder / "data" / f"train-{k:05d}-of-{files:05d}.parquet")
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def text_documents(corpus_and_tokenizer) -> list[list[str]]:
+    return sources.read_text_corpus(corpus_and_tokenizer[0])
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_hub_folder_gives_the_documents_of_the_text_corpus_it_holds(tmp_path, text_documents, streaming):
+    folder = write_hub_folder(tmp_path / "corpus", text_documents + [[]])  # an empty row: skipped
+    assert list(hub.iter_documents(folder, streaming=streaming)) == text_documents
+
+
+def test_two_processes_read_disjoint_parts_that_together_are_the_corpus(tmp_path, text_documents):
+    folder = write_hub_folder(tmp_path / "corpus", text_documents)
+    parts = [list(hub.iter_documents(folder, streaming=True, shard=(k, 2))) for k in range(2)]
+    assert parts[0] and parts[1]
+    assert parts[0] + parts[1] == text_documents  # two files, one each: whole files in order
+
+
+def test_prepared_from_a_hub_folder_holds_what_the_direct_source_reads(tmp_path, text_documents,
+                                                                       corpus_and_tokenizer):
+    folder = write_hub_folder(tmp_path / "corpus", text_documents)
+    spm = {"kind": "sentencepiece", "path": corpus_and_tokenizer[1], "lowercase": True, "extra_ids": 0}
+    preparation.prepare(functools.partial(hub.iter_documents, folder, streaming=True), spm, str(tmp_path / "out"),
+                        num_shards=2, progress=False)
+    prepared = list(PreparedCorpus.open(str(tmp_path / "out"), tokenizer=spm))
+    config = _data_config(hf_path=folder)
+    direct, _ = corpus_documents.load_documents(config, tokenizers.from_config(spm))
+    assert len(prepared) == len(direct)
+    assert all([s.tolist() for s in a] == [s.tolist() for s in b] for a, b in zip(prepared, direct))
+
+
+def test_pretraining_from_a_hub_folder_is_the_run_from_its_text_file(tmp_path, text_documents, corpus_and_tokenizer,
+                                                                     tiny_bert_workdir):
+    folder = write_hub_folder(tmp_path / "corpus", text_documents)
+    workdir = tmp_path / "run"
+    run_train(workdir, tiny_overrides(*corpus_and_tokenizer, **{"data.source": "hf", "data.hf_path": folder}))
+    assert _losses(workdir) == _losses(tiny_bert_workdir)  # same documents, same batches, same steps
+
+
+def _losses(workdir) -> list[float]:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [record["loss"] for record in map(json.loads, f) if "loss" in record]
+
+
+def _data_config(**fields):
+    from configs import common
+    import ml_collections
+    return ml_collections.ConfigDict(common.corpus_fields(source="hf", **fields))
+
+
+def test_bad_hub_sources_are_one_line_errors(tmp_path, text_documents):
+    folder = write_hub_folder(tmp_path / "corpus", text_documents)
+    with pytest.raises(CorpusError) as e:
+        list(hub.iter_documents(folder, text_column="content"))
+    assert_one_line_error(e, "no column 'content'", "['id', 'text']", "--config.data.text_column")
+    with pytest.raises(CorpusError) as e:  # no network, nothing in the cache
+        hub.load("wikimedia/wikipedia", name="20231101.en")
+    assert_one_line_error(e, "wikimedia/wikipedia", "not in the cache", "local folder")
+    with pytest.raises(CorpusError) as e:
+        hub.load(folder, split="validation")
+    assert_one_line_error(e, "validation", "--config.data.hf_split")
+    with pytest.raises(CorpusError) as e:
+        hub.load(str(tmp_path / "nowhere"))
+    assert_one_line_error(e, "nowhere", "--config.data.hf_path")
+    with pytest.raises(CorpusError) as e:
+        corpus_documents.load_documents(_data_config(hf_path=folder, streaming=True), tokenizer=None)
+    assert_one_line_error(e, "max_documents", "prepare_corpus --hf")
