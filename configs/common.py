@@ -124,6 +124,11 @@ def trainer_config() -> ml_collections.ConfigDict:
                                       # (logged as skipped_updates); False: stop the run there with one line
     c.profile_steps = ""             # 'N,M': a jax.profiler trace of steps N..M in WORKDIR/profile (core/profiling.py)
     c.profile_all_processes = False  # True: every process traces (its own file); False: the first only
+    c.wandb = ml_collections.ConfigDict(dict(  # Weights & Biases beside TensorBoard (pretrain/workdir/wandb_run.py)
+        project="",                  # set: the metrics and the config go to this project too (pip install -e ".[wandb]")
+        entity="",                   # the W&B team or user (empty: the account's default)
+        name="",                     # the run's name (empty: the workdir's)
+        tags=""))                    # comma-separated
 
     c.optimizer = ml_collections.ConfigDict()
     c.optimizer.name = "adamw"

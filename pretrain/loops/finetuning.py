@@ -250,7 +250,7 @@ class _Epochs:
         if distributed.is_primary():
             workdirs.save_config(self.workdir, self.config)  # validated, and fits the state it resumes
         self.ckpt.discard_after(self.position.step)  # best-epoch saves of a killed run past the resume point
-        self.writer = MetricWriter(self.workdir, resume_step=self.position.step)
+        self.writer = MetricWriter(self.workdir, resume_step=self.position.step, config=self.config)
         return state
 
     def train(self, state, watcher: preemption.Watcher):

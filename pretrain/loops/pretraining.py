@@ -236,7 +236,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.
             return {}
         if distributed.is_primary():
             workdirs.save_config(workdir, config)  # validated, and fits the checkpoint it resumes
-        writer = stack.enter_context(contextlib.closing(MetricWriter(workdir, resume_step=start.step)))
+        writer = stack.enter_context(contextlib.closing(MetricWriter(workdir, resume_step=start.step, config=config)))
         progress = stack.enter_context(tqdm(total=config.num_train_steps, initial=start.step, desc="train",
                                             unit="step", dynamic_ncols=True, mininterval=1.0,
                                             disable=not distributed.is_primary()))

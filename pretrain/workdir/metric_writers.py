@@ -13,6 +13,8 @@ folder and their new bytes appended the same way (an events file is a sequence o
 what tensorboardX does locally); its own gs:// writer re-uploads the whole file at every flush, once more
 when garbage-collected, and for two minutes into a bucket that is gone.
 
+With config.wandb.project set, Weights & Biases gets the same records (pretrain/workdir/wandb_run.py).
+
 In a multi-host run only process 0 writes them (every process computes the same replicated
 metrics); on the others a MetricWriter accepts every call and does nothing.
 """
@@ -31,6 +33,7 @@ import numpy as np
 
 from pretrain.runtime import distributed
 from pretrain.workdir import storage
+from pretrain.workdir.wandb_run import WandbRun
 
 
 def _import_summary_writer():
@@ -54,26 +57,33 @@ FLUSH_SECS = 30.0  # metrics.jsonl in a bucket: at most this long between upload
 
 
 class MetricWriter:
-    def __init__(self, workdir: str, resume_step: int = 0):
+    """config: the run's resolved config; its `wandb` fields (when it has them) turn Weights & Biases on."""
+
+    def __init__(self, workdir: str, resume_step: int = 0, config=None):
         self.jsonl_path = os.path.join(workdir, "metrics.jsonl")
         self.tensorboard_dir = os.path.join(workdir, "tensorboard")
         self.enabled = distributed.is_primary()
+        self.wandb = None
         if not self.enabled:
             return
-        self._drop_records_after(resume_step)
+        logged_through = self._drop_records_after(resume_step)
+        wandb = config.get("wandb") if config is not None else None
+        if wandb is not None and wandb.project:
+            self.wandb = WandbRun(wandb, workdir, config.to_dict(), logged_through)
         self.jsonl = LineLog(self.jsonl_path, flush_secs=FLUSH_SECS)
         self.events = EventsFolder(self.tensorboard_dir, flush_secs=FLUSH_SECS)
         # purge_step: TensorBoard hides this log's events from that step on (those of a killed run, redone now).
         self.tensorboard = SummaryWriter(self.events.local_dir, flush_secs=10,
                                          purge_step=resume_step + 1 if resume_step else None)
 
-    def _drop_records_after(self, step: int) -> None:
+    def _drop_records_after(self, step: int) -> int:
         """A killed run may have logged past its last checkpoint (those steps will be redone), and may have
-        been killed in the middle of a line. Rewritten only when something is dropped."""
+        been killed in the middle of a line. Rewritten only when something is dropped. -> the last step logged
+        before (-1: none)."""
         if not storage.exists(self.jsonl_path):
-            return
+            return -1
         lines = io.StringIO(storage.read_text(self.jsonl_path)).readlines()
-        kept, dropped_unreadable = [], 0
+        kept, dropped_unreadable, logged_through = [], 0, -1
         for n, line in enumerate(lines):
             try:
                 record = json.loads(line) if line.strip() else None
@@ -82,10 +92,13 @@ class MetricWriter:
                 dropped_unreadable += 1
                 print(f"warning: {self.jsonl_path}:{n + 1} is not a JSON record (a run cut short while writing "
                       "it?); dropped", file=sys.stderr, flush=True)
-            if isinstance(record, dict) and record.get("step", 0) <= step:
-                kept.append(line if line.endswith("\n") else line + "\n")
+            if isinstance(record, dict):
+                logged_through = max(logged_through, record.get("step", 0))
+                if record.get("step", 0) <= step:
+                    kept.append(line if line.endswith("\n") else line + "\n")
         if kept != lines:
             storage.write_atomic(self.jsonl_path, "".join(kept))
+        return logged_through
 
     def write(self, step: int, metrics: dict[str, float], prefix: str = "train") -> None:
         if not self.enabled:
@@ -94,9 +107,12 @@ class MetricWriter:
         if prefix != "train":
             record = {"step": record["step"], **{f"{prefix}_{k}": v for k, v in record.items() if k != "step"}}
         self.jsonl.write(json.dumps(record, allow_nan=False) + "\n")  # flushed (in a bucket: uploaded in time)
-        for name, value in metrics.items():  # TensorBoard takes NaN as it is
-            self.tensorboard.add_scalar(f"{prefix}/{name}", float(np.asarray(value)), int(step))
+        scalars = {name: float(np.asarray(value)) for name, value in metrics.items()}
+        for name, value in scalars.items():  # TensorBoard and W&B take NaN as it is
+            self.tensorboard.add_scalar(f"{prefix}/{name}", value, int(step))
         self.events.upload_if_due(self.tensorboard)
+        if self.wandb is not None:
+            self.wandb.log(int(step), scalars, prefix)
 
     def close(self) -> None:
         if not self.enabled:
@@ -104,6 +120,8 @@ class MetricWriter:
         self.jsonl.close()
         self.tensorboard.close()
         self.events.close()
+        if self.wandb is not None:
+            self.wandb.finish()
 
 
 def _to_python(value) -> float | None:
