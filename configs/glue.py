@@ -106,9 +106,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.tokenizer = ml_collections.ConfigDict(dict(kind="wordpiece", path="", lowercase=True))
 
     c.data = ml_collections.ConfigDict(dict(
-        source="dir",              # dir: official GLUE layout under glue_dir | tfds: glue/<task>
+        source="dir",              # dir: official GLUE layout under glue_dir | tfds: glue/<task> | hf: the Hub's
         glue_dir=os.environ.get("GLUE_DIR", "../shared/data/glue"),
         tfds_data_dir="",
+        hf_path="nyu-mll/glue",    # hf: the Hub dataset (a config per task), or a local copy of its repository
         max_seq_length=128,
         max_train_examples=0,      # > 0: a fixed random subset of the train split (same for every seed)
         skip_malformed=False,      # drop TSV rows with the wrong number of fields (the original QQP has a few)

@@ -1,7 +1,8 @@
-"""The nine GLUE tasks: task metadata, readers for the official TSV files and TFDS, submission files.
+"""The nine GLUE tasks: task metadata, readers for the official TSV files, TFDS and the Hugging Face Hub, submission
+files.
 
-Two sources give the same `Example`s: the official download (`download_glue_data.py` layout,
-`<glue_dir>/<CoLA|SST-2|...>/<split>.tsv`) and TFDS `glue/<task>`. Label ids follow TFDS, so a model
+Three sources give the same `Example`s: the official download (`download_glue_data.py` layout,
+`<glue_dir>/<CoLA|SST-2|...>/<split>.tsv`), TFDS `glue/<task>` and the Hub's `nyu-mll/glue`. Label ids follow TFDS, so a model
 fine-tuned on one source scores the same on the other. Split names are ours ('train', 'dev', 'test',
 MNLI's 'dev_matched' ...): they are the official file names; `_TFDS_SPLITS` maps them to TFDS's.
 """
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pretrain.data import hub
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import Example, Labels
 from pretrain.workdir import storage
@@ -273,32 +275,51 @@ def read_glue_tfds(task: GlueTask, split: str, data_dir: str | None = None) -> l
     except NotImplementedError:  # prepared as tfrecord: no random access without TensorFlow
         raise GlueDataError(f"TFDS dataset {name} under {where} is stored as tfrecord; re-prepare it with"
                             " file_format='array_record' (`tfds build glue --file_format=array_record`)") from None
+    records = (ex for start in range(0, len(source), _TFDS_BATCH)
+               for ex in source.__getitems__(list(range(start, min(start + _TFDS_BATCH, len(source))))))
+    return _feature_examples(task, split, records)
+
+
+def read_glue_hub(task: GlueTask, split: str, path: str = "nyu-mll/glue") -> list[Example]:
+    """The Hugging Face Hub's GLUE (`nyu-mll/glue`: a config per task, TFDS's feature names and label ids, test
+    labels -1), or a local copy of that repository (its README.md's configs, <task>/<split>-*.parquet)."""
+    _check_split(task, split)
+    try:
+        dataset = hub.load(path, name=task.name, split=_TFDS_SPLITS[split])
+    except hub.CorpusError as e:
+        raise GlueDataError(str(e)) from None
+    return _feature_examples(task, split, dataset)
+
+
+def _feature_examples(task: GlueTask, split: str, records) -> list[Example]:
+    """Examples from records with TFDS's GLUE features (the Hub's are the same), in the official files' order."""
     key_a, key_b = _TFDS_FEATURES[task.name]
     examples = []
-    for start in range(0, len(source), _TFDS_BATCH):
-        for ex in source.__getitems__(list(range(start, min(start + _TFDS_BATCH, len(source))))):
-            # TFDS stores STS-B scores as float32; the shortest float32 decimal is the file's "3.800".
-            label = float(str(np.float32(ex["label"]))) if task.is_regression else int(ex["label"])
-            if split in task.test_splits:
-                label = -1  # TFDS stores -1 (or -1.0 for STS-B): keep one convention
-            text_b = _decode(ex[key_b]) if key_b else None
-            examples.append(Example(_decode(ex[key_a]), text_b, label, int(ex["idx"])))
+    for ex in records:
+        # STS-B scores are float32; the shortest float32 decimal is the file's "3.800".
+        label = float(str(np.float32(ex["label"]))) if task.is_regression else int(ex["label"])
+        if split in task.test_splits:
+            label = -1  # stored as -1 (or -1.0 for STS-B): keep one convention
+        text_b = _decode(ex[key_b]) if key_b else None
+        examples.append(Example(_decode(ex[key_a]), text_b, label, int(ex["idx"])))
     examples.sort(key=lambda e: e.idx)  # array_record stores examples in hashed order; idx is file order
     return examples
 
 
 def load_split(task: GlueTask, split: str, *, source: str, data_dir: str = "",
                skip_malformed: bool = False, options: DataOptions = CONFIG_OPTIONS) -> list[Example]:
-    """One entry point for the trainer: source 'dir' (official TSVs under data_dir) or 'tfds'. `options`: how
-    the calling command names its GLUE options, for the errors."""
+    """One entry point for the trainer: source 'dir' (official TSVs under data_dir), 'tfds' or 'hf' (data_dir: the
+    Hub name or a local copy). `options`: how the calling command names its GLUE options, for the errors."""
     if source == "dir":
         if not data_dir:
             raise GlueDataError(f"no GLUE folder given for task {task.name!r} ({options.how_to_get()})")
         examples = read_glue_dir(task, split, data_dir, skip_malformed=skip_malformed, options=options)
     elif source == "tfds":
         examples = read_glue_tfds(task, split, data_dir or None)
+    elif source == "hf":
+        examples = read_glue_hub(task, split, data_dir or "nyu-mll/glue")
     else:
-        raise GlueDataError(f"unknown GLUE source {source!r} (use 'dir' or 'tfds')")
+        raise GlueDataError(f"unknown GLUE source {source!r} (use 'dir', 'tfds' or 'hf')")
     if not examples:
         raise GlueDataError(f"GLUE task {task.name!r} split {split!r} ({source} source) has no examples;"
                             f" check the files ({options.how_to_get()})")

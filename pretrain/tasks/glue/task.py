@@ -31,7 +31,8 @@ class GlueFineTuningTask(glue.GlueTask):
         return split in self.dev_splits  # test labels are hidden (the server scores them)
 
     def load(self, config, split: str, options: glue.DataOptions = glue.CONFIG_OPTIONS) -> list[glue.Example]:
-        data_dir = config.data.glue_dir if config.data.source == "dir" else config.data.tfds_data_dir
+        data_dir = {"dir": config.data.glue_dir, "hf": config.data.get("hf_path", "")}.get(config.data.source,
+                                                                                           config.data.tfds_data_dir)
         return glue.load_split(self, split, source=config.data.source, data_dir=data_dir, options=options,
                                skip_malformed=config.data.get("skip_malformed", False))
 

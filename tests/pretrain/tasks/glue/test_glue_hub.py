@@ -1,0 +1,83 @@
+"""GLUE from the Hugging Face Hub (`nyu-mll/glue`), offline: the official files (the shared download and the crafted
+rows of test_glue_data.py) written as a local copy of the Hub repository (README.md's configs, one folder per task,
+<split>-00000-of-00001.parquet with the Hub's columns), which load_dataset reads as it reads the repository. Every
+split gives the examples of the official file, so fine-tuning and its dev metrics are those of the official files."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pretrain.tasks.glue.data import GlueDataError, get_task, load_split, read_glue_dir, read_glue_hub
+from tests.helpers.asserts import assert_one_line_error
+from tests.pretrain.tasks.glue.test_glue_data import GLUE, crafted  # noqa: F401  (a fixture)
+
+datasets = pytest.importorskip("datasets")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+# The Hub's columns per task (its dataset card), besides label and idx; its split names.
+HUB_TEXT_COLUMNS = {"cola": ("sentence",), "sst2": ("sentence",), "mrpc": ("sentence1", "sentence2"),
+                    "stsb": ("sentence1", "sentence2"), "qqp": ("question1", "question2"),
+                    "mnli": ("premise", "hypothesis"), "qnli": ("question", "sentence"),
+                    "rte": ("sentence1", "sentence2"), "wnli": ("sentence1", "sentence2")}
+HUB_SPLITS = {"dev": "validation", "dev_matched": "validation_matched", "dev_mismatched": "validation_mismatched"}
+
+
+@pytest.fixture(autouse=True)
+def offline_cache(tmp_path, monkeypatch):
+    import huggingface_hub
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+
+
+def official_splits(crafted_dir: str) -> dict[tuple[str, str], str]:
+    """(task, split) -> the folder of its official file: the shared download where it has the task, else crafted."""
+    found = {}
+    for name in HUB_TEXT_COLUMNS:
+        task = get_task(name)
+        for split in task.splits:
+            for root in (GLUE, crafted_dir):
+                if os.path.isfile(os.path.join(root, task.directory, f"{split}.tsv")):
+                    found[name, split] = root
+                    break
+    return found
+
+
+def write_hub_copy(folder, official: dict[tuple[str, str], str]) -> str:
+    """The official splits as the Hub repository lays them out: parquet per config and split, README.md's configs."""
+    configs: dict[str, list[str]] = {}
+    for (name, split), root in official.items():
+        task, hub_split = get_task(name), HUB_SPLITS.get(split, split)
+        examples = read_glue_dir(task, split, root)
+        columns = {column: [e.text_a if k == 0 else e.text_b for e in examples]
+                   for k, column in enumerate(HUB_TEXT_COLUMNS[name])}
+        label_type = pa.float32() if task.is_regression else pa.int64()
+        table = pa.table({**columns, "label": pa.array([e.label for e in examples], label_type),
+                          "idx": pa.array([e.idx for e in examples], pa.int32())})
+        os.makedirs(folder / name, exist_ok=True)
+        pq.write_table(table, folder / name / f"{hub_split}-00000-of-00001.parquet")
+        configs.setdefault(name, []).append(hub_split)
+    card = ["---", "configs:"]
+    for name, splits in configs.items():
+        card += [f"- config_name: {name}", "  data_files:"]
+        card += [line for s in splits for line in (f"  - split: {s}", f"    path: {name}/{s}-*")]
+    (folder / "README.md").write_text("\n".join(card + ["---", ""]))
+    return str(folder)
+
+
+def test_hub_copy_gives_the_examples_of_the_official_files(tmp_path, crafted):  # noqa: F811
+    official = official_splits(crafted)
+    folder = write_hub_copy(tmp_path / "glue", official)
+    for (name, split), root in official.items():
+        task = get_task(name)
+        assert read_glue_hub(task, split, folder) == read_glue_dir(task, split, root), (name, split)
+    assert {name for name, _ in official} == set(HUB_TEXT_COLUMNS)  # every task, MNLI's four extra splits too
+    assert load_split(get_task("sst2"), "dev", source="hf", data_dir=folder)[0].text_a.startswith("it 's a charming")
+
+
+def test_hub_without_network_or_cache_is_a_one_line_error():
+    with pytest.raises(GlueDataError) as e:
+        read_glue_hub(get_task("rte"), "dev")  # nyu-mll/glue, offline
+    assert_one_line_error(e, "nyu-mll/glue", "local folder", "--config.data.hf_path")
