@@ -37,9 +37,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if arg.peft == "none" and arg.model != "t5":
         c.optimizer.learning_rate = 5e-5
     c.data = ml_collections.ConfigDict(dict(
-        source="dir",              # dir: the JSON files in `dir` | tfds: TFDS squad/v1.1, squad/v2.0
+        source="dir",              # dir: the JSON files in `dir` | tfds: TFDS squad/v1.1, squad/v2.0 | hf: the Hub's
         dir=os.environ.get("SQUAD_DIR", ""),  # the official JSON files
         tfds_data_dir="",          # source=tfds: TFDS's data_dir ('' = ~/tensorflow_datasets)
+        hf_path=f"rajpurkar/{arg.task}",  # source=hf: the Hugging Face Hub dataset, or a local copy in its layout
         max_seq_length=384,        # [CLS] question [SEP] window [SEP] (T5: the input, 512)
         max_answer_length=30,      # pieces (T5: of the written answer)
         max_train_examples=0,      # > 0: a fixed random subset of the train questions

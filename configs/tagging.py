@@ -54,8 +54,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         c.optimizer.learning_rate = 5e-5
     c.data = ml_collections.ConfigDict(dict(
         source="dir",              # dir: the files in `dir` | tfds: TFDS conll2003 (prepared where there is network)
+                                   # | hf: the Hugging Face Hub's
         dir=os.environ.get("CONLL_DIR", ""),  # train.txt, valid.txt, test.txt
         tfds_data_dir="",          # source=tfds: TFDS's data_dir ('' = ~/tensorflow_datasets)
+        hf_path="eriktks/conll2003",  # source=hf: the Hub dataset, or a local copy in its layout
         tag_column=arg.tags,       # ner | chunk | pos | a column number
         bio=arg.tags in ("ner", "chunk"),  # check the tags as BIO and score entities (False: token accuracy)
         labels="",                 # the tag set, comma-separated in id order ('' = the train file's)

@@ -34,12 +34,16 @@ class Task(Protocol):
         """The predictions of a split in the task's own layout; returns the file's path."""
 
 
-def data_location(data_config, task: str, files: str, tfds_name: str, error: type[Exception]) -> str:
-    """config.data (source, dir, tfds_data_dir) -> where the task reads: the folder of its files, or TFDS's
-    data_dir ('' = TFDS's default). `files` and `tfds_name` name what each source holds, for the errors."""
-    if data_config.source not in ("dir", "tfds"):
-        raise error(f"config.data.source={data_config.source!r}: use dir ({files} in config.data.dir) or tfds "
-                    f"(TFDS {tfds_name})")
+def data_location(data_config, task: str, files: str, tfds_name: str, error: type[Exception],
+                  hub_name: str = "") -> str:
+    """config.data (source, dir, tfds_data_dir, hf_path) -> where the task reads: the folder of its files, TFDS's
+    data_dir ('' = TFDS's default), or the Hugging Face Hub dataset (a name or a local copy; '' = hub_name).
+    `files`, `tfds_name` and `hub_name` name what each source holds, for the errors."""
+    if data_config.source not in ("dir", "tfds", "hf"):
+        raise error(f"config.data.source={data_config.source!r}: use dir ({files} in config.data.dir), tfds "
+                    f"(TFDS {tfds_name}) or hf (the Hub's {hub_name}, or config.data.hf_path)")
     if data_config.source == "dir" and not data_config.dir:
         raise error(f"task {task}: no data folder; set --config.data.dir to the folder with {files}")
+    if data_config.source == "hf":
+        return data_config.get("hf_path", "") or hub_name
     return data_config.dir if data_config.source == "dir" else data_config.tfds_data_dir

@@ -38,11 +38,11 @@ class ConllFile:
     sentences: list[Sentence]
     columns: int                 # columns per token line
     repaired_starts: int = 0     # I-X tags that start a chunk (after O or another type): read as B-X
-    source: str = ""             # the file's path, or "TFDS conll2003 <split>"
+    source: str = ""             # the file's path, "TFDS conll2003 <split>" or "Hub <path> <split>"
 
     def where(self, sentence: Sentence, offset: int) -> str:
         """The place of a sentence's word for a message: file:line, or TFDS's sentence and word number."""
-        if self.source.startswith("TFDS"):
+        if self.source.startswith(("TFDS", "Hub")):
             return f"{self.source} sentence {sentence.line} word {offset + 1}"
         return f"{self.source}:{sentence.line + offset}"
 
@@ -115,7 +115,7 @@ def read_conll_tfds(split: str, tag_key: str | int = "ner", data_dir: str = "", 
     import tensorflow_datasets as tfds  # optional dependency: import only when used
     import tensorflow_datasets.text.conll2003  # noqa: F401  registers the builder
 
-    column, where = tag_column(tag_key), data_dir or "~/tensorflow_datasets"
+    where = data_dir or "~/tensorflow_datasets"
     try:
         source = tfds.data_source("conll2003", split=split, data_dir=data_dir or None,
                                   builder_kwargs={"file_format": "array_record"})
@@ -123,11 +123,51 @@ def read_conll_tfds(split: str, tag_key: str | int = "ner", data_dir: str = "", 
         raise ConllDataError(f"TFDS dataset conll2003 is not prepared under {where} and downloading it failed "
                              f"({type(e).__name__}); prepare it where there is network, or set "
                              "--config.data.source=dir and --config.data.dir to the CoNLL files") from None
-    names = {key: source.dataset_info.features[key].feature.names for key in ("pos", "chunks", "ner")}
-    out = ConllFile([], 4, source=f"TFDS conll2003 {split}")
-    for number, ex in enumerate(source.__getitems__(list(range(len(source)))), start=1):
-        rows = tuple((w.decode(), names["pos"][p], names["chunks"][c], names["ner"][n])
-                     for w, p, c, n in zip(ex["tokens"], ex["pos"], ex["chunks"], ex["ner"]))
+    keys = ("tokens", "pos", "chunks", "ner")
+    names = [source.dataset_info.features[key].feature.names for key in keys[1:]]
+    return _from_features(source.__getitems__(list(range(len(source)))), keys, names, tag_key, bio,
+                          f"TFDS conll2003 {split}")
+
+
+HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+
+
+def read_conll_hub(split: str, tag_key: str | int = "ner", path: str = "eriktks/conll2003", *,
+                   bio: bool = True) -> ConllFile:
+    """The Hugging Face Hub's CoNLL-2003 (`eriktks/conll2003`, or a local copy of a repository in its layout:
+    tokens, pos_tags, chunk_tags, ner_tags), its tag ids mapped to names through the dataset's features."""
+    from pretrain.data import hub
+    try:
+        dataset = hub.load(path, split=HUB_SPLITS[split])
+    except hub.CorpusError as e:
+        raise ConllDataError(str(e)) from None
+    keys = ("tokens", "pos_tags", "chunk_tags", "ner_tags")
+    missing = [key for key in keys if key not in dataset.features]
+    if missing:
+        raise ConllDataError(f"the dataset {path!r} has no column {missing[0]!r} (its columns are "
+                             f"{list(dataset.features)}; CoNLL-2003's layout is {', '.join(keys)})")
+    names = [_tag_names(dataset.features[key], key, path) for key in keys[1:]]
+    return _from_features(dataset, keys, names, tag_key, bio, f"Hub {path} {HUB_SPLITS[split]}")
+
+
+def _tag_names(feature, key: str, path: str) -> list[str]:
+    """A Sequence(ClassLabel)'s names: how a tag id reads."""
+    names = getattr(getattr(feature, "feature", None), "names", None)
+    if not names:
+        raise ConllDataError(f"the dataset {path!r} column {key!r} holds ids without names (not a sequence of "
+                             "ClassLabel): save it with its features, or give the CoNLL files with source=dir")
+    return list(names)
+
+
+def _from_features(records, keys: tuple[str, ...], names: list[list[str]], tag_key: str | int, bio: bool,
+                   source: str) -> ConllFile:
+    """Sentences from records of tokens and tag ids (keys: tokens, POS, chunk, NER), each with the rows (word, POS,
+    chunk, NER) a CoNLL file would hold; Sentence.line counts sentences."""
+    column = tag_column(tag_key)
+    out = ConllFile([], 4, source=source)
+    for number, ex in enumerate(records, start=1):
+        rows = tuple((_text(word), *(tag_names[i] for tag_names, i in zip(names, ids)))
+                     for word, *ids in zip(*(ex[key] for key in keys)))
         tags = [row[column] for row in rows]
         if bio:
             out.repaired_starts += sum(_check_bio(tag, tags[i - 1] if i else "O", f"{out.source} sentence {number}")
@@ -136,6 +176,10 @@ def read_conll_tfds(split: str, tag_key: str | int = "ner", data_dir: str = "", 
     if not out.sentences:
         raise ConllDataError(f"{out.source} has no sentences")
     return out
+
+
+def _text(word) -> str:
+    return word.decode() if isinstance(word, bytes) else str(word)
 
 
 def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:
@@ -163,19 +207,20 @@ class ConllTask:
     conlleval counts it, or any other tag set (POS) by token accuracy. `labels` is the tag set in id order:
     config.data.labels, or the train file's tags (O first, then sorted) recorded in `settings`."""
     name: str
-    data_dir: str          # the CoNLL files (source dir), or TFDS's data_dir ('' = its default)
+    data_dir: str          # the CoNLL files (source dir), TFDS's data_dir ('' = its default), or the Hub dataset
     tag_column: str | int
     bio: bool
     labels: tuple[str, ...]
     kind: str = "tagging"  # tagging: a BIO tag per word | span: every span classified (config.head=span)
-    source: str = "dir"    # dir: train.txt, valid.txt, test.txt | tfds: TFDS conll2003
+    source: str = "dir"    # dir: train.txt, valid.txt, test.txt | tfds: TFDS conll2003 | hf: eriktks/conll2003
     dev_splits = ("dev",)
     test_splits = ("test",)
 
     @classmethod
     def from_config(cls, config) -> ConllTask:
         d = config.data
-        location = data_location(d, config.task, ", ".join(SPLIT_FILES.values()), "conll2003", ConllDataError)
+        location = data_location(d, config.task, ", ".join(SPLIT_FILES.values()), "conll2003", ConllDataError,
+                                 hub_name="eriktks/conll2003")
         head = config.get("head", "bio")  # bio: a tag per word | span: entity spans
         kind = "span" if head == "span" else "tagging"
         if head == "span" and not d.bio:
@@ -193,6 +238,8 @@ class ConllTask:
             raise ConllDataError(f"task {self.name} has no split {split!r}; use one of {', '.join(SPLIT_FILES)}")
         if self.source == "tfds":
             return read_conll_tfds(split, self.tag_column, self.data_dir, bio=self.bio)
+        if self.source == "hf":
+            return read_conll_hub(split, self.tag_column, self.data_dir, bio=self.bio)
         return read_conll(os.path.join(self.data_dir, SPLIT_FILES[split]), self.tag_column, bio=self.bio)
 
     @property

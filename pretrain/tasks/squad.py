@@ -93,15 +93,38 @@ def read_squad_tfds(task: str, split: str, data_dir: str = "") -> list[QaExample
         raise SquadDataError(f"TFDS dataset {name} is not prepared under {data_dir or '~/tensorflow_datasets'} and "
                              f"downloading it failed ({type(e).__name__}); prepare it where there is network, or set "
                              "--config.data.source=dir and --config.data.dir to the SQuAD files") from None
-    examples = []
-    for ex in source.__getitems__(list(range(len(source)))):
-        answers = ex["answers"]
-        examples.append(QaExample(ex["id"].decode(), ex["question"].decode(), ex["context"].decode(),
-                                  tuple(Answer(t.decode(), int(s)) for t, s in zip(answers["text"],
-                                                                                  answers["answer_start"]))))
+    examples = _from_features(source.__getitems__(list(range(len(source)))))
     if not examples:
         raise SquadDataError(f"TFDS {name} {TFDS_SPLITS[split]} has no questions")
     return sorted(examples, key=lambda e: e.id)  # array_record's order is a hash; ids give a fixed one
+
+
+def read_squad_hub(split: str, path: str) -> list[QaExample]:
+    """The Hugging Face Hub's SQuAD (`rajpurkar/squad`, `rajpurkar/squad_v2`, or a local copy of a repository in
+    their layout: id, title, context, question, answers {text, answer_start}), in the files' order."""
+    from pretrain.data import hub
+    try:
+        dataset = hub.load(path, split=TFDS_SPLITS[split])
+    except hub.CorpusError as e:
+        raise SquadDataError(str(e)) from None
+    missing = [key for key in ("id", "question", "context", "answers") if key not in dataset.features]
+    if missing:
+        raise SquadDataError(f"the dataset {path!r} has no column {missing[0]!r} (its columns are "
+                             f"{list(dataset.features)}; SQuAD's layout is id, question, context, answers)")
+    examples = _from_features(dataset)
+    if not examples:
+        raise SquadDataError(f"the dataset {path!r} split {TFDS_SPLITS[split]!r} has no questions")
+    return examples
+
+
+def _from_features(records) -> list[QaExample]:
+    """Examples from records with SQuAD's features (TFDS's and the Hub's: bytes or str)."""
+    def text(value) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+    return [QaExample(text(ex["id"]), text(ex["question"]), text(ex["context"]),
+                      tuple(Answer(text(t), int(s)) for t, s in zip(ex["answers"]["text"],
+                                                                     ex["answers"]["answer_start"])))
+            for ex in records]
 
 
 def normalize_answer(s: str) -> str:
@@ -179,7 +202,7 @@ class SquadTask:
     def from_config(cls, config) -> SquadTask:
         d = config.data
         location = data_location(d, config.task, ", ".join(SPLIT_FILES[config.task].values()), TFDS_NAMES[config.task],
-                                 SquadDataError)
+                                 SquadDataError, hub_name=f"rajpurkar/{config.task}")
         return cls(config.task, location, d.get("null_threshold", 0.0), d.source)
 
     @property
@@ -195,6 +218,8 @@ class SquadTask:
             raise SquadDataError(f"task {self.name} has no split {split!r}; use one of {', '.join(files)}")
         if self.source == "tfds":
             return read_squad_tfds(self.name, split, self.data_dir)
+        if self.source == "hf":
+            return read_squad_hub(split, self.data_dir)
         return read_squad(os.path.join(self.data_dir, files[split]))
 
     def score(self, finetuner, predictions: list[Prediction], examples: list[QaExample]) -> dict[str, float]:

@@ -16,20 +16,15 @@ from pretrain.data.prepared import PreparedCorpus
 from pretrain.data.sources import CorpusError
 from tests.helpers.asserts import assert_one_line_error
 from tests.helpers.commands import run_train
+from tests.helpers.hub_layout import offline_hub
 from tests.helpers.tiny_bert import tiny_overrides
 
 datasets = pytest.importorskip("datasets")
 
 
 @pytest.fixture(autouse=True)
-def offline_cache(tmp_path, monkeypatch):
-    """No network, and the Arrow cache of `load_dataset` under tmp_path rather than ~/.cache."""
-    import huggingface_hub
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))  # the commands the tests start
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def offline(tmp_path, monkeypatch):
+    offline_hub(monkeypatch, tmp_path / "hf_cache")
 
 
 def write_hub_folder(folder, documents: list[list[str]], files: int = 2) -> str:

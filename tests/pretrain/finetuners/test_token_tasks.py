@@ -302,7 +302,8 @@ def test_squad_from_tfds_reads_the_same_questions_as_the_files(tfds_prepared):
 def test_token_task_without_data_or_with_an_unknown_source_is_a_one_line_error():
     with pytest.raises(conll.ConllDataError, match=r"no data folder; set --config.data.dir .*train.txt, valid.txt"):
         task_registry.task_for_config(conll_config(""))
-    with pytest.raises(conll.ConllDataError, match=r"config.data.source='csv': use dir .* or tfds \(TFDS conll2003\)"):
+    sources = r"config.data.source='csv': use dir .*, tfds \(TFDS conll2003\) or hf \(the Hub's eriktks/conll2003"
+    with pytest.raises(conll.ConllDataError, match=sources):
         task_registry.task_for_config(conll_config("x", source="csv"))
     config = qa_config.get_config("task=squad_v2")
     config.data.dir = ""

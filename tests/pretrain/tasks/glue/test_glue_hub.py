@@ -10,11 +10,11 @@ import pytest
 
 from pretrain.tasks.glue.data import GlueDataError, get_task, load_split, read_glue_dir, read_glue_hub
 from tests.helpers.asserts import assert_one_line_error
+from tests.helpers.hub_layout import offline_hub, write_hub_repo
 from tests.pretrain.tasks.glue.test_glue_data import GLUE, crafted  # noqa: F401  (a fixture)
 
 datasets = pytest.importorskip("datasets")
 pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
 
 # The Hub's columns per task (its dataset card), besides label and idx; its split names.
 HUB_TEXT_COLUMNS = {"cola": ("sentence",), "sst2": ("sentence",), "mrpc": ("sentence1", "sentence2"),
@@ -25,11 +25,8 @@ HUB_SPLITS = {"dev": "validation", "dev_matched": "validation_matched", "dev_mis
 
 
 @pytest.fixture(autouse=True)
-def offline_cache(tmp_path, monkeypatch):
-    import huggingface_hub
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+def offline(tmp_path, monkeypatch):
+    offline_hub(monkeypatch, tmp_path / "hf_cache")
 
 
 def official_splits(crafted_dir: str) -> dict[tuple[str, str], str]:
@@ -47,24 +44,17 @@ def official_splits(crafted_dir: str) -> dict[tuple[str, str], str]:
 
 def write_hub_copy(folder, official: dict[tuple[str, str], str]) -> str:
     """The official splits as the Hub repository lays them out: parquet per config and split, README.md's configs."""
-    configs: dict[str, list[str]] = {}
+    configs: dict[str, dict] = {}
     for (name, split), root in official.items():
-        task, hub_split = get_task(name), HUB_SPLITS.get(split, split)
+        task = get_task(name)
         examples = read_glue_dir(task, split, root)
         columns = {column: [e.text_a if k == 0 else e.text_b for e in examples]
                    for k, column in enumerate(HUB_TEXT_COLUMNS[name])}
         label_type = pa.float32() if task.is_regression else pa.int64()
-        table = pa.table({**columns, "label": pa.array([e.label for e in examples], label_type),
-                          "idx": pa.array([e.idx for e in examples], pa.int32())})
-        os.makedirs(folder / name, exist_ok=True)
-        pq.write_table(table, folder / name / f"{hub_split}-00000-of-00001.parquet")
-        configs.setdefault(name, []).append(hub_split)
-    card = ["---", "configs:"]
-    for name, splits in configs.items():
-        card += [f"- config_name: {name}", "  data_files:"]
-        card += [line for s in splits for line in (f"  - split: {s}", f"    path: {name}/{s}-*")]
-    (folder / "README.md").write_text("\n".join(card + ["---", ""]))
-    return str(folder)
+        configs.setdefault(name, {})[HUB_SPLITS.get(split, split)] = pa.table({
+            **columns, "label": pa.array([e.label for e in examples], label_type),
+            "idx": pa.array([e.idx for e in examples], pa.int32())})
+    return write_hub_repo(str(folder), configs)
 
 
 def test_hub_copy_gives_the_examples_of_the_official_files(tmp_path, crafted):  # noqa: F811

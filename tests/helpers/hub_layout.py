@@ -1,0 +1,37 @@
+"""Local copies of Hugging Face Hub dataset repositories, written offline for the tests: parquet files per config
+and split (<config>/<split>-00000-of-00001.parquet) and the README.md whose `configs:` block maps them, which
+`load_dataset(folder, config)` reads as it reads the repository on the Hub."""
+from __future__ import annotations
+
+import os
+
+
+def write_hub_repo(folder, configs: dict[str, dict[str, object]]) -> str:
+    """configs: config name -> split name -> a `datasets.Dataset` or a `pyarrow.Table` (its features kept in the
+    parquet's metadata, as the Hub's parquet files keep them). -> the folder."""
+    import pyarrow.parquet as pq
+    card = ["---", "configs:"]
+    for name, splits in configs.items():
+        os.makedirs(os.path.join(folder, name), exist_ok=True)
+        card += [f"- config_name: {name}", "  data_files:"]
+        for split, table in splits.items():
+            path = os.path.join(folder, name, f"{split}-00000-of-00001.parquet")
+            if hasattr(table, "to_parquet"):
+                table.to_parquet(path)
+            else:
+                pq.write_table(table, path)
+            card += [f"  - split: {split}", f"    path: {name}/{split}-*"]
+    with open(os.path.join(folder, "README.md"), "w") as f:
+        f.write("\n".join(card + ["---", ""]))
+    return str(folder)
+
+
+def offline_hub(monkeypatch, cache_dir) -> None:
+    """No network for datasets and huggingface_hub, and load_dataset's Arrow cache in cache_dir."""
+    import datasets
+    import huggingface_hub
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache_dir))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache_dir))  # the commands the tests start
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
