@@ -72,7 +72,9 @@ def corpus_fields(**overrides) -> dict:
         hf_name="", hf_split="train",  # hf: the dataset's config (20231101.en) and split (train[:10%])
         data_files="",               # hf: files of the dataset (globs, comma-separated), as load_dataset's data_files
         text_column="text",          # hf: the column holding a document
-        streaming=False,             # hf: read as a stream, up to max_documents (no Arrow copy of the split)
+        streaming=False,             # hf: read as a stream (no Arrow copy of the split): into memory up to
+                                     # max_documents, or with 0 streamed through training (pretrain/data/streamed.py)
+        hf_eval_split="",            # hf, streamed: the split whose first eval_documents are held out
         max_documents=0,             # 0 = all
         eval_documents=0),           # documents held out for evaluation (0 = no evaluation)
         **overrides)

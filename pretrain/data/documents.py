@@ -25,6 +25,8 @@ def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Toke
         return _raw_text_documents(config, tokenizer)
     if config.source == "prepared":
         return _prepared_documents(config, tokenizer)
+    if config.source == "hf" and config.get("streaming", False) and not config.max_documents:
+        return _streamed_corpus(config, tokenizer)
     if config.source == "text":
         if not config.path:
             raise sources.CorpusError("config.data.path is empty: give --config.data.path=FILE "
@@ -53,16 +55,12 @@ def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Toke
 
 
 def _hub_documents(config: ml_collections.ConfigDict) -> list[sources.Document]:
-    """A Hugging Face Hub dataset's documents (pretrain/data/hub.py), read whole into memory as a text corpus is:
-    every process reads them all, and the streaming pipeline gives each its rows. A streamed one is read up to
-    max_documents; a corpus too large for memory goes through pretrain.tools.prepare_corpus --hf instead."""
+    """A Hugging Face Hub dataset's documents (pretrain/data/hub.py), read into memory as a text corpus is (a
+    streamed one up to max_documents): every process reads them all, and the streaming pipeline gives each its
+    rows."""
     if not config.hf_path:
         raise sources.CorpusError("config.data.hf_path is empty: give a Hub name (--config.data.hf_path="
                                   "wikimedia/wikipedia --config.data.hf_name=20231101.en) or a local folder")
-    if config.streaming and not config.max_documents:
-        raise sources.CorpusError("config.data.streaming=True reads the stream into memory up to "
-                                  "config.data.max_documents: set it, or prepare the whole corpus once with "
-                                  "python -m pretrain.tools.prepare_corpus --hf and train with source=prepared")
     documents = hub.iter_documents(config.hf_path, name=config.hf_name, split=config.hf_split,
                                    data_files=config.data_files, streaming=config.streaming,
                                    text_column=config.text_column)
@@ -71,6 +69,25 @@ def _hub_documents(config: ml_collections.ConfigDict) -> list[sources.Document]:
         raise sources.CorpusError(f"the dataset {config.hf_path!r} split {config.hf_split!r} has no text in column "
                                   f"{config.text_column!r} (check --config.data.hf_split and text_column)")
     return docs
+
+
+def _streamed_corpus(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
+                     ) -> tuple[hub.StreamedCorpus, list[list[np.ndarray]]]:
+    """A Hub dataset read as it streams (pretrain/data/streamed.py), and its held-out documents: the first
+    eval_documents of hf_eval_split, in memory (a stream has no end to hold out)."""
+    if not config.hf_path:
+        raise sources.CorpusError("config.data.hf_path is empty: give a Hub name or a local folder")
+    corpus = hub.StreamedCorpus(config.hf_path, tokenizer, name=config.hf_name, split=config.hf_split,
+                                data_files=config.data_files, text_column=config.text_column)
+    if not config.eval_documents:
+        return corpus, []
+    if not config.hf_eval_split:
+        raise sources.CorpusError(f"config.data.eval_documents={config.eval_documents} with a streamed corpus: set "
+                                  "--config.data.hf_eval_split to the split they come from (e.g. validation), "
+                                  "or eval_documents=0")
+    held_out = hub.iter_documents(config.hf_path, name=config.hf_name, split=config.hf_eval_split,
+                                  data_files=config.data_files, streaming=True, text_column=config.text_column)
+    return corpus, sources.tokenize_documents(list(itertools.islice(held_out, config.eval_documents)), tokenizer)
 
 
 def _prepared_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer

@@ -3,12 +3,13 @@ or a local folder in a Hub repository's layout (parquet, JSON lines or text file
 documents of lines like the other sources (pretrain/data/sources.py): each example's `text_column` is one document.
 
 `streaming` reads the examples as they arrive (an `IterableDataset`) instead of first converting the whole split to
-the Arrow cache on disk: the way to take the first documents of a corpus of terabytes, or to prepare one into
-ArrayRecord shards (pretrain/tools/prepare_corpus.py). `shard=(index, count)` gives one process its part
+the Arrow cache on disk: the way to take the first documents of a corpus of terabytes, to prepare one into
+ArrayRecord shards (pretrain/tools/prepare_corpus.py), or to pretrain on one as it streams (`StreamedCorpus`). `shard=(index, count)` gives one process its part
 (`split_dataset_by_node`: whole files where the files divide evenly, every count-th example otherwise).
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 from pretrain.data.sources import CorpusError, Document, to_document
@@ -55,3 +56,43 @@ def iter_documents(path: str, *, name: str = "", split: str = "train", data_file
         dataset = split_dataset_by_node(dataset, rank=index, world_size=count)
     dataset = dataset.select_columns([text_column])
     return (document for document in (to_document(example[text_column]) for example in dataset) if document)
+
+
+class StreamedCorpus:
+    """A Hub dataset read as a stream in parts (pretrain/data/streamed.py): windows(index, count, size, start) yields
+    part `index` of `count` in windows of `size` documents, each tokenized when it is read (lists of int32 arrays, one
+    per line; a document without tokens is dropped from its window), from window `start` on and forever: a part
+    that ends starts over. The documents before window `start` are read and dropped untokenized (a resumed
+    stream's way back to its position)."""
+
+    def __init__(self, path: str, tokenizer, *, name: str = "", split: str = "train", data_files: str = "",
+                 text_column: str = "text"):
+        self.path, self.name, self.split, self.data_files, self.text_column = path, name, split, data_files, text_column
+        self.tokenizer = tokenizer
+        dataset = load(path, name=name, split=split, data_files=data_files, streaming=True)
+        check_column(dataset, text_column, path)
+        self.num_files = dataset.num_shards
+
+    @property
+    def identity(self) -> str:
+        """What a checkpoint's position records of the corpus (a resume must read the same one)."""
+        return f"hf:{self.path}:{self.name}:{self.split}:{self.data_files}:{self.text_column}"
+
+    def windows(self, index: int, count: int, size: int, start: int = 0) -> Iterator[list]:
+        from pretrain.data.sources import encode_documents
+        documents = self._endless_part(index, count)
+        for _ in zip(range(start * size), documents):
+            pass
+        while True:
+            yield encode_documents(list(itertools.islice(documents, size)), self.tokenizer)
+
+    def _endless_part(self, index: int, count: int) -> Iterator[Document]:
+        while True:
+            read = 0
+            for read, document in enumerate(iter_documents(
+                    self.path, name=self.name, split=self.split, data_files=self.data_files, streaming=True,
+                    text_column=self.text_column, shard=(index, count)), start=1):
+                yield document
+            if not read:
+                raise CorpusError(f"part {index} of {count} of the dataset {self.path!r} holds no documents (it has "
+                                  f"fewer documents than streams): set --config.data.streams below {count}")

@@ -74,9 +74,15 @@ class _WindowRows:
             documents, objective, seq_length, seed, phase)
 
     def __call__(self, window: int, indices: list[int]) -> Arrays:
-        rng = np.random.default_rng([self.seed, self.phase, window])
-        instances = self.objective.create_instances(_read(self.documents, indices), rng, self.seq_length)
-        return self.objective.make_batch(instances, rng)
+        return window_rows(_read(self.documents, indices), self.objective, self.seq_length, self.seed, self.phase,
+                           window)
+
+
+def window_rows(documents: list, objective: Objective, seq_length: int, seed: int, phase: int, window: int) -> Arrays:
+    """A window's documents -> its rows: the objective's instances made into a batch, [n, ...] each, with the
+    randomness of (seed, phase, window) alone."""
+    rng = np.random.default_rng([seed, phase, window])
+    return objective.make_batch(objective.create_instances(documents, rng, seq_length), rng)
 
 
 def _read(documents: Sequence, indices: list[int]) -> list:
@@ -86,7 +92,7 @@ def _read(documents: Sequence, indices: list[int]) -> list:
     return read_many(indices) if read_many else [documents[i] for i in indices]
 
 
-class _Stream:
+class Stream:
     """One stream's rows, `rows` at a time, from window `window` row `row` on (its resumable position)."""
 
     def __init__(self, next_window: Callable[[], Arrays], window: int, row: int):
@@ -164,32 +170,39 @@ class _LocalWindows:
 
 
 class StreamingData:
-    """This process's rows of the global batch of each step, from `iterate(start_step, position)`."""
+    """This process's rows of the global batch of each step, from `iterate(start_step, position)`. A subclass that
+    reads its corpus another way (pretrain/data/streamed.py) overrides _fit_windows, _corpus_key and _open: the
+    streams, their positions and the batches of a step stay this class's."""
 
     def __init__(self, documents: Sequence, objective: Objective, *, batch_size: int, seed: int,
                  max_seq_length: int, long_seq_length: int = 0, long_seq_start_step: int = 0,
                  window_documents: int = 256, streams: int = 0, workers: int = 0,
                  process_index: int = 0, process_count: int = 1):
-        if not len(documents):
-            raise ConfigError("the corpus has no documents (check --config.data.path)")
         if window_documents < 1:
             raise ConfigError(f"config.data.window_documents={window_documents} must be at least 1")
         self.documents = documents
         self.batch_size, self.seed, self.workers = batch_size, seed, workers
         self.process_index, self.process_count = process_index, process_count
-        # A corpus smaller than a window is one window per epoch: each window is a whole shuffled epoch.
-        self.window_documents = min(window_documents, len(documents))
+        self.window_documents, windows_per_epoch = self._fit_windows(window_documents)
         self.auto = not streams  # the stream count may still become a checkpoint's (adopt_streams)
-        auto, cap = auto_streams(batch_size, len(documents) // self.window_documents)
+        auto, cap = auto_streams(batch_size, windows_per_epoch)
         self._use_streams(streams or auto, "" if streams else
                           f"auto: the largest power-of-two divisor of config.batch_size={batch_size} up to {cap}")
         self.phases = [Phase(0, max_seq_length, objective)]
         if long_seq_length:
             long_objective = objective.for_long_phase() if isinstance(objective, PhasedObjective) else objective
             self.phases.append(Phase(long_seq_start_step, long_seq_length, long_objective))
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, Stream] = {}
         self._windows_of: _LocalWindows | None = None
         self._phase = -1
+
+    def _fit_windows(self, window_documents: int) -> tuple[int, int]:
+        """(documents per window, windows per epoch). A corpus smaller than a window is one window per epoch: each
+        window is a whole shuffled epoch."""
+        if not len(self.documents):
+            raise ConfigError("the corpus has no documents (check --config.data.path)")
+        size = min(window_documents, len(self.documents))
+        return size, len(self.documents) // size
 
     def _use_streams(self, streams: int, auto: str, fix: str = "") -> None:
         """S streams and this process's share of them. `auto`: why S, where data.streams=0 chose it; `fix`: what
@@ -235,7 +248,11 @@ class StreamingData:
         """What fixes the data order besides the step: a resume must agree on all of it."""
         return {"format": POSITION_FORMAT, "seed": self.seed, "streams": self.streams,
                 "window_documents": self.window_documents, "batch_size": self.batch_size,
-                "documents": len(self.documents)}
+                "documents": self._corpus_key()}
+
+    def _corpus_key(self) -> int | str:
+        """The position's record of the corpus: its document count."""
+        return len(self.documents)
 
     def start_position(self, step: int) -> dict[str, Any]:
         """The position of a fresh run at a phase's first step (every stream at window 0, row 0)."""
@@ -276,7 +293,7 @@ class StreamingData:
                                          [windows[k][0] for k in self.local_streams], self.workers)
         for k in self.local_streams:
             window, row = windows[k]
-            self._streams[k] = _Stream(functools.partial(self._windows_of.next_window, k), window, row)
+            self._streams[k] = Stream(functools.partial(self._windows_of.next_window, k), window, row)
         self._phase = phase
 
     def iterate(self, start_step: int, position: dict[str, Any] | None = None

@@ -19,7 +19,8 @@ from tqdm import tqdm
 
 import models
 import objectives
-from pretrain.data import documents, prefetch, statistics, streaming, tokenizers
+from pretrain.data import documents, hub, prefetch, statistics, streaming, tokenizers
+from pretrain.data import streamed as streamed_data
 from pretrain.distillation import teacher as distillation
 from pretrain.loops import budget, setup
 from pretrain.loops.steps import micro_batches
@@ -46,13 +47,16 @@ def training_data(config: ml_collections.ConfigDict
     _check_tokenizer(config, tokenizer)
     objective = objectives.build_objective(config.objective, tokenizer)
     train_docs, eval_docs = documents.load_documents(config.data, tokenizer)
-    statistics.report(statistics.of_corpus(train_docs, tokenizer), config)
+    streamed = isinstance(train_docs, hub.StreamedCorpus)  # read as it streams: nothing to count beforehand
+    if not streamed:
+        statistics.report(statistics.of_corpus(train_docs, tokenizer), config)
     data_kw = dict(objective=objective, max_seq_length=config.data.max_seq_length,
                    long_seq_length=config.data.get("long_seq_length", 0),
                    long_seq_start_step=config.data.get("long_seq_start_step", 0))
     data_kw.update(batch_size=config.batch_size, window_documents=config.data.window_documents,
                    streams=config.data.streams, process_index=jax.process_index(), process_count=jax.process_count())
-    train_data = streaming.StreamingData(train_docs, seed=config.seed, workers=config.data.workers, **data_kw)
+    reader = streamed_data.StreamedData if streamed else streaming.StreamingData
+    train_data = reader(train_docs, seed=config.seed, workers=config.data.workers, **data_kw)
     # The held-out batches use the training data's stream count (auto counts by corpus size), also after a resume
     # adopts a checkpoint's (_restore_or_init): the eval curve goes on with the batches it started with.
     data_kw["streams"] = train_data.streams

@@ -105,6 +105,6 @@ def test_bad_hub_sources_are_one_line_errors(tmp_path, text_documents):
     with pytest.raises(CorpusError) as e:
         hub.load(str(tmp_path / "nowhere"))
     assert_one_line_error(e, "nowhere", "--config.data.hf_path")
-    with pytest.raises(CorpusError) as e:
-        corpus_documents.load_documents(_data_config(hf_path=folder, streaming=True), tokenizer=None)
-    assert_one_line_error(e, "max_documents", "prepare_corpus --hf")
+    with pytest.raises(CorpusError) as e:  # a stream has no end to hold out
+        corpus_documents.load_documents(_data_config(hf_path=folder, streaming=True, eval_documents=4), tokenizer=None)
+    assert_one_line_error(e, "eval_documents=4", "--config.data.hf_eval_split")
