@@ -4,14 +4,16 @@ rows of test_glue_data.py) written as a local copy of the Hub repository (README
 split gives the examples of the official file, so fine-tuning and its dev metrics are those of the official files."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
 from pretrain.tasks.glue.data import GlueDataError, get_task, load_split, read_glue_dir, read_glue_hub
 from tests.helpers.asserts import assert_one_line_error
+from tests.helpers.commands import run_module
 from tests.helpers.hub_layout import offline_hub, write_hub_repo
-from tests.pretrain.tasks.glue.test_glue_data import GLUE, crafted  # noqa: F401  (a fixture)
+from tests.pretrain.tasks.glue.test_glue_data import GLUE, crafted, real_data  # noqa: F401  (crafted: a fixture)
 
 datasets = pytest.importorskip("datasets")
 pa = pytest.importorskip("pyarrow")
@@ -71,3 +73,18 @@ def test_hub_without_network_or_cache_is_a_one_line_error():
     with pytest.raises(GlueDataError) as e:
         read_glue_hub(get_task("rte"), "dev")  # nyu-mll/glue, offline
     assert_one_line_error(e, "nyu-mll/glue", "local folder", "--config.data.hf_path")
+
+
+@real_data
+def test_finetuning_from_the_hub_copy_scores_the_dev_metrics_of_the_official_files(tmp_path, tiny_bert_workdir):
+    folder = write_hub_copy(tmp_path / "glue", {("mrpc", split): GLUE for split in ("train", "dev", "test")})
+    flags = ["--config=configs/glue.py:task=mrpc", f"--config.init={tiny_bert_workdir}", "--config.num_epochs=1",
+             "--config.data.max_train_examples=64", "--config.data.max_seq_length=32",
+             "--config.write_test_predictions=false"]
+    run_module("pretrain.finetune", flags + [f"--workdir={tmp_path / 'files'}", f"--config.data.glue_dir={GLUE}"])
+    run_module("pretrain.finetune", flags + [f"--workdir={tmp_path / 'hub'}", "--config.data.source=hf",
+                                             f"--config.data.hf_path={folder}",
+                                             f"--config.data.glue_dir={tmp_path / 'nowhere'}"])  # the Hub copy only
+    files, hub = (json.loads((tmp_path / name / "results.json").read_text())["metrics"]["dev"]
+                  for name in ("files", "hub"))
+    assert hub == files and set(files) >= {"f1", "accuracy"}
