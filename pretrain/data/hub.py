@@ -4,8 +4,9 @@ documents of lines like the other sources (pretrain/data/sources.py): each examp
 
 `streaming` reads the examples as they arrive (an `IterableDataset`) instead of first converting the whole split to
 the Arrow cache on disk: the way to take the first documents of a corpus of terabytes, to prepare one into
-ArrayRecord shards (pretrain/tools/prepare_corpus.py), or to pretrain on one as it streams (`StreamedCorpus`). `shard=(index, count)` gives one process its part
-(`split_dataset_by_node`: whole files where the files divide evenly, every count-th example otherwise).
+ArrayRecord shards (pretrain/tools/prepare_corpus.py), or to pretrain on one as it streams (`StreamedCorpus`).
+`shard=(index, count)` gives one reader its part (`split_dataset_by_node`: whole files where the files divide evenly,
+every count-th example otherwise).
 """
 from __future__ import annotations
 
@@ -26,14 +27,20 @@ def load(path: str, *, name: str = "", split: str = "train", data_files: str = "
     try:
         return datasets.load_dataset(path, name or None, split=split, data_files=files, streaming=streaming)
     except ConnectionError as e:  # offline (HF_DATASETS_OFFLINE=1, or no network) and not in the cache
-        raise CorpusError(f"the Hub dataset {path!r} could not be reached and is not in the cache ({e}): run once "
-                          "with the network, or download its files and give that local folder as --config.data.hf_path "
-                          "(or the files as --config.data.data_files)") from None
+        raise CorpusError(f"the Hub dataset {path!r} could not be reached and is not in the cache ({_line(e)}): run "
+                          "once with the network, or download its files and give that local folder as "
+                          "--config.data.hf_path (or the files as --config.data.data_files)") from None
     except FileNotFoundError as e:
-        raise CorpusError(f"no dataset at {path!r} ({e}): give a Hub name (owner/name) or a local folder of "
+        raise CorpusError(f"no dataset at {path!r} ({_line(e)}): give a Hub name (owner/name) or a local folder of "
                           "parquet, JSON lines or text files in --config.data.hf_path") from None
     except ValueError as e:  # an unknown split or config name: datasets' message lists the ones there are
-        raise CorpusError(f"the dataset {path!r}: {e} (set --config.data.hf_split / --config.data.hf_name)") from None
+        raise CorpusError(f"the dataset {path!r}: {_line(e)} (set --config.data.hf_split or "
+                          "--config.data.hf_name)") from None
+
+
+def _line(error: Exception) -> str:
+    """The first line of a library's message (the errors here are one line)."""
+    return (str(error).splitlines() or [type(error).__name__])[0]
 
 
 def check_column(dataset, column: str, path: str) -> None:
