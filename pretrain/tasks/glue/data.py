@@ -3,8 +3,9 @@ submission files.
 
 Three sources give the same `Example`s: the official download (`download_glue_data.py` layout,
 `<glue_dir>/<CoLA|SST-2|...>/<split>.tsv`), TFDS `glue/<task>` and the Hub's `nyu-mll/glue`. Label ids follow
-TFDS (the Hub's are the same), so a model fine-tuned on one source scores the same on the others. Split names are ours ('train', 'dev', 'test',
-MNLI's 'dev_matched' ...): they are the official file names; `_TFDS_SPLITS` maps them to TFDS's.
+TFDS (the Hub's are the same), so a model fine-tuned on one source scores the same on the others. Split names are
+ours ('train', 'dev', 'test', MNLI's 'dev_matched' ...): they are the official file names; `_TFDS_SPLITS` maps them
+to TFDS's (and the Hub's).
 """
 
 from __future__ import annotations
