@@ -22,7 +22,9 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the demonstration draws.")
 # $GLUE_DIR as configs/glue.py reads it for pretrain.finetune
 _GLUE_DIR = flags.DEFINE_string("glue_dir", os.environ.get("GLUE_DIR", "../shared/data/glue"),
                                 "Folder of the official GLUE files (default: $GLUE_DIR, else ../shared/data/glue).")
-_GLUE_SOURCE = flags.DEFINE_enum("glue_source", "dir", ["dir", "tfds"], "GLUE files (dir) or TFDS glue/<task>.")
+_GLUE_SOURCE = flags.DEFINE_enum("glue_source", "dir", ["dir", "tfds", "hf"],
+                                 "GLUE files (dir), TFDS glue/<task>, or the Hugging Face Hub's nyu-mll/glue (hf; "
+                                 "--glue_dir then names another Hub dataset or a local copy of the repository).")
 _SPLIT = flags.DEFINE_string("split", "dev", "Split to evaluate: dev (MNLI: dev_matched) or dev_mismatched.")
 _MAX_EXAMPLES = flags.DEFINE_integer("max_examples", 0, "Evaluate a fixed random subset of this many (0 = all).")
 _NORMALIZE = flags.DEFINE_boolean("normalize", False, "Score label words by mean log-prob per token, not the sum.")
@@ -35,6 +37,11 @@ flags.mark_flags_as_required(["init", "task"])
 
 
 
+def _glue_location() -> str:
+    """--glue_dir, except that the Hub source without it reads nyu-mll/glue (its default names the official files)."""
+    return "" if _GLUE_SOURCE.value == "hf" and not _GLUE_DIR.present else _GLUE_DIR.value
+
+
 def main(argv: list[str]) -> None:
     cli.begin(argv)
     from pretrain.lm import (
@@ -42,7 +49,7 @@ def main(argv: list[str]) -> None:
     )
     with errors.one_line_errors():
         result, summary = fewshot.run(
-            _INIT.value, _TASK.value, k=_K.value, seed=_SEED.value, glue_dir=_GLUE_DIR.value,
+            _INIT.value, _TASK.value, k=_K.value, seed=_SEED.value, glue_dir=_glue_location(),
             glue_source=_GLUE_SOURCE.value, split=_SPLIT.value, max_examples=_MAX_EXAMPLES.value,
             normalize=_NORMALIZE.value, balanced=_BALANCED.value, label_words=_LABEL_WORDS.value,
             batch_size=_BATCH_SIZE.value, tokenizer_path=_TOKENIZER_PATH.value, output_dir=_OUTPUT.value)
