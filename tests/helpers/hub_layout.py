@@ -35,3 +35,17 @@ def offline_hub(monkeypatch, cache_dir) -> None:
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache_dir))
     monkeypatch.setenv("HF_DATASETS_CACHE", str(cache_dir))  # the commands the tests start
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def write_hub_folder(folder, documents: list[list[str]], files: int = 2) -> str:
+    """The documents as a Hub repository's parquet files: one row per document, its lines joined by newlines."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    os.makedirs(folder / "data", exist_ok=True)
+    per_file = -(-len(documents) // files)
+    for k in range(files):
+        part = documents[k * per_file:(k + 1) * per_file]
+        table = pa.table({"id": list(range(k * per_file, k * per_file + len(part))),
+                          "text": ["\n".join(document) for document in part]})
+        pq.write_table(table, folder / "data" / f"train-{k:05d}-of-{files:05d}.parquet")
+    return str(folder)

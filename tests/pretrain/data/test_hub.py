@@ -16,7 +16,7 @@ from pretrain.data.prepared import PreparedCorpus
 from pretrain.data.sources import CorpusError
 from tests.helpers.asserts import assert_one_line_error
 from tests.helpers.commands import run_train
-from tests.helpers.hub_layout import offline_hub
+from tests.helpers.hub_layout import offline_hub, write_hub_folder
 from tests.helpers.tiny_bert import tiny_overrides
 
 datasets = pytest.importorskip("datasets")
@@ -25,20 +25,6 @@ datasets = pytest.importorskip("datasets")
 @pytest.fixture(autouse=True)
 def offline(tmp_path, monkeypatch):
     offline_hub(monkeypatch, tmp_path / "hf_cache")
-
-
-def write_hub_folder(folder, documents: list[list[str]], files: int = 2) -> str:
-    """The documents as a Hub repository's parquet files: one row per document, its lines joined by newlines."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    os.makedirs(folder / "data", exist_ok=True)
-    per_file = -(-len(documents) // files)
-    for k in range(files):
-        part = documents[k * per_file:(k + 1) * per_file]
-        table = pa.table({"id": list(range(k * per_file, k * per_file + len(part))),
-                          "text": ["\n".join(document) for document in part]})
-        pq.write_table(table, folder / "data" / f"train-{k:05d}-of-{files:05d}.parquet")
-    return str(folder)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +58,7 @@ def test_prepared_from_a_hub_folder_holds_what_the_direct_source_reads(tmp_path,
     assert all([s.tolist() for s in a] == [s.tolist() for s in b] for a, b in zip(prepared, direct))
 
 
+@pytest.mark.slow
 def test_pretraining_from_a_hub_folder_is_the_run_from_its_text_file(tmp_path, text_documents, corpus_and_tokenizer,
                                                                      tiny_bert_workdir):
     folder = write_hub_folder(tmp_path / "corpus", text_documents)

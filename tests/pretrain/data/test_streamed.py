@@ -15,9 +15,8 @@ from pretrain.data.streamed import StreamedData
 from pretrain.runtime.errors import ConfigError
 from tests.helpers.commands import run_train
 from tests.helpers.data import FAKE_VOCAB, bert_objective, random_documents
-from tests.helpers.hub_layout import offline_hub
+from tests.helpers.hub_layout import offline_hub, write_hub_folder
 from tests.helpers.tiny_bert import tiny_overrides
-from tests.pretrain.data.test_hub import write_hub_folder
 
 datasets = pytest.importorskip("datasets")
 flags.FLAGS.mark_as_parsed()  # Grain reads absl flags; pytest does not parse them
@@ -91,6 +90,7 @@ def test_a_position_from_another_corpus_or_workers_is_refused(corpus, tmp_path):
         make(corpus, workers=2)
 
 
+@pytest.mark.slow
 def test_pretraining_from_a_streamed_hub_dataset_stops_and_resumes_to_the_uninterrupted_run(
         tmp_path, corpus_and_tokenizer):
     from pretrain.data import sources

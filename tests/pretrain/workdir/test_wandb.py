@@ -66,6 +66,7 @@ def test_wandb_without_the_library_is_a_one_line_error(tmp_path, monkeypatch):
         MetricWriter(str(tmp_path), config=run_config())
 
 
+@pytest.mark.slow
 def test_pretraining_logs_its_metrics_and_config_to_wandb(tmp_path, corpus_and_tokenizer):
     workdir = tmp_path / "run"
     run_train(workdir, tiny_overrides(*corpus_and_tokenizer, **{"wandb.project": "tiny", "wandb.name": "bert"}))

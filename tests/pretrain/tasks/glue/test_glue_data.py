@@ -11,22 +11,11 @@ import pytest
 from pretrain.tasks.glue.data import (TASKS, DataOptions, Example, GlueDataError, get_task, load_split, read_glue_dir,
                                        read_glue_tfds, write_submission)
 from tests.helpers.asserts import assert_one_line_error
-from tests.helpers.paths import SHARED_DATA
+from tests.helpers.glue_files import GLUE, STSB_HEADER, write_crafted
+from tests.helpers.glue_files import tsv as _tsv
+from tests.helpers.glue_files import write_lines as _write
 
-GLUE = os.path.join(SHARED_DATA, "glue")
 real_data = pytest.mark.skipif(not os.path.isdir(GLUE), reason=f"no GLUE download at {GLUE}")
-
-
-def _write(root, relpath: str, lines: list[str]) -> str:
-    path = os.path.join(root, relpath)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("".join(line + "\n" for line in lines))
-    return path
-
-
-def _tsv(*fields) -> str:
-    return "\t".join(str(f) for f in fields)
 
 
 # ------------------------------------------------------------------------------------- task table
@@ -126,57 +115,9 @@ def test_real_missing_split_file():
 
 # ------------------------------------------------------------------------------------- crafted official layout
 
-MNLI_TRAIN_HEADER = _tsv("index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
-                         "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "gold_label")
-MNLI_DEV_HEADER = MNLI_TRAIN_HEADER.replace("label1\tgold_label", "label1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label")
-MNLI_TEST_HEADER = MNLI_TRAIN_HEADER.replace("\tlabel1\tgold_label", "")
-STSB_HEADER = _tsv("index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2",
-                   "score")
-
-
-def _mnli_row(i, s1, s2, *labels):
-    return _tsv(i, 31193, f"{31193 + i}n", "government", "( x )", "( y )", "(ROOT x)", "(ROOT y)", s1, s2, *labels)
-
-
 @pytest.fixture(scope="module")
 def crafted(tmp_path_factory) -> str:
-    """2-3 rows per split for the tasks whose files are not in the shared download."""
-    root = str(tmp_path_factory.mktemp("glue_crafted"))
-    _write(root, "STS-B/train.tsv", [STSB_HEADER, _tsv(0, "main-captions", "MSRvid", "2012test", 1, "none", "none",
-                                                       'A "plane" is taking off.', "An air plane is taking off.",
-                                                       "5.000"),
-                                     _tsv(1, "main-news", "MSRvid", "2012test", 4, "none", "none",
-                                          "A man is playing a large flute.", "A man is playing a flute.", "3.800")])
-    _write(root, "STS-B/dev.tsv", [STSB_HEADER, _tsv(0, "a", "b", "c", 9, "n", "n", "One.", "Two.", "0.25")])
-    _write(root, "STS-B/test.tsv", [STSB_HEADER.rsplit("\t", 1)[0],
-                                    _tsv(0, "a", "b", "c", 9, "n", "n", "Test one.", "Test two."),
-                                    _tsv(1, "a", "b", "c", 9, "n", "n", "Test three.", "Test four.")])
-    _write(root, "QQP/train.tsv", [_tsv("id", "qid1", "qid2", "question1", "question2", "is_duplicate"),
-                                   _tsv(133273, 213221, 213222, "How is life as a math student?", "Which level?", 0),
-                                   _tsv(402555, 536040, 536041, "How do I relax?", "How can one relax?", 1)])
-    _write(root, "QQP/test.tsv", [_tsv("id", "question1", "question2"), _tsv(0, "Why?", "Why not?"),
-                                  _tsv(1, "Who?", "Whom?")])
-    _write(root, "MNLI/train.tsv", [MNLI_TRAIN_HEADER, _mnli_row(0, "P0.", "H0.", "neutral", "neutral"),
-                                    _mnli_row(1, "P1.", "H1.", "entailment", "entailment")])
-    _write(root, "MNLI/dev_matched.tsv", [MNLI_DEV_HEADER, _mnli_row(0, "Pm.", "Hm.", *["contradiction"] * 6)])
-    _write(root, "MNLI/dev_mismatched.tsv", [MNLI_DEV_HEADER, _mnli_row(0, "Pmm0.", "Hmm0.", *["entailment"] * 6),
-                                             _mnli_row(1, "Pmm1.", "Hmm1.", *["neutral"] * 6)])
-    _write(root, "MNLI/test_matched.tsv", [MNLI_TEST_HEADER, _mnli_row(0, "Tm.", "Tm2.")])
-    _write(root, "MNLI/test_mismatched.tsv", [MNLI_TEST_HEADER, _mnli_row(0, "Tmm.", "Tmm2."),
-                                              _mnli_row(1, "Tmm3.", "Tmm4.")])
-    _write(root, "QNLI/dev.tsv", [_tsv("index", "question", "sentence", "label"),
-                                  _tsv(0, "What came into force?", "The law came into force.", "entailment"),
-                                  _tsv(1, "What is 'Dutch'?", "The Netherlands are flat.", "not_entailment")])
-    _write(root, "RTE/train.tsv", [_tsv("index", "sentence1", "sentence2", "label"),
-                                   _tsv(0, "No weapons were found.", "Weapons were found.", "not_entailment"),
-                                   _tsv(1, "A place of sorrow.", "Pope is sorrowful.", "entailment")])
-    _write(root, "RTE/dev.tsv", [_tsv("index", "sentence1", "sentence2", "label"), _tsv(0, "A.", "B.", "entailment")])
-    _write(root, "RTE/test.tsv", [_tsv("index", "sentence1", "sentence2"), _tsv(0, "C.", "D."), _tsv(1, "E.", "F.")])
-    if os.path.isdir(GLUE):  # a real excerpt for TFDS: first lines of each official CoLA file
-        for split in ("train", "dev", "test"):
-            with open(os.path.join(GLUE, "CoLA", f"{split}.tsv"), encoding="utf-8") as f:
-                _write(root, f"CoLA/{split}.tsv", [next(f).rstrip("\n") for _ in range(5)])
-    return root
+    return write_crafted(str(tmp_path_factory.mktemp("glue_crafted")))
 
 
 def test_crafted_official_layouts(crafted):

@@ -1,5 +1,5 @@
 """GLUE from the Hugging Face Hub (`nyu-mll/glue`), offline: the official files (the shared download and the crafted
-rows of test_glue_data.py) written as a local copy of the Hub repository (README.md's configs, one folder per task,
+rows of tests/helpers/glue_files.py) written as a local copy of the Hub repository (README.md's configs, one folder per task,
 <split>-00000-of-00001.parquet with the Hub's columns), which load_dataset reads as it reads the repository. Every
 split gives the examples of the official file, so fine-tuning and its dev metrics are those of the official files."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from pretrain.tasks.glue.data import GlueDataError, get_task, load_split, read_glue_dir, read_glue_hub
 from tests.helpers.asserts import assert_one_line_error
 from tests.helpers.commands import run_module
+from tests.helpers.glue_files import GLUE, write_crafted
 from tests.helpers.hub_layout import offline_hub, write_hub_repo
-from tests.pretrain.tasks.glue.test_glue_data import GLUE, crafted, real_data  # noqa: F401  (crafted: a fixture)
 
 datasets = pytest.importorskip("datasets")
 pa = pytest.importorskip("pyarrow")
@@ -29,6 +29,11 @@ HUB_SPLITS = {"dev": "validation", "dev_matched": "validation_matched", "dev_mis
 @pytest.fixture(autouse=True)
 def offline(tmp_path, monkeypatch):
     offline_hub(monkeypatch, tmp_path / "hf_cache")
+
+
+@pytest.fixture(scope="module")
+def crafted(tmp_path_factory) -> str:
+    return write_crafted(str(tmp_path_factory.mktemp("glue_crafted")))
 
 
 def official_splits(crafted_dir: str) -> dict[tuple[str, str], str]:
@@ -59,7 +64,7 @@ def write_hub_copy(folder, official: dict[tuple[str, str], str]) -> str:
     return write_hub_repo(str(folder), configs)
 
 
-def test_hub_copy_gives_the_examples_of_the_official_files(tmp_path, crafted):  # noqa: F811
+def test_hub_copy_gives_the_examples_of_the_official_files(tmp_path, crafted):
     official = official_splits(crafted)
     folder = write_hub_copy(tmp_path / "glue", official)
     for (name, split), root in official.items():
@@ -75,7 +80,8 @@ def test_hub_without_network_or_cache_is_a_one_line_error():
     assert_one_line_error(e, "nyu-mll/glue", "local folder", "--config.data.hf_path")
 
 
-@real_data
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(GLUE), reason=f"no GLUE download at {GLUE}")
 def test_finetuning_from_the_hub_copy_scores_the_dev_metrics_of_the_official_files(tmp_path, tiny_bert_workdir):
     folder = write_hub_copy(tmp_path / "glue", {("mrpc", split): GLUE for split in ("train", "dev", "test")})
     flags = ["--config=configs/glue.py:task=mrpc", f"--config.init={tiny_bert_workdir}", "--config.num_epochs=1",
