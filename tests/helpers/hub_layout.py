@@ -1,6 +1,6 @@
 """Local copies of Hugging Face Hub dataset repositories, written offline for the tests: parquet files per config
 and split (<config>/<split>-00000-of-00001.parquet) and the README.md whose `configs:` block maps them, which
-`load_dataset(folder, config)` reads as it reads the repository on the Hub."""
+`load_dataset(folder, config)` reads as it reads the repository on the Hub; a corpus as a folder of data files."""
 from __future__ import annotations
 
 import os
@@ -37,15 +37,23 @@ def offline_hub(monkeypatch, cache_dir) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def write_hub_folder(folder, documents: list[list[str]], files: int = 2) -> str:
-    """The documents as a Hub repository's parquet files: one row per document, its lines joined by newlines."""
+def write_hub_folder(folder, documents: list[list[str]], files: int = 2, fmt: str = "parquet") -> str:
+    """The documents as a Hub repository's data files (data/train-0000k-of-0000n.parquet, or .jsonl with
+    fmt="json"): one row per document, its lines joined by newlines, beside an `id` column."""
+    import json
+
     import pyarrow as pa
     import pyarrow.parquet as pq
-    os.makedirs(folder / "data", exist_ok=True)
+    os.makedirs(os.path.join(folder, "data"), exist_ok=True)
     per_file = -(-len(documents) // files)
     for k in range(files):
-        part = documents[k * per_file:(k + 1) * per_file]
-        table = pa.table({"id": list(range(k * per_file, k * per_file + len(part))),
-                          "text": ["\n".join(document) for document in part]})
-        pq.write_table(table, folder / "data" / f"train-{k:05d}-of-{files:05d}.parquet")
+        rows = [{"id": k * per_file + i, "text": "\n".join(document)}
+                for i, document in enumerate(documents[k * per_file:(k + 1) * per_file])]
+        path = os.path.join(folder, "data", f"train-{k:05d}-of-{files:05d}")
+        if fmt == "json":
+            with open(path + ".jsonl", "w") as f:
+                f.writelines(json.dumps(row) + "\n" for row in rows)
+        else:
+            pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([("id", pa.int64()), ("text", pa.string())])),
+                           path + ".parquet")
     return str(folder)

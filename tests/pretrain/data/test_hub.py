@@ -32,9 +32,9 @@ def text_documents(corpus_and_tokenizer) -> list[list[str]]:
     return sources.read_text_corpus(corpus_and_tokenizer[0])
 
 
-@pytest.mark.parametrize("streaming", [False, True])
-def test_hub_folder_gives_the_documents_of_the_text_corpus_it_holds(tmp_path, text_documents, streaming):
-    folder = write_hub_folder(tmp_path / "corpus", text_documents + [[]])  # an empty row: skipped
+@pytest.mark.parametrize("streaming,fmt", [(False, "parquet"), (True, "parquet"), (False, "json")])
+def test_hub_folder_gives_the_documents_of_the_text_corpus_it_holds(tmp_path, text_documents, streaming, fmt):
+    folder = write_hub_folder(tmp_path / "corpus", text_documents + [[]], fmt=fmt)  # an empty row: skipped
     assert list(hub.iter_documents(folder, streaming=streaming)) == text_documents
 
 
