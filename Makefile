@@ -211,9 +211,11 @@ cram-sweep-long: $(STAMP)
 
 # The transformers peer of that run for the same minutes on the same batches, then SST-2 dev accuracy against
 # labels (100 to 8,000; 3 seeds) from it, from 2018's recipe, from random weights and from all-MiniLM-L6-v2 (the
-# ceiling); the table and runs/bench_cram/sample_efficiency.png (resumable).
+# ceiling); the table and runs/bench_cram/sample_efficiency.png (resumable; each finished run kept in the ledger
+# scripts/bench/results/bench_cram.jsonl, so that a run recorded on another machine is not run again).
 bench-cram: $(STAMP)
-	$(PY) -m scripts.bench.bench_cram --ours=$(CRAM_DIR) --old=$(CRAM_OLD_DIR) --output=runs/bench_cram --parallel 2
+	$(PY) -m scripts.bench.bench_cram --ours=$(CRAM_DIR) --old=$(CRAM_OLD_DIR) --output=runs/bench_cram --parallel 2 \
+	    --ledger scripts/bench/results/bench_cram.jsonl
 
 # all-MiniLM-L6-v2's fine-tuning step here and with transformers on the same MRPC and CoLA batches, padded
 # to our length buckets and to the longest row (~6 min): ms/step, ours / transformers.

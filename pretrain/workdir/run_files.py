@@ -57,6 +57,8 @@ def _prepare_url(workdir: str, flag: str) -> str:
     storage.check_url(workdir, flag)
     path = storage.absolute(workdir)
     try:
+        if _bucket_missing(path):  # some gcsfs releases make no request for makedirs: it would show at a write
+            raise FileNotFoundError(f"no bucket {'/'.join(path.split('/')[:3])}")
         is_file = storage.isfile(path)
         if not is_file:
             storage.makedirs(path)
@@ -67,6 +69,15 @@ def _prepare_url(workdir: str, flag: str) -> str:
     if is_file:
         raise UserError(f"{flag}={workdir} is a file, not a directory; give a directory (new or a run's workdir)")
     return path
+
+
+def _bucket_missing(url: str) -> bool:
+    """Whether the bucket of a gs:// path is known not to exist. Credentials that may write objects but not read
+    the bucket's own metadata cannot tell: then the first write does."""
+    try:
+        return not storage.exists("/".join(url.split("/")[:3]))
+    except Exception:  # noqa: BLE001 - a permission error on the bucket itself
+        return False
 
 
 write_atomic = storage.write_atomic  # `text` into `path`, never half-written (see pretrain.workdir.storage)

@@ -156,7 +156,6 @@ def pretraining_rows(ours: str, peer: str | None, old: str = "") -> list[list[st
     return rows
 
 
-LEDGER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench_cram.jsonl")  # committed
 CURVE = ("sst2-100", "sst2-300", "sst2-1k", "sst2-3k", "sst2-8k")
 CEILING = "all-MiniLM-L6-v2"  # the ceiling row: full pretraining at 22M parameters, not this budget
 CEILING_RATE = 5e-5  # the standard rate of this project's MiniLM benchmarks (docs/benchmarks.md)
@@ -227,8 +226,7 @@ def main() -> None:
     parser.add_argument("--finetune_peer", action="store_true", help="fine-tune the peer too")
     parser.add_argument("--no_ceiling", action="store_true", help="without all-MiniLM-L6-v2")
     glue_study.add_flags(parser, "runs/bench_cram")
-    parser.set_defaults(tasks=list(CURVE), learning_rates=[1e-4, 3e-4, 1e-3], rate_selection="first_seed",
-                        ledger=LEDGER)
+    parser.set_defaults(tasks=list(CURVE), learning_rates=[1e-4, 3e-4, 1e-3], rate_selection="first_seed")
     args = parser.parse_args()
     ours = os.path.abspath(args.ours)
     output = os.path.abspath(args.output)
