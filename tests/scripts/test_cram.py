@@ -153,6 +153,26 @@ def test_ceiling_row_is_minilm_at_its_one_rate_and_a_modernbert_run_fine_tunes_a
     assert inits["random"] == [f"--config.init={ours / 'modernbert'}", "--config.init_weights=random"]
 
 
+def test_ledger_names_each_init_by_family_steps_and_held_out_loss_and_keys_runs_without_paths(tmp_path):
+    import argparse
+
+    from pretrain.jobs.sweep_cells import Cell
+    from scripts.bench import bench_cram
+    from scripts.reproduce import reproduction as rp
+    ours = tmp_path / "ours"
+    (ours / "modernbert").mkdir(parents=True)
+    (ours / "cram.json").write_text(json.dumps({"workdir": str(ours / "modernbert"), "reached_steps": 3890,
+                                                "eval": {"eval_mlm_loss": 3.4639}}))
+    (ours / "modernbert" / "config.json").write_text(json.dumps({"model": {"name": "modernbert"}}))
+    places = bench_cram.ledger_places(argparse.Namespace(old="", no_ceiling=False), str(ours))
+    name = "<pretrained: modernbert, 3890 steps, held-out MLM 3.464>"
+    assert places[name] == str(ours / "modernbert") and all(isinstance(p, str) for p in places.values())
+    args = argparse.Namespace(output=str(tmp_path / "out"), parallel=1, minutes=0.0, ledger=str(tmp_path / "l"))
+    harness = rp.Reproduction(args, [], places=places)
+    cell = Cell("x", {}, "c", ("python", "-m", "pretrain.finetune", f"--config.init={ours / 'modernbert'}"))
+    assert harness.ledger_key(cell) == ["-m", "pretrain.finetune", f"--config.init={name}"]
+
+
 def test_bench_cram_takes_a_sweep_cells_budget_and_last_held_out_metrics(tmp_path):
     """--ours as a budgeted pretrain.train workdir (a sweep's cell, no cram.json): the peer's minutes and the
     pretraining row come from its budget.json and metrics.jsonl; a directory with neither is refused by name."""
