@@ -58,9 +58,7 @@ def _hub_documents(config: ml_collections.ConfigDict) -> list[sources.Document]:
     """A Hugging Face Hub dataset's documents (pretrain/data/hub.py), read into memory as a text corpus is (a
     streamed one up to max_documents): every process reads them all, and the streaming pipeline gives each its
     rows."""
-    if not config.hf_path:
-        raise sources.CorpusError("config.data.hf_path is empty: give a Hub name (--config.data.hf_path="
-                                  "wikimedia/wikipedia --config.data.hf_name=20231101.en) or a local folder")
+    _require_hf_path(config)
     documents = hub.iter_documents(config.hf_path, name=config.hf_name, split=config.hf_split,
                                    data_files=config.data_files, streaming=config.streaming,
                                    text_column=config.text_column)
@@ -71,12 +69,17 @@ def _hub_documents(config: ml_collections.ConfigDict) -> list[sources.Document]:
     return docs
 
 
+def _require_hf_path(config: ml_collections.ConfigDict) -> None:
+    if not config.hf_path:
+        raise sources.CorpusError("config.data.hf_path is empty: give a Hub name (--config.data.hf_path="
+                                  "wikimedia/wikipedia --config.data.hf_name=20231101.en) or a local folder")
+
+
 def _streamed_corpus(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
                      ) -> tuple[hub.StreamedCorpus, list[list[np.ndarray]]]:
     """A Hub dataset read as it streams (pretrain/data/streamed.py), and its held-out documents: the first
     eval_documents of hf_eval_split, in memory (a stream has no end to hold out)."""
-    if not config.hf_path:
-        raise sources.CorpusError("config.data.hf_path is empty: give a Hub name or a local folder")
+    _require_hf_path(config)
     corpus = hub.StreamedCorpus(config.hf_path, tokenizer, name=config.hf_name, split=config.hf_split,
                                 data_files=config.data_files, text_column=config.text_column)
     if not config.eval_documents:

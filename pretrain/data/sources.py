@@ -178,13 +178,16 @@ def _array_record_examples(source, limit: int):
         yield from source.__getitems__(indices)  # one batched read instead of len(indices) reads
 
 
+def as_text(value: Any) -> str:
+    """A dataset's text field as str: TFDS gives bytes, the Hub str."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
 def to_document(text: Any) -> Document:
     """A document's text (str or bytes; None: no text) -> its non-blank lines."""
     if text is None:
         return []
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
-    return [line.strip() for line in str(text).split("\n") if line.strip()]
+    return [line.strip() for line in as_text(text).split("\n") if line.strip()]
 
 
 def iter_tfds_documents(

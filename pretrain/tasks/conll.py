@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from pretrain.data.sources import as_text
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.base import data_location
 from pretrain.workdir import storage
@@ -166,7 +167,7 @@ def _from_features(records, keys: tuple[str, ...], names: list[list[str]], tag_k
     column = tag_column(tag_key)
     out = ConllFile([], 4, source=source)
     for number, ex in enumerate(records, start=1):
-        rows = tuple((_text(word), *(tag_names[i] for tag_names, i in zip(names, ids)))
+        rows = tuple((as_text(word), *(tag_names[i] for tag_names, i in zip(names, ids)))
                      for word, *ids in zip(*(ex[key] for key in keys)))
         tags = [row[column] for row in rows]
         if bio:
@@ -176,10 +177,6 @@ def _from_features(records, keys: tuple[str, ...], names: list[list[str]], tag_k
     if not out.sentences:
         raise ConllDataError(f"{out.source} has no sentences")
     return out
-
-
-def _text(word) -> str:
-    return word.decode() if isinstance(word, bytes) else str(word)
 
 
 def entity_scores(gold: list[list[str]], predicted: list[list[str]]) -> dict[str, float]:

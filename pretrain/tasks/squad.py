@@ -16,6 +16,7 @@ import os
 import re
 import string
 
+from pretrain.data.sources import as_text
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.base import data_location
 from pretrain.workdir import storage
@@ -119,10 +120,8 @@ def read_squad_hub(split: str, path: str) -> list[QaExample]:
 
 def _from_features(records) -> list[QaExample]:
     """Examples from records with SQuAD's features (TFDS's and the Hub's: bytes or str)."""
-    def text(value) -> str:
-        return value.decode() if isinstance(value, bytes) else str(value)
-    return [QaExample(text(ex["id"]), text(ex["question"]), text(ex["context"]),
-                      tuple(Answer(text(t), int(s)) for t, s in zip(ex["answers"]["text"],
+    return [QaExample(as_text(ex["id"]), as_text(ex["question"]), as_text(ex["context"]),
+                      tuple(Answer(as_text(t), int(s)) for t, s in zip(ex["answers"]["text"],
                                                                      ex["answers"]["answer_start"])))
             for ex in records]
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pretrain.data import hub
+from pretrain.data.sources import as_text
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import Example, Labels
 from pretrain.workdir import storage
@@ -250,10 +251,6 @@ def read_glue_dir(task: GlueTask, split: str, data_dir: str, *, skip_malformed: 
 # TFDS.
 
 
-def _decode(value) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
 def read_glue_tfds(task: GlueTask, split: str, data_dir: str | None = None) -> list[Example]:
     """Reads TFDS `glue/<task>` with `tfds.data_source` (array_record, no TensorFlow needed), in idx order.
 
@@ -301,8 +298,8 @@ def _feature_examples(task: GlueTask, split: str, records) -> list[Example]:
         label = float(str(np.float32(ex["label"]))) if task.is_regression else int(ex["label"])
         if split in task.test_splits:
             label = -1  # stored as -1 (or -1.0 for STS-B): keep one convention
-        text_b = _decode(ex[key_b]) if key_b else None
-        examples.append(Example(_decode(ex[key_a]), text_b, label, int(ex["idx"])))
+        text_b = as_text(ex[key_b]) if key_b else None
+        examples.append(Example(as_text(ex[key_a]), text_b, label, int(ex["idx"])))
     examples.sort(key=lambda e: e.idx)  # array_record stores examples in hashed order; idx is file order
     return examples
 
