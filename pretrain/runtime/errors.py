@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 
 from models.errors import ModelInputError
@@ -72,12 +73,12 @@ def one_line_errors():
         yield
     except Preempted as e:
         print(e, file=sys.stderr, flush=True)
-        sys.exit(EXIT_PREEMPTED)
+        _exit_after_one_line(EXIT_PREEMPTED)
     except USER_ERRORS as e:
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _exit_after_one_line(2)
     except Exception as e:  # noqa: BLE001 - only the machine's and the storage's failures; the rest re-raised
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
@@ -85,11 +86,19 @@ def one_line_errors():
             print(f"error: the storage service stopped answering ({unreachable}); the run stopped and its latest "
                   "complete checkpoint is kept: rerun the same command to resume once it answers",
                   file=sys.stderr, flush=True)
-            sys.exit(EXIT_UNAVAILABLE)
+            _exit_after_one_line(EXIT_UNAVAILABLE)
         if isinstance(e, OSError):  # a full disk, a permission, a file gone: the machine's state, not a bug
             print(f"error: {describe_os_error(e)}", file=sys.stderr)
-            sys.exit(2)
+            _exit_after_one_line(2)
         raise
+
+
+def _exit_after_one_line(status: int) -> None:
+    """Exits so that the one line stays the last one printed. A save the storage refused leaves Orbax's
+    unscheduled write coroutines to the garbage collector at shutdown, whose "never awaited" warning would
+    otherwise print after it."""
+    warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning)
+    sys.exit(status)
 
 
 # What the GCS clients raise when the service does not answer (after their own retries): gcsfs (aiohttp),
