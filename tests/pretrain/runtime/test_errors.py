@@ -99,6 +99,7 @@ def test_library_log_records_keep_one_line_without_their_traceback():
     assert line == "_request out of retries on exception [ClientConnectorError: Cannot connect to host 127.0.0.1:1]"
 
 
+@pytest.mark.slow
 def test_a_coroutine_abandoned_by_the_failed_call_does_not_print_after_the_one_line():
     """A save the storage refused leaves unscheduled write coroutines (Orbax's) in the frames of its error."""
     program = ("from pretrain.runtime import errors\n"
