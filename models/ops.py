@@ -6,6 +6,7 @@ import math
 
 import flax.linen as nn
 import jax
+import jax.extend.random
 import jax.numpy as jnp
 
 from models import attention
@@ -61,10 +62,10 @@ def split_rows(x: jax.Array, last: str | None = None) -> jax.Array:
 
 
 class Dropout(nn.Module):
-    """nn.Dropout (same fields, call and "dropout" rng stream) whose keep mask, on a CPU, comes from a counter hash
-    (`keep_mask`) instead of threefry's bits for every element: threefry is counter-based arithmetic a CPU runs at
-    about 13 ns per 32 bits, so BERT's attention-probability masks alone cost a fine-tuning step of MiniLM on 2
-    cores about 0.5 s (XLA's rbg and Philox generators are no faster there)."""
+    """nn.Dropout (same fields, call and "dropout" rng stream) whose keep mask comes from `keep_mask`: on a CPU a
+    threefry key's mask is a counter hash instead of threefry's bits for every element (threefry is counter-based
+    arithmetic a CPU runs at about 13 ns per 32 bits: BERT's attention-probability masks alone cost a fine-tuning
+    step of MiniLM on 2 cores about 0.5 s; XLA's rbg and Philox generators are no faster there)."""
     rate: float
     deterministic: bool | None = None
     rng_collection: str = "dropout"
@@ -77,25 +78,45 @@ class Dropout(nn.Module):
         if self.rate == 1.0:
             return jnp.zeros_like(x)
         keep = 1.0 - self.rate
-        mask = keep_mask(self.make_rng(self.rng_collection) if rng is None else rng, keep, x.shape)
+        mask = keep_mask(self.make_rng(self.rng_collection) if rng is None else rng, keep, shape=x.shape)
         return jax.lax.select(mask, x / jnp.asarray(keep, x.dtype), jnp.zeros_like(x))
 
 
 def keep_mask(rng: jax.Array, keep: float, shape: tuple[int, ...]) -> jax.Array:
-    """[shape] bool, True with probability `keep` (to 2^-32). Off a CPU: jax.random.bernoulli, as nn.Dropout (an
-    accelerator's threefry is cheap beside its step: BERT-Base's v5e estimate moved by 0.5% with rbg keys).
-
-    On a CPU threefry gives the mask 64 bits of key, and each element's 32 bits are a hash of its index under
-    that key: murmur3's 32-bit finalizer, twice, over a Weyl sequence (SplitMix's construction), about 10
-    integer operations per element against threefry's 120. Dropout needs independent, unbiased bits per
-    element, not a cryptographic stream; masks of different keys differ in both hashes' keys.
-    """
-    if attention.platform() != "cpu":
+    """[shape] bool, True with probability `keep` (to 2^-32). A threefry key on a CPU: threefry gives the mask 64
+    bits of key and each element's 32 bits are `hash_bits` of its index under them, about 10 integer operations per
+    element against threefry's 120. Any other key or platform: jax.random.bernoulli, as nn.Dropout, with the bits
+    of the key's implementation (threefry, rbg, or HASH: the same hash, a PRNG implementation of its own;
+    pretrain/training/prng.py picks one per platform)."""
+    if attention.platform() != "cpu" or str(jax.random.key_impl(rng)) != "threefry2x32":
         return jax.random.bernoulli(rng, keep, shape)
     seed = jax.random.bits(rng, (2,), jnp.uint32)
+    return hash_bits(seed, shape) < jnp.uint32(min(round(keep * 2.0 ** 32), 2 ** 32 - 1))
+
+
+def hash_bits(seed: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """[shape] uint32 from a [2] uint32 seed: each element's bits a hash of its index, murmur3's 32-bit finalizer
+    twice over a Weyl sequence (SplitMix's construction). Dropout needs independent, unbiased bits per element,
+    not a cryptographic stream; different seeds differ in both hashes' keys. Elementwise on an iota, so XLA
+    partitions it with the tensor it masks and fuses it into its consumer: no bits are stored."""
     index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
-    bits = _fmix32(_fmix32(index * jnp.uint32(0x9E3779B9) + seed[0]) ^ seed[1])
-    return bits < jnp.uint32(min(round(keep * 2.0 ** 32), 2 ** 32 - 1))
+    return _fmix32(_fmix32(index * jnp.uint32(0x9E3779B9) + seed[0]) ^ seed[1])
+
+
+def _hash_random_bits(key: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.Array:
+    """HASH's random_bits: `hash_bits` of the key's two words, cut to 8 or 16 bits or paired into 64."""
+    if bit_width == 64:
+        high, low = hash_bits(key, (2, *shape))
+        return (high.astype(jnp.uint64) << 32) | low.astype(jnp.uint64)
+    return hash_bits(key, shape).astype(jnp.dtype(f"uint{bit_width}"))
+
+
+# The counter hash as a JAX PRNG implementation: seed, split and fold_in are threefry's on the same two words, the
+# bits are `hash_bits`. jax.random.bernoulli(key, ...) with such a key draws a mask that XLA partitions and fuses.
+HASH = jax.extend.random.define_prng_impl(
+    key_shape=(2,), seed=jax.extend.random.threefry_prng_impl.seed,
+    split=jax.extend.random.threefry_prng_impl.split, fold_in=jax.extend.random.threefry_prng_impl.fold_in,
+    random_bits=_hash_random_bits, name="hash", tag="hsh")
 
 
 def _fmix32(h: jax.Array) -> jax.Array:

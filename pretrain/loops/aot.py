@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 
 from pretrain.loops import setup
-from pretrain.runtime import chips
+from pretrain.runtime import chips, hlo_report
 from pretrain.runtime.errors import ConfigError
 from pretrain.training import train_state, validation
 
@@ -51,7 +51,7 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
                            hbm_bytes=hbm_bytes or (chip.hbm_bytes if chip else _host_memory_per_device(devices)),
                            peak_flops_per_device=peak_flops or (chip.peak_bf16_flops if chip else None))
     batch = abstract_batch(trainer.example_rows, batch_size, accum)  # [accum, B / accum, ...]
-    rng = jax.eval_shape(lambda: jax.random.key(0))
+    rng = jax.eval_shape(lambda: trainer.dropout_rng)  # its PRNG implementation (config.prng_impl) with it
     result.model_flops = model_flops(trainer, batch_size, accum)
     with mesh:
         init, init_error, init_needed, result.init_compile_seconds = _compile(trainer.initialize.lower)
@@ -77,7 +77,7 @@ def model_flops(trainer: setup.Trainer, batch_size: int, accum: int = 1) -> floa
     the forward pass and loss (the backward pass does two matmuls for each of the forward's), counted from the
     step's own jaxpr, so every family's shapes (GeGLU's three matrices, sparse MLM prediction) count as they run."""
     batch = abstract_batch(trainer.example_rows, batch_size, accum)
-    rng = jax.eval_shape(lambda: jax.random.key(0))
+    rng = jax.eval_shape(lambda: trainer.dropout_rng)
     return 3 * accum * _forward_flops(trainer, batch, rng)
 
 
@@ -106,7 +106,7 @@ def _compile(lower: Callable[[], Any]) -> tuple[Any, str | None, int | None, flo
 
 
 def _read_compiled(result: chips.AotResult, compiled, jaxpr, chip: chips.Chip | None, num_devices: int) -> None:
-    """Memory, XLA's cost estimate and the step time of a compiled step, into `result`."""
+    """Memory, XLA's cost estimate, the HBM bytes the kernels move and the step time of a compiled step."""
     memory = compiled.memory_analysis()
     result.argument_bytes, result.output_bytes = memory.argument_size_in_bytes, memory.output_size_in_bytes
     result.alias_bytes, result.temp_bytes = memory.alias_size_in_bytes, memory.temp_size_in_bytes
@@ -115,15 +115,22 @@ def _read_compiled(result: chips.AotResult, compiled, jaxpr, chip: chips.Chip | 
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
     result.xla_flops_per_device = cost.get("flops")
     result.xla_optimal_seconds = cost.get("optimal_seconds")
+    kernels = hlo_report.parse(compiled.as_text())
+    result.moved_bytes = sum(op.moved for op in kernels)
+    if chip and chip.clock_hz:
+        result.kernel_seconds = hlo_report.estimated_seconds(kernels, chip.clock_hz, chip.hbm_bandwidth)
     loops = result.hardware_flops / max(chips.matmul_flops(jaxpr, loops_once=True), 1.0)  # XLA's shortfall
-    if result.xla_optimal_seconds and result.xla_optimal_seconds > 0:
-        result.step_seconds, result.step_seconds_source = result.xla_optimal_seconds * loops, "xla"
-    elif chip and result.peak_flops_per_device and cost.get("bytes accessed"):
-        # XLA's estimate can come out negative for a whole step (seen for BERT on v5e, not for any of its
-        # ops alone): then the roofline of the chip's peak and HBM bandwidth, collectives left out.
+    if chip and result.peak_flops_per_device and cost.get("bytes accessed"):
+        # XLA counts a loop's body once: its bytes are scaled by the FLOPs' shortfall, and so is everything
+        # outside the loops (the optimizer's update): optimistic about peak and overlap, pessimistic about that.
         compute = result.hardware_flops / num_devices / result.peak_flops_per_device
-        memory = cost["bytes accessed"] * loops / chip.hbm_bandwidth
-        result.step_seconds, result.step_seconds_source = max(compute, memory), "roofline"
+        result.roofline_seconds = max(compute, cost["bytes accessed"] * loops / chip.hbm_bandwidth)
+    if result.kernel_seconds:
+        result.step_seconds, result.step_seconds_source = result.kernel_seconds, "kernels"
+    elif result.xla_optimal_seconds and result.xla_optimal_seconds > 0:
+        result.step_seconds, result.step_seconds_source = result.xla_optimal_seconds * loops, "xla"
+    elif result.roofline_seconds:  # XLA's whole-step estimate comes out negative for BERT on v5e
+        result.step_seconds, result.step_seconds_source = result.roofline_seconds, "roofline"
 
 
 def _host_memory_per_device(devices: Sequence) -> int:

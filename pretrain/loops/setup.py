@@ -29,7 +29,7 @@ from objectives.interface import StepObjective
 from pretrain.loops.steps import eval_step, shard_map_train_step, train_step
 from pretrain.runtime import partitioning
 from pretrain.runtime.errors import ConfigError
-from pretrain.training import freezing, optimizers, train_state
+from pretrain.training import freezing, optimizers, prng, train_state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,13 +89,15 @@ def pretraining_trainer(config: ml_collections.ConfigDict, objective: objectives
     objective = objective or objectives.build_objective(config.objective, StandInTokenizer.of(config))
     schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
     init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
+    mesh = partitioning.create_mesh(config.mesh_shape, devices)
+    dropout_rng = prng.dropout_key(dropout_rng, config.get("prng_impl", "auto"), mesh.devices.flat[0].platform)
     return build_trainer(config, model=models.build_model(config.model), objective=objective,
                          example_rows=example_rows(config, objective),
                          tx=freezing.without_subtrees(  # a distillation teacher (models/registry.py: frozen)
                              optimizers.make_optimizer(config.optimizer, config.num_train_steps, schedule=schedule),
                              models.family(config.model.name).frozen),
                          schedule=schedule, init_rng=init_rng, dropout_rng=dropout_rng,
-                         mesh=partitioning.create_mesh(config.mesh_shape, devices))
+                         mesh=mesh)
 
 
 class StandInTokenizer:

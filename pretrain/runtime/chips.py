@@ -28,16 +28,24 @@ class Chip:
     hbm_bandwidth: float    # bytes/s per chip
     topology_prefix: str    # libtpu's name, as in "v5e:4x4"
     chip_config: str        # libtpu's chip_config_name: megacore where JAX sees one device per chip
+    mxus: int | None = None  # 128 x 128 matrix units per chip (one JAX device); None: not of that size
+
+    @property
+    def clock_hz(self) -> float | None:
+        """The clock the bf16 peak implies: each 128 x 128 MXU does 16,384 multiply-adds a cycle (v5e: 4 MXUs,
+        1.50 GHz; v4: 2 TensorCores of 4, 1.05 GHz). libtpu's per-kernel estimates are in these cycles."""
+        return self.peak_bf16_flops / (self.mxus * 128 * 128 * 2) if self.mxus else None
 
 
 # Per-chip HBM, bf16 peak and HBM bandwidth, from Google Cloud's system architecture pages
 # (docs.cloud.google.com/tpu/docs/v4, v5e, v5p, v6e): v4 32 GiB, 275 TFLOP/s, 1,228 GB/s; v5e 16 GiB, 197,
-# 819 GB/s; v5p 95 GiB, 459, 2,765 GB/s; v6e (Trillium) 32 GiB, 918, 1,640 GB/s.
+# 819 GB/s; v5p 95 GiB, 459, 2,765 GB/s; v6e (Trillium) 32 GiB, 918, 1,640 GB/s. MXUs per chip from the same pages
+# (v4 and v5p: 2 TensorCores of 4; v5e: 4).
 CHIPS = {
-    "v4": Chip(32 * GIB, 275e12, 1228e9, "v4", "megacore"),
-    "v5e": Chip(16 * GIB, 197e12, 819e9, "v5e", "default"),
-    "v5p": Chip(95 * GIB, 459e12, 2765e9, "v5", "megacore"),
-    "v6e": Chip(32 * GIB, 918e12, 1640e9, "v6e", "default"),
+    "v4": Chip(32 * GIB, 275e12, 1228e9, "v4", "megacore", mxus=8),
+    "v5e": Chip(16 * GIB, 197e12, 819e9, "v5e", "default", mxus=4),
+    "v5p": Chip(95 * GIB, 459e12, 2765e9, "v5", "megacore", mxus=8),
+    "v6e": Chip(32 * GIB, 918e12, 1640e9, "v6e", "default"),  # 256 x 256 MXUs: no clock derived here
 }
 ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "v5": "v5p", "v6": "v6e", "trillium": "v6e"}
 DEVICE_KINDS = {"TPU v4": "v4", "TPU v5 lite": "v5e", "TPU v5": "v5p", "TPU v5p": "v5p", "TPU v6 lite": "v6e",
@@ -128,8 +136,11 @@ class AotResult:
     hardware_flops: float | None = None  # matmul FLOPs the step executes, rematerialization included
     xla_flops_per_device: float | None = None  # XLA's count (loop bodies once), all ops
     xla_optimal_seconds: float | None = None  # XLA's estimate as it comes (loop bodies once; TPU only)
-    step_seconds: float | None = None   # that, scaled for loops; else the roofline of peak and HBM bandwidth
-    step_seconds_source: str | None = None  # "xla" | "roofline"
+    moved_bytes: int | None = None      # HBM bytes the step's kernels read and write (hlo_report), loops counted
+    kernel_seconds: float | None = None  # the sum of libtpu's per-kernel estimates (hlo_report.estimated_seconds)
+    roofline_seconds: float | None = None  # max(FLOPs / peak, XLA's bytes accessed x the loop ratio / bandwidth)
+    step_seconds: float | None = None   # kernel_seconds where libtpu gives them; else XLA's scaled; else roofline
+    step_seconds_source: str | None = None  # "kernels" | "xla" | "roofline"
     peak_flops_per_device: float | None = None
     mfu: float | None = None            # model_flops / (step_seconds x devices x peak)
     init_compile_seconds: float | None = None

@@ -19,7 +19,9 @@ import collections
 import dataclasses
 import re
 
-_ARRAY = re.compile(r"\b(pred|s4|s8|u8|s16|u16|s32|u32|s64|u64|f8e4m3fn|f8e5m2|f16|bf16|f32|f64|c64|c128)\[([0-9,]*)\]")
+_ARRAY = re.compile(r"\b(pred|s4|s8|u8|s16|u16|s32|u32|s64|u64|f8e4m3fn|f8e5m2|f16|bf16|f32|f64|c64|c128)\[([0-9,]*)\]"
+                    r"(\{[^}]*\})?")
+_ON_CHIP = re.compile(r"S\([1-9]\d*\)")  # a layout's memory space other than 0 (HBM): VMEM, SMEM, sync flags
 _BYTES = {"pred": 1, "s4": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
           "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1}
 _COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(.*\) -> .* \{$")
@@ -30,6 +32,7 @@ _CONDITION = re.compile(r"condition=%([\w.\-]+)")
 _TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _BOUND = re.compile(r"s32\[\]\S* constant\((\d+)\)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+_CYCLES = re.compile(r'"estimated_cycles":"(\d+)"')
 
 
 @dataclasses.dataclass
@@ -42,6 +45,7 @@ class Op:
     runs: int          # times per step (a while body's trip count)
     source: str        # the JAX op it came from (metadata op_name), shortened
     in_types: tuple[str, ...]
+    cycles: int | None = None  # libtpu's estimate for one run (backend_config estimated_cycles), if it gives one
 
     @property
     def moved(self) -> int:
@@ -53,8 +57,15 @@ class Op:
 
 
 def array_bytes(text: str) -> int:
-    """Bytes of every array type in `text` (a tuple's elements summed)."""
-    return sum(_BYTES[dtype] * _prod(dims) for dtype, dims in _ARRAY.findall(text))
+    """Bytes of every array type in `text` that lives in device memory (HBM): a tuple's elements summed, arrays
+    whose layout puts them in on-chip memory (`S(1)`, a TPU's VMEM) left out, since moving them costs no HBM
+    bandwidth."""
+    return sum(size for size, in_hbm in arrays(text) if in_hbm)
+
+
+def arrays(text: str) -> list[tuple[int, bool]]:
+    """(bytes, in HBM) of every array type in `text`, in order."""
+    return [(_BYTES[dtype] * _prod(dims), not _ON_CHIP.search(layout)) for dtype, dims, layout in _ARRAY.findall(text)]
 
 
 def _prod(dims: str) -> int:
@@ -124,13 +135,27 @@ def _kernels(lines: list[str], runs: int, computations: dict[str, list[str]]) ->
         sliced = _sliced_parameters(called.group(1), computations) if opcode == "fusion" and called else {}
         written = sizes[name]
         for index, (read, write) in sliced.items():  # a slice of a stacked buffer: its bytes, not the buffer's
-            if index < len(reads):
+            if index < len(reads) and reads[index]:  # (an operand in on-chip memory reads no HBM at all)
                 written -= reads[index] - write if write is not None else 0
                 reads[index] = read
-        source = _OP_NAME.search(rest)
+        if opcode.endswith("-start"):
+            written, reads = _async_bytes(opcode, shape, reads)
+        source, cycles = _OP_NAME.search(rest), _CYCLES.search(rest)
         ops.append(Op(name, opcode, shape.split("{")[0], max(written, 0), sum(reads), runs,
-                      _shorten(source.group(1)) if source else "", tuple(types.get(i, "") for i in inputs)))
+                      _shorten(source.group(1)) if source else "", tuple(types.get(i, "") for i in inputs),
+                      int(cycles.group(1)) if cycles and int(cycles.group(1)) > 0 else None))
     return ops
+
+
+def _async_bytes(opcode: str, shape: str, reads: list[int]) -> tuple[int, list[int]]:
+    """(HBM bytes written, read) of an async op's start, whose output is (its operands, its results, a context):
+    the operands are read (a slice-start reads only its slice) and the results written; the tuple's copy of the
+    operands is the same buffer, not a write."""
+    results = [(size, in_hbm) for size, in_hbm in arrays(shape)[len(reads):] if size > 4]  # not the context scalar
+    written = sum(size for size, in_hbm in results if in_hbm)
+    if opcode == "slice-start":
+        reads = [sum(size for size, _ in results)] if any(reads) else [0]
+    return written, reads
 
 
 def _sliced_parameters(computation: str, computations: dict[str, list[str]]) -> dict[int, tuple[int, int | None]]:
@@ -175,6 +200,18 @@ def _slice_read(use: tuple, sizes: dict[str, int], computations: dict[str, list[
 def _shorten(op_name: str) -> str:
     """'jit(train_step)/while/body/.../bert/layer/attention/query/dot_general' -> its last four parts."""
     return "/".join(op_name.split("/")[-4:])
+
+
+def estimated_seconds(ops: list[Op], clock_hz: float, hbm_bandwidth: float) -> float | None:
+    """A step's time as the sum of its kernels', each run as often as it runs: libtpu's own estimate where the
+    compiled HLO carries one (`estimated_cycles` at the chip's clock: it sees the matrix and vector units and the
+    kernel's memory traffic), else the kernel's HBM bytes at the chip's bandwidth (async copies and slices,
+    collectives, custom calls, random-bit generators; as if none overlapped the rest). None: no kernel carries an
+    estimate (not a TPU program). Kernels run one after another on a TensorCore, so the sum is the step, but for
+    the overlap it leaves out and the collectives' own bandwidth."""
+    if not any(op.cycles for op in ops):
+        return None
+    return sum(op.runs * op.cycles / clock_hz if op.cycles else op.moved / hbm_bandwidth for op in ops)
 
 
 def is_precision_change(op: Op) -> bool:

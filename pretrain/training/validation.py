@@ -17,6 +17,7 @@ from typing import Any
 import ml_collections
 
 from pretrain.runtime import profiling
+from pretrain.training import prng
 from pretrain.runtime.errors import ConfigError
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -88,6 +89,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "log_every": POSITIVE, "keep_checkpoints": POSITIVE, "eval_batches": POSITIVE, "eval_batch_size": POSITIVE,
     "checkpoint_every": NON_NEGATIVE, "eval_every": NON_NEGATIVE, "prefetch": NON_NEGATIVE, "seed": NON_NEGATIVE,
     "warmup_fraction": SHARE, "budget_minutes": NON_NEGATIVE_FLOAT, "budget_steps": NON_NEGATIVE, "z_loss": NON_NEGATIVE_FLOAT, "head_learning_rate": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
+    "prng_impl": _choice(*prng.IMPLEMENTATIONS),
     # optimizer
     "optimizer.name": "optimizer", "optimizer.schedule": "schedule",
     "optimizer.learning_rate": POSITIVE_FLOAT, "optimizer.end_learning_rate": NON_NEGATIVE_FLOAT,
