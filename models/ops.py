@@ -116,7 +116,7 @@ def _hash_random_bits(key: jax.Array, bit_width: int, shape: tuple[int, ...]) ->
 HASH = jax.extend.random.define_prng_impl(
     key_shape=(2,), seed=jax.extend.random.threefry_prng_impl.seed,
     split=jax.extend.random.threefry_prng_impl.split, fold_in=jax.extend.random.threefry_prng_impl.fold_in,
-    random_bits=_hash_random_bits, name="hash", tag="hsh")
+    random_bits=_hash_random_bits, name="hash", tag="hash")
 
 
 def _fmix32(h: jax.Array) -> jax.Array:

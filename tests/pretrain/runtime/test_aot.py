@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -199,10 +200,27 @@ def test_tiny_bert_compiles_for_a_tpu_slice():
     r = compile_pretraining(config, devices)
     assert r.fits is True and r.hbm_bytes == 16 * 2 ** 30 and 0 < r.total_bytes < 2 ** 30
     assert r.model_flops == pytest.approx(analytic_flops(config), rel=0.02)
-    assert r.step_seconds > 0 and r.step_seconds_source in ("xla", "roofline") and 0 < r.mfu < 1
+    # libtpu's per-kernel estimates, summed: a TPU program's step time, beside the roofline it replaced
+    assert r.step_seconds_source == "kernels" and r.step_seconds == r.kernel_seconds > 0 and 0 < r.mfu < 1
+    assert r.roofline_seconds > 0 and r.moved_bytes > 0
     # ~120 GiB of activations on one 16 GiB chip
     huge = compile_pretraining(tiny_config(**{"batch_size": 4096 * 8, "model.dtype": "bfloat16"}), devices[:1])
     assert huge.fits is False and huge.error and "RESOURCE_EXHAUSTED" in huge.error
+
+
+@pytest.mark.tpu
+@pytest.mark.parametrize("prng_impl, generators", [("auto", 0), ("rbg", 1)])
+def test_a_tpu_steps_dropout_bits_are_drawn_per_chip_only_by_the_hash(tmp_path, prng_impl, generators):
+    """auto is the counter hash on a TPU: its bits are computed inside the kernels that use them, for each chip's
+    rows; rbg's RngBitGenerator, which XLA does not partition, draws the global batch's bits on every chip."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    devices = chips.tpu_devices("v5e:2x2")
+    config = tiny_config(**{"model.dtype": "bfloat16", "mesh_shape": (4, 1, 1), "prng_impl": prng_impl})
+    compile_pretraining(config, devices, hlo_path=str(tmp_path / "step.hlo.txt"))
+    hlo = (tmp_path / "step.hlo.txt").read_text()
+    drawn = re.findall(r"u32\[(\d+),[\d,]*\]\S* rng-bit-generator", hlo)
+    assert (len(drawn) > 0) == bool(generators)
+    assert all(int(rows) == config.batch_size for rows in drawn)  # the whole batch, not a chip's quarter
 
 
 @pytest.mark.tpu

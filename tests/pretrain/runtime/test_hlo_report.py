@@ -75,3 +75,39 @@ def test_a_compiled_programs_bytes_count_its_arrays():
     ops = hlo_report.parse(text)
     assert ops and sum(op.moved for op in ops) >= 4 * (64 * 256 + 256 * 512)  # at least the matmul's operands
     assert any(op.in_bytes >= 4 * 256 * 512 for op in ops)  # the kernel that reads w
+
+
+TPU_MODULE = """HloModule tpu_step
+
+%negate_it (p: bf16[64,128]) -> bf16[64,128] {
+  %p = bf16[64,128]{1,0:T(8,128)(2,1)S(1)} parameter(0)
+  ROOT %n = bf16[64,128]{1,0:T(8,128)(2,1)} negate(%p)
+}
+
+ENTRY %main (a: bf16[64,128]) -> bf16[64,128] {
+  %a = bf16[64,128]{1,0:T(8,128)(2,1)} parameter(0)
+  %copy-start = (bf16[64,128]{1,0:T(8,128)(2,1)}, bf16[64,128]{1,0:T(8,128)(2,1)S(1)}, u32[]{:S(2)}) copy-start(%a)
+  %copy-done = bf16[64,128]{1,0:T(8,128)(2,1)S(1)} copy-done(%copy-start)
+  %slice-start = ((bf16[64,128]{1,0:T(8,128)(2,1)}), bf16[16,128]{1,0:T(8,128)(2,1)S(1)}, s32[]{:S(2)}) slice-start(%a), slice={[0:16], [0:128]}
+  %slice-done = bf16[16,128]{1,0:T(8,128)(2,1)S(1)} slice-done(%slice-start)
+  ROOT %fusion.1 = bf16[64,128]{1,0:T(8,128)(2,1)} fusion(%copy-done), kind=kLoop, calls=%negate_it, backend_config={"window_config":{"estimated_cycles":"3000"}}
+}
+"""
+
+
+def test_on_chip_buffers_and_async_copies_count_only_their_hbm_traffic():
+    ops = {op.name: op for op in hlo_report.parse(TPU_MODULE)}
+    whole, slice_ = 64 * 128 * 2, 16 * 128 * 2
+    # the prefetch into VMEM (S(1)) reads the HBM array once and writes no HBM; its tuple's operand is not a write
+    assert (ops["copy-start"].in_bytes, ops["copy-start"].out_bytes) == (whole, 0)
+    assert (ops["slice-start"].in_bytes, ops["slice-start"].out_bytes) == (slice_, 0)  # its slice, not the array
+    fusion = ops["fusion.1"]
+    assert (fusion.in_bytes, fusion.out_bytes, fusion.cycles) == (0, whole, 3000)  # reads VMEM, writes HBM
+
+
+def test_the_estimate_sums_libtpus_cycles_and_the_bytes_of_kernels_without_them():
+    ops = hlo_report.parse(TPU_MODULE)
+    clock, bandwidth = 1e9, 1e6
+    expected = 3000 / clock + (64 * 128 * 2 + 16 * 128 * 2) / bandwidth
+    assert abs(hlo_report.estimated_seconds(ops, clock, bandwidth) - expected) < 1e-12
+    assert hlo_report.estimated_seconds(hlo_report.parse(MODULE), clock, bandwidth) is None  # no estimates: no sum

@@ -55,6 +55,7 @@ def changed(config, **flat):
     ("model.teacher_hidden_size", -768, "an integer >= 0"),
     ("optimizer.decay_fraction", 1.5, "a number in [0, 1]"),
     ("model.global_attn_every_n_layers", 0, "a positive integer"),
+    ("prng_impl", "philox", "one of 'auto', 'threefry', 'rbg', 'unsafe_rbg', 'hash'"),
 ])
 def test_a_value_out_of_range_names_key_value_and_range(key, value, allowed):
     config = changed(bert.get_config("size=tiny"), **{key: value})
