@@ -220,10 +220,11 @@ def _pallas(q, k, v, mask, bias, scale):
         mask = mask | ~mask.any(axis=-1, keepdims=True)
         blocked = jnp.where(mask, 0.0, PALLAS_MASKED)  # [B|1, 1, L, S]
         ab = blocked if ab is None else ab + blocked
-    if ab is not None:
-        operands["ab"] = jnp.broadcast_to(ab, (batch, heads, q_len, kv_len)).astype(q.dtype)
+    shared_ab = ab is not None and ab.shape[0] == 1 and batch > 1  # T5's position bias: one for every row
+    if ab is not None:  # [B, H, L, S], or [1, H, L, S] when every row shares it
+        operands["ab"] = jnp.broadcast_to(ab, (ab.shape[0], heads, q_len, kv_len)).astype(q.dtype)
 
-    def kernel(operands):  # [B, L, H, K] <-> the kernel's [B, H, L, K]
+    def flash(operands):  # [B, L, H, K] <-> the kernel's [B, H, L, K]
         segment_ids = None
         if "q_segments" in operands:
             segment_ids = tpu_flash.SegmentIds(q=operands["q_segments"], kv=operands["kv_segments"])
@@ -231,6 +232,15 @@ def _pallas(q, k, v, mask, bias, scale):
         out = tpu_flash.flash_attention(q, k, v, ab=operands.get("ab"), segment_ids=segment_ids, causal=causal,
                                         sm_scale=scale)
         return out.transpose(0, 2, 1, 3).astype(q.dtype)
+
+    def kernel(operands):
+        if not shared_ab:
+            return flash(operands)
+        # The kernel takes `ab` as [B, H, L, S]: called on one row at a time, it reads a bias every row shares as
+        # it is, with no copy per row, and the loop's backward pass sums the bias's gradient in its carry instead
+        # of writing one per row. (vmap would do the same, but Pallas' TPU interpreter cannot run it.)
+        rows = {name: value[:, None] for name, value in operands.items() if name != "ab"}
+        return jax.lax.map(lambda row: flash({**row, "ab": operands["ab"]})[0], rows)
 
     mesh = _current_mesh()
     if mesh is None or mesh.size == 1 or not {"data", "fsdp", "tensor"} <= set(mesh.axis_names):
@@ -242,7 +252,7 @@ def _pallas(q, k, v, mask, bias, scale):
     split_heads = "tensor" if heads % mesh.shape["tensor"] == 0 else None
     rows = P(split_rows, None, split_heads, None)  # q, k, v, out: [B, L, H, K]
     specs = {"q": rows, "k": rows, "v": rows, "q_segments": P(split_rows, None), "kv_segments": P(split_rows, None),
-             "ab": P(split_rows, split_heads, None, None)}  # segments [B, L|S], ab [B, H, L, S]
+             "ab": P(None if shared_ab else split_rows, split_heads, None, None)}  # segments [B, L|S], ab [B|1, H, L, S]
     specs = {name: specs[name] for name in operands}
     return jax.shard_map(kernel, mesh=mesh, in_specs=(specs,), out_specs=rows, check_vma=False)(operands)
 

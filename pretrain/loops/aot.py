@@ -118,7 +118,8 @@ def _read_compiled(result: chips.AotResult, compiled, jaxpr, chip: chips.Chip | 
     kernels = hlo_report.parse(compiled.as_text())
     result.moved_bytes = sum(op.moved for op in kernels)
     if chip and chip.clock_hz:
-        result.kernel_seconds = hlo_report.estimated_seconds(kernels, chip.clock_hz, chip.hbm_bandwidth)
+        pallas = chips.matmul_flops(jaxpr, pallas_only=True) / num_devices / chip.peak_bf16_flops
+        result.kernel_seconds = hlo_report.estimated_seconds(kernels, chip.clock_hz, chip.hbm_bandwidth, pallas)
     loops = result.hardware_flops / max(chips.matmul_flops(jaxpr, loops_once=True), 1.0)  # XLA's shortfall
     if chip and result.peak_flops_per_device and cost.get("bytes accessed"):
         # XLA counts a loop's body once: its bytes are scaled by the FLOPs' shortfall, and so is everything

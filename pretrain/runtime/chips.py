@@ -80,13 +80,16 @@ def chip_of(device) -> Chip | None:
     return CHIPS.get(DEVICE_KINDS.get(device.device_kind, ""))
 
 
-def matmul_flops(jaxpr, *, loops_once: bool = False) -> float:
+def matmul_flops(jaxpr, *, loops_once: bool = False, pallas_only: bool = False) -> float:
     """FLOPs of the dot_generals of a (closed) jaxpr, sub-jaxprs included; a scan's body counts `length`
     times (once with `loops_once`, as XLA's cost analysis counts loops), a Pallas kernel's body once per grid
-    point, a shard_map's once per device, a cond its costliest branch."""
+    point, a shard_map's once per device, a cond its costliest branch. `pallas_only`: those inside Pallas kernels
+    only (custom calls, whose time libtpu does not estimate)."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     total = 0.0
     for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general" and pallas_only:
+            continue
         if eqn.primitive.name == "dot_general":
             (contract, _), _ = eqn.params["dimension_numbers"]
             lhs = eqn.invars[0].aval.shape
@@ -94,7 +97,8 @@ def matmul_flops(jaxpr, *, loops_once: bool = False) -> float:
             continue
         subs = [v for p in eqn.params.values() for v in (p if isinstance(p, (tuple, list)) else (p,))
                 if hasattr(v, "eqns") or hasattr(getattr(v, "jaxpr", None), "eqns")]
-        counts = [matmul_flops(s, loops_once=loops_once) for s in subs]
+        inside = pallas_only and eqn.primitive.name != "pallas_call"
+        counts = [matmul_flops(s, loops_once=loops_once, pallas_only=inside) for s in subs]
         if eqn.primitive.name == "cond":
             total += max(counts, default=0.0)
         else:

@@ -202,16 +202,21 @@ def _shorten(op_name: str) -> str:
     return "/".join(op_name.split("/")[-4:])
 
 
-def estimated_seconds(ops: list[Op], clock_hz: float, hbm_bandwidth: float) -> float | None:
+def estimated_seconds(ops: list[Op], clock_hz: float, hbm_bandwidth: float, custom_call_seconds: float = 0.0
+                      ) -> float | None:
     """A step's time as the sum of its kernels', each run as often as it runs: libtpu's own estimate where the
     compiled HLO carries one (`estimated_cycles` at the chip's clock: it sees the matrix and vector units and the
     kernel's memory traffic), else the kernel's HBM bytes at the chip's bandwidth (async copies and slices,
-    collectives, custom calls, random-bit generators; as if none overlapped the rest). None: no kernel carries an
-    estimate (not a TPU program). Kernels run one after another on a TensorCore, so the sum is the step, but for
-    the overlap it leaves out and the collectives' own bandwidth."""
+    collectives, random-bit generators; as if none overlapped the rest). Custom calls (Pallas kernels) take the
+    longer of their bytes' time and `custom_call_seconds` (their matmuls at the chip's peak). None: no kernel
+    carries an estimate (not a TPU program). Kernels run one after another on a TensorCore, so the sum is the
+    step, but for the overlap it leaves out and the collectives' own bandwidth."""
     if not any(op.cycles for op in ops):
         return None
-    return sum(op.runs * op.cycles / clock_hz if op.cycles else op.moved / hbm_bandwidth for op in ops)
+    estimated = sum(op.runs * op.cycles / clock_hz for op in ops if op.cycles)
+    custom_bytes = sum(op.moved for op in ops if not op.cycles and op.opcode == "custom-call")
+    other_bytes = sum(op.moved for op in ops if not op.cycles and op.opcode != "custom-call")
+    return estimated + other_bytes / hbm_bandwidth + max(custom_bytes / hbm_bandwidth, custom_call_seconds)
 
 
 def is_precision_change(op: Op) -> bool:
