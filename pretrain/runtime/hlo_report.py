@@ -80,7 +80,9 @@ def parse(hlo: str) -> list[Op]:
     computations, order = _computations(hlo)
     nested = {called for lines in computations.values() for line in lines for called in _CALLED.findall(line)}
     runs = {name: 1 for name in order if name not in nested}
-    for name in order:  # while bodies run their trip count times (nested loops multiply)
+    # while bodies run their trip count times, nested loops multiplied: callers first (a module's text defines every
+    # computation before the ones that call it, ENTRY last), so a loop's own count is known when its body is read
+    for name in reversed(order):
         for line in computations[name]:
             body = _BODY.search(line)
             if body:

@@ -111,3 +111,37 @@ def test_the_estimate_sums_libtpus_cycles_and_the_bytes_of_kernels_without_them(
     expected = 3000 / clock + (64 * 128 * 2 + 16 * 128 * 2) / bandwidth
     assert abs(hlo_report.estimated_seconds(ops, clock, bandwidth) - expected) < 1e-12
     assert hlo_report.estimated_seconds(hlo_report.parse(MODULE), clock, bandwidth) is None  # no estimates: no sum
+
+
+NESTED_MODULE = """HloModule accumulate
+
+%layer (t: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %t = (s32[], f32[8]{0}) parameter(0)
+  %x = f32[8]{0} get-tuple-element(%t), index=1
+  %negate.1 = f32[8]{0} negate(%x)
+  ROOT %r = (s32[], f32[8]{0}) tuple(%t, %negate.1)
+}
+
+%micro_batch (t: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %t = (s32[], f32[8]{0}) parameter(0)
+  %layers = (s32[], f32[8]{0}) while(%t), condition=%cond, body=%layer, backend_config={"known_trip_count":{"n":"12"}}
+  ROOT %abs.1 = (s32[], f32[8]{0}) tuple(%layers)
+}
+
+%cond (t: (s32[], f32[8])) -> pred[] {
+  %t = (s32[], f32[8]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+ENTRY %main (a: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %a = (s32[], f32[8]{0}) parameter(0)
+  ROOT %steps = (s32[], f32[8]{0}) while(%a), condition=%cond, body=%micro_batch, backend_config={"known_trip_count":{"n":"4"}}
+}
+"""
+
+
+def test_a_loop_inside_a_loop_runs_its_body_the_product_of_their_trip_counts():
+    ops = {op.name: op for op in hlo_report.parse(NESTED_MODULE)}
+    assert ops["negate.1"].runs == 4 * 12  # gradient accumulation's 4 micro-batches x 12 scanned layers
