@@ -79,7 +79,8 @@ class Dense(nn.Module):
 
 class LayerNorm(nn.Module):
     """LayerNorm with statistics in float32 (bf16 ones are too coarse), output in `dtype`.
-    use_bias=False: scale only (nanoGPT's bias=False models)."""
+    use_bias=False: scale only (nanoGPT's bias=False models). Off a CPU the variance is E[x^2] - E[x]^2, one
+    reduction (libtpu's estimate of BERT-Base's v5e step: 4.6 ms of 76 fewer); on a CPU E[(x - E[x])^2]."""
     epsilon: float = 1e-12
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
@@ -92,7 +93,10 @@ class LayerNorm(nn.Module):
                            self.param_dtype)
         x = x.astype(jnp.float32)
         mean = jnp.mean(x, axis=-1, keepdims=True)
-        var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+        if attention.platform() == "cpu":  # two passes over x: a CPU run's numbers as they always were
+            var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+        else:  # both sums in one pass, as flax's nn.LayerNorm (use_fast_variance): one reduction kernel, not two
+            var = jnp.maximum(jnp.mean(jnp.square(x), axis=-1, keepdims=True) - jnp.square(mean), 0.0)
         y = (x - mean) * jax.lax.rsqrt(var + self.epsilon) * scale.astype(jnp.float32)
         if self.use_bias:
             y = y + self.param("bias", partitioned(nn.initializers.zeros_init(), ("embed",)), (features,),

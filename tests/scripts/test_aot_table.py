@@ -46,7 +46,8 @@ def _result(fits: bool, error: str | None = None) -> dict:
             "step_seconds_source": "roofline", "mfu": 0.25, "fits": fits, "error": error,
             "init_compile_seconds": 10.0, "step_compile_seconds": 100.0, "params": 60_500_000,
             "topology": "v5e:2x2", "devices": 4, "remat": "full", "total_bytes": 3 * 2 ** 30,
-            "hbm_gib": 16.0, "model_flops": 13.6e12}
+            "hbm_gib": 16.0, "model_flops": 13.6e12, "moved_bytes": 40 * 2 ** 30, "roofline_seconds": 0.85,
+            "peak_flops_per_device": 197e12}
 
 
 def test_records_resume_and_render(tmp_path):
@@ -65,6 +66,7 @@ def test_records_resume_and_render(tmp_path):
     assert bert.startswith("| BERT-Base 256 x 128, accumulation 2 (60M) | v5e:2x2 (4), 1,4,1, full | 3.00 / 16 |")
     assert "**no**: RESOURCE_EXHAUSTED: 20G" in bert
     assert "| yes |" in t5 and "0.500 (roofline), 25%" in t5 and "| 10 / 100 |" in t5
+    assert "| 40.00 | 0.850, 2% |" in t5  # HBM GiB moved; the roofline beside the step estimate: 13.6 / (0.85 x 4 x 197)
     assert "failed" in gpt and "did not finish within 60 s" in gpt
 
 
