@@ -236,11 +236,10 @@ def _pallas(q, k, v, mask, bias, scale):
     def kernel(operands):
         if not shared_ab:
             return flash(operands)
-        # The kernel takes `ab` as [B, H, L, S]: called on one row at a time, it reads a bias every row shares as
-        # it is, with no copy per row, and the loop's backward pass sums the bias's gradient in its carry instead
-        # of writing one per row. (vmap would do the same, but Pallas' TPU interpreter cannot run it.)
+        # The kernel takes `ab` as [B, H, L, S]: mapped over the rows (Pallas adds them to the kernel's grid), it
+        # reads a bias every row shares as it is, with no copy of it per row.
         rows = {name: value[:, None] for name, value in operands.items() if name != "ab"}
-        return jax.lax.map(lambda row: flash({**row, "ab": operands["ab"]})[0], rows)
+        return jax.vmap(lambda row, ab: flash({**row, "ab": ab})[0], in_axes=(0, None))(rows, operands["ab"])
 
     mesh = _current_mesh()
     if mesh is None or mesh.size == 1 or not {"data", "fsdp", "tensor"} <= set(mesh.axis_names):

@@ -139,10 +139,10 @@ PALLAS_CASES = ([("float32", name, False) for name in masks()] + [("bfloat16", "
 
 @pytest.mark.parametrize("dtype, mask_name, parts", PALLAS_CASES)
 def test_pallas_kernel_matches_the_reference(dtype, mask_name, parts):
-    from jax.experimental.pallas import tpu as pltpu
+    from tests.helpers.pallas_interpret import tpu_interpret
     q, k, v, mask, bias = _pallas_case(dtype, mask_name, with_bias=mask_name != "none", parts=parts)
     reference = attention.dot_product_attention(q, k, v, mask, bias, scale=PK ** -0.5, implementation="einsum")
-    with pltpu.force_tpu_interpret_mode():
+    with tpu_interpret():
         kernel = attention.dot_product_attention(q, k, v, mask, bias, scale=PK ** -0.5, implementation="pallas")
     assert kernel.shape == reference.shape and kernel.dtype == q.dtype
     attends = attending(attention.dense_mask(mask, PL, PL), PB, PL)
@@ -155,7 +155,7 @@ def test_pallas_kernel_matches_the_reference(dtype, mask_name, parts):
 def test_pallas_gradients_match_the_reference_bias_included(mask_name, parts):
     """The kernel's backward pass, the relative-position bias's gradient (T5 learns it) among them; finite
     where a padding query has no key to attend to."""
-    from jax.experimental.pallas import tpu as pltpu
+    from tests.helpers.pallas_interpret import tpu_interpret
     q, k, v, mask, bias = _pallas_case("float32", mask_name, with_bias=True, parts=parts)
     # padding queries' outputs are left out of the loss
     keep = jnp.asarray(attending(attention.dense_mask(mask, PL, PL), PB, PL))[:, :, None, None]
@@ -165,7 +165,7 @@ def test_pallas_gradients_match_the_reference_bias_included(mask_name, parts):
         return jnp.sum(jnp.where(keep, out, 0.0) * jnp.cos(jnp.arange(PK)))
 
     reference = jax.grad(functools.partial(loss, "einsum"), argnums=(0, 1, 2, 3))(q, k, v, bias)
-    with pltpu.force_tpu_interpret_mode():
+    with tpu_interpret():
         kernel = jax.grad(functools.partial(loss, "pallas"), argnums=(0, 1, 2, 3))(q, k, v, bias)
     for name, want, got in zip("q k v bias".split(), reference, kernel):
         np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5, err_msg=name)

@@ -123,11 +123,11 @@ PW = 16  # Pallas' window: well inside its 128-token block, so the band cuts thr
 def test_pallas_sliding_window_matches_the_reference(dtype, mask_name):
     """The TPU kernel has no window: the band enters as its additive input, the segments as its segment ids.
     Outputs and gradients against the reference on the dense band."""
-    from jax.experimental.pallas import tpu as pltpu
+    from tests.helpers.pallas_interpret import tpu_interpret
     q, k, v = (jax.random.normal(key, (PB, PL, PH, PK), dtype) for key in jax.random.split(jax.random.key(6), 3))
     mask = window_masks(PL, PB, PW)[mask_name]
     reference = attention.dot_product_attention(q, k, v, mask, None, scale=PK ** -0.5, implementation="einsum")
-    with pltpu.force_tpu_interpret_mode():
+    with tpu_interpret():
         kernel = attention.dot_product_attention(q, k, v, mask, None, scale=PK ** -0.5, implementation="pallas")
     attends = attending(mask.dense(PL, PL), PB, PL)
     difference = np.abs(np.asarray(kernel, np.float32) - np.asarray(reference, np.float32))[attends]
@@ -135,7 +135,7 @@ def test_pallas_sliding_window_matches_the_reference(dtype, mask_name):
     if dtype != "float32":
         return
     want = jax.grad(functools.partial(_window_loss, mask, "einsum", PL), argnums=(0, 1, 2))(q, k, v)
-    with pltpu.force_tpu_interpret_mode():
+    with tpu_interpret():
         got = jax.grad(functools.partial(_window_loss, mask, "pallas", PL), argnums=(0, 1, 2))(q, k, v)
     for name, w, g in zip("qkv", want, got):
         np.testing.assert_allclose(g, w, atol=2e-5, rtol=2e-5, err_msg=f"{mask_name} d{name}")
@@ -157,7 +157,7 @@ def test_modernbert_agrees_across_implementations_looped_and_scanned():
     (4 either side) over 128 tokens, Pallas' shortest tile: looped, each layer takes its kernel's native mask
     (XLA: local_window_size; Pallas: segment ids, and the band as its additive input); scanned, the layer's kind
     is traced and the mask is dense (modernbert.select), which Pallas takes as its additive input too."""
-    from jax.experimental.pallas import tpu as pltpu
+    from tests.helpers.pallas_interpret import tpu_interpret
     length = 128
     config = ModernBertConfig(vocab_size=512, hidden_size=128, num_layers=4, num_heads=2, intermediate_size=256,
                               max_position_embeddings=length, local_attention=8)
@@ -168,7 +168,7 @@ def test_modernbert_agrees_across_implementations_looped_and_scanned():
     for name in ("einsum", "xla", "pallas"):
         for scan in (False, True):
             model = ModernBertForMaskedLM(dataclasses.replace(config, attention=name, scan_layers=scan))
-            with pltpu.force_tpu_interpret_mode():
+            with tpu_interpret():
                 logits = jax.jit(model.apply)(stack.to_layout(params, scan=scan), *args)["mlm_logits"]
             np.testing.assert_allclose(np.asarray(logits)[real], np.asarray(reference)[real], atol=1e-4, rtol=1e-4,
                                        err_msg=f"{name}, scan_layers={scan}")

@@ -126,14 +126,14 @@ def test_matmul_flops_counts_every_scan_iteration_and_remat():
 
 def test_matmul_flops_counts_a_pallas_grid_and_every_shard_map_device():
     """A Pallas kernel's body sees one block and a shard_map's one device: both count as many times as they run."""
-    from jax.experimental.pallas import tpu as pltpu
     from jax.sharding import AbstractMesh
     from jax.sharding import PartitionSpec as P
 
     from models import attention
+    from tests.helpers.pallas_interpret import tpu_interpret
     batch, length, heads, head_dim = 2, 256, 2, 32
     q = jnp.ones((batch, length, heads, head_dim))
-    with pltpu.force_tpu_interpret_mode():
+    with tpu_interpret():
         jaxpr = jax.make_jaxpr(lambda q: attention.dot_product_attention(q, q, q, None, None, scale=1.0,
                                                                          implementation="pallas"))(q)
     assert chips.matmul_flops(jaxpr) == 2 * 2 * batch * heads * length * length * head_dim  # q.k and p.v
