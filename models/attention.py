@@ -54,21 +54,32 @@ class SegmentMask:
     `window` > 0: a sliding window (ModernBERT's local attention): query i attends only to keys j with
     |i - j| <= window, by index in the row (in a packed row, the distance inside the example). XLA takes it as
     `local_window_size` (cuDNN only with `causal`: its window is one-sided); the reference, cuDNN otherwise and
-    Pallas (whose kernel has none) as the band in the dense mask or the additive input."""
+    Pallas (whose kernel has none) as the band in the dense mask or the additive input.
+    `band` [1, 1, L, S] bool: one more mask every row shares (a scanned ModernBERT layer's window or none, chosen
+    by a traced flag), which Pallas takes as an additive input shared by the rows (no [B, ...] copy)."""
     q_segments: jax.Array | None = None    # [B|1, L] int; None: one segment, no padding
     kv_segments: jax.Array | None = None   # [B|1, S] int; None exactly when q_segments is
     causal: bool = flax.struct.field(pytree_node=False, default=False)
     window: int = flax.struct.field(pytree_node=False, default=0)
+    band: jax.Array | None = None          # [1, 1, L, S] bool, True = may attend
 
     def dense(self, q_len: int, kv_len: int) -> jax.Array | None:  # [B|1, 1, L, S] bool, True = may attend
         mask = None if self.q_segments is None else segment_mask(self.q_segments, self.kv_segments)
         if (self.causal or self.window) and q_len != kv_len:
             raise ValueError(f"a causal or sliding-window mask relates a sequence to itself: {q_len} queries, "
                              f"{kv_len} keys")
-        for part in (causal_mask(q_len) if self.causal else None, window_mask(q_len, self.window)):
+        for part in (causal_mask(q_len) if self.causal else None, self.shared(q_len)):
             if part is not None:
                 mask = part if mask is None else mask & part
         return mask
+
+    def shared(self, length: int) -> jax.Array | None:
+        """[1, 1, L, L] bool: what every row's mask has in common beside the segments and causality (the window and
+        the band), or None."""
+        window = window_mask(length, self.window)
+        if self.band is None or window is None:
+            return self.band if window is None else window
+        return self.band & window
 
 
 def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
@@ -210,7 +221,7 @@ def _pallas(q, k, v, mask, bias, scale):
         if mask.q_segments is not None:
             operands["q_segments"] = jnp.broadcast_to(mask.q_segments, (batch, q_len)).astype(jnp.int32)
             operands["kv_segments"] = jnp.broadcast_to(mask.kv_segments, (batch, kv_len)).astype(jnp.int32)
-        mask = window_mask(q_len, mask.window)  # no window in the kernel: the band enters as `ab` (below)
+        mask = mask.shared(q_len)  # no window in the kernel: the band enters as `ab` (below), shared by the rows
     ab = None  # the kernel adds `ab` to the unscaled q.k and then scales: the bias goes in divided by the scale
     if bias is not None:
         ab = bias.astype(jnp.float32) / scale

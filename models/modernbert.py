@@ -113,6 +113,16 @@ class Attention:
     mask: attention.SegmentMask | jax.Array    # or already the dense [B|1, 1, L, L] bool mask
     rotary: tuple[jax.Array, jax.Array]
 
+    def banded(self, length: int) -> Attention:
+        """The same with a SegmentMask's window as its `band` ([1, 1, L, L], all True without a window): a global and
+        a local layer's masks then differ only in that array, which a traced flag picks (scanned layers) while
+        the segments stay segments (Pallas: the band is an input every row shares)."""
+        if not isinstance(self.mask, attention.SegmentMask) or self.mask.band is not None:
+            return self
+        band = attention.window_mask(length, self.mask.window)
+        band = jnp.ones((1, 1, length, length), bool) if band is None else band
+        return self.replace(mask=self.mask.replace(window=0, band=band))
+
     def dense(self, length: int) -> Attention:
         """The same with the mask as a dense array (all True where nothing is masked)."""
         if not isinstance(self.mask, attention.SegmentMask):
@@ -124,13 +134,15 @@ class Attention:
 def select(is_global, global_: Attention, local: Attention, length: int
            ) -> tuple[attention.SegmentMask | jax.Array | None, tuple[jax.Array, jax.Array]]:
     """A layer's mask and rotary: chosen in Python when `is_global` is known (looped layers: each kernel gets its
-    native mask), or with jnp.where when it is traced (scanned layers: one compiled layer serves both kinds)."""
+    native mask), or with jnp.where when it is traced (scanned layers: one compiled layer serves both kinds; the
+    model hands them `banded` masks of one structure, so the segments stay segments and only the band is chosen)."""
     if isinstance(is_global, (bool, np.bool_)):
         chosen = global_ if is_global else local
         return chosen.mask, chosen.rotary
-    global_, local = global_.dense(length), local.dense(length)  # built once by the model where it can (below)
-    rotary = tuple(jnp.where(is_global, g, l) for g, l in zip(global_.rotary, local.rotary))
-    return jnp.where(is_global, global_.mask, local.mask), rotary
+    if jax.tree.structure(global_) != jax.tree.structure(local):
+        global_, local = global_.dense(length), local.dense(length)
+    chosen = jax.tree.map(lambda g, l: jnp.where(is_global, g, l), global_, local)
+    return chosen.mask, chosen.rotary
 
 
 class ModernBertLayer(extension.Sublayers):
@@ -213,8 +225,8 @@ class ModernBertModel(extension.Leading):
         x = self.first_layer(x, global_, local, deterministic, first_keys_values, c.is_global(0))
         rest = None if keys_values is None else keys_values[1:]
         kinds = np.array([c.is_global(i) for i in range(1, c.num_layers)])
-        if c.scan_layers or c.remat != "none":  # the stack traces each layer's kind: one dense mask of each, here
-            global_, local = global_.dense(x.shape[1]), local.dense(x.shape[1])
+        if c.scan_layers or c.remat != "none":  # the stack traces each layer's kind: one band of each, here
+            global_, local = global_.banded(x.shape[1]), local.banded(x.shape[1])
         x = self.encoder(x, global_, local, deterministic, rest, kinds)
         x = self.final_norm(x)
         return x[:, x.shape[1] - input_ids.shape[1]:]

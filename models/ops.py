@@ -1,5 +1,6 @@
 """Two operations shaped for what XLA compiles well, used by every layer: `contract` (a Dense's matmul) and
-`Dropout` (nn.Dropout with a cheaper mask). Both are exact: they change how, not what, is computed."""
+`Dropout` (nn.Dropout with a cheaper mask), and HASH, the counter-hash PRNG implementation a TPU run's dropout
+draws from (pretrain/training/prng.py). `contract` is exact; the masks are other draws of the same distribution."""
 from __future__ import annotations
 
 import math

@@ -156,7 +156,8 @@ def test_modernbert_agrees_across_implementations_looped_and_scanned():
     """configs/modernbert.py's tiny shape (4 layers here: global, local, local, global) with an 8-token window
     (4 either side) over 128 tokens, Pallas' shortest tile: looped, each layer takes its kernel's native mask
     (XLA: local_window_size; Pallas: segment ids, and the band as its additive input); scanned, the layer's kind
-    is traced and the mask is dense (modernbert.select), which Pallas takes as its additive input too."""
+    is traced and picks the band (modernbert.select): Pallas keeps the segment ids and reads the band as an
+    additive input every row shares."""
     from tests.helpers.pallas_interpret import tpu_interpret
     length = 128
     config = ModernBertConfig(vocab_size=512, hidden_size=128, num_layers=4, num_heads=2, intermediate_size=256,
