@@ -3,11 +3,11 @@
 threefry (JAX's default) computes every random bit with ~120 integer operations. rbg draws them from XLA's
 RngBitGenerator and unsafe_rbg also splits and folds keys that way (MaxText's default on a TPU); XLA cannot
 partition that generator, so every chip draws the whole global batch's bits and stores them. hash
-(models/ops.HASH) makes each element's bits a counter hash of its index, about 10 integer operations that XLA
+(models.ops.HASH) makes each element's bits a counter hash of its index, about 10 integer operations that XLA
 partitions and fuses into the masked tensor's kernel. `auto` takes what measured best on each platform
 (docs/training.md, "What the TPU programs move"): hash on a TPU (libtpu's estimate of BERT-Base's step: threefry
 98.9 ms, rbg 92.4, unsafe_rbg 93.6, hash 77.2); threefry elsewhere: on a CPU a threefry key's masks are that
-same hash already (models/ops.keep_mask), so CPU runs keep their losses; a GPU is not measured.
+same hash already (models.ops.keep_mask), so CPU runs keep their losses; a GPU is not measured.
 Parameter initialisation keeps threefry whatever the choice: the same seed gives the same initial weights.
 """
 from __future__ import annotations
