@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import stack
+from models import layers, stack
 from models.errors import ModelInputError
 from models.modernbert import ModernBertConfig, ModernBertForMaskedLM
 from tests.helpers.states import with_base
@@ -128,3 +128,17 @@ def test_mean_pooling_keeps_gradients_finite_beside_a_padding_row():
     (_, beside), grads = jax.value_and_grad(loss, has_aux=True)(params, padded)
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grads))
     np.testing.assert_allclose(np.asarray(beside), np.asarray(alone), atol=1e-5)
+
+
+def test_rotary_runs_in_the_activations_dtype_as_hugging_faces():
+    """apply_rotary casts cos and sin to x's dtype (transformers' apply_rotary_pos_emb does): bf16 in, bf16 out,
+    within bf16's rounding of the float32 rotation; float32 in, the float32 rotation itself."""
+    x = jax.random.normal(jax.random.key(0), (2, 8, 2, 16), jnp.float32)
+    cos, sin = layers.rotary_embedding(jnp.arange(8)[None], 16, 10000.0)
+    exact = layers.apply_rotary(x, cos, sin)
+    half = np.concatenate([-np.asarray(x)[..., 8:], np.asarray(x)[..., :8]], axis=-1)
+    expected = np.asarray(x) * np.asarray(cos)[:, :, None] + half * np.asarray(sin)[:, :, None]
+    np.testing.assert_allclose(exact, expected, rtol=1e-6, atol=1e-6)
+    low = layers.apply_rotary(x.astype(jnp.bfloat16), cos, sin)
+    assert low.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(low, np.float32), expected, rtol=0, atol=4 * 2.0 ** -8 * np.abs(expected).max())
