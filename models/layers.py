@@ -337,9 +337,19 @@ def apply_rotary(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     rotate_half(x) = [-x2, x1] for x's halves x1, x2; in x's dtype, as Hugging Face's apply_rotary_pos_emb casts
     cos and sin to it (in float32 a bf16 model's rotation was a fifth of ModernBERT-base's v5e step)."""
     cos, sin = cos.astype(x.dtype), sin.astype(x.dtype)
-    half = x.shape[-1] // 2
-    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    rotated = _rotate_half(x)  # first, as always: in another order XLA's CPU fusion rounds the sum differently
     return x * cos[:, :, None, :] + rotated * sin[:, :, None, :]
+
+
+def _rotate_half(x: jax.Array) -> jax.Array:
+    """[-x2, x1] for the halves x1, x2 of x's last axis: by slicing on a CPU; elsewhere as a matmul with the +-1
+    permutation [[0, I], [-I, 0]] (exact), which a TPU runs on its matrix units instead of cutting its vectors'
+    lanes in two (ModernBERT-base's v5e step: 1.59 -> 1.37 s by libtpu's estimates)."""
+    half = x.shape[-1] // 2
+    if attention.platform() == "cpu":  # a CPU run's numbers as they always were
+        return jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    eye, zero = jnp.eye(half, dtype=x.dtype), jnp.zeros((half, half), x.dtype)
+    return jnp.einsum("blhk,kj->blhj", x, jnp.block([[zero, eye], [-eye, zero]]))
 
 
 class MLP(nn.Module):
