@@ -130,6 +130,18 @@ def test_mean_pooling_keeps_gradients_finite_beside_a_padding_row():
     np.testing.assert_allclose(np.asarray(beside), np.asarray(alone), atol=1e-5)
 
 
+def test_rotate_half_as_a_matmul_off_a_cpu_equals_the_slices(monkeypatch):
+    """Off a CPU rotate_half is a matmul with a +-1 permutation: the same rotation, float32 and bf16."""
+    x = jax.random.normal(jax.random.key(1), (2, 8, 2, 16), jnp.float32)
+    cos, sin = layers.rotary_embedding(jnp.arange(8)[None], 16, 10000.0)
+    sliced = {dtype: layers.apply_rotary(x.astype(dtype), cos, sin) for dtype in (jnp.float32, jnp.bfloat16)}
+    monkeypatch.setattr(layers.attention, "platform", lambda: "tpu")
+    for dtype, want in sliced.items():
+        got = layers.apply_rotary(x.astype(dtype), cos, sin)
+        assert got.dtype == dtype
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=1e-6, atol=1e-6)
+
+
 def test_rotary_runs_in_the_activations_dtype_as_hugging_faces():
     """apply_rotary casts cos and sin to x's dtype (transformers' apply_rotary_pos_emb does): bf16 in, bf16 out,
     within bf16's rounding of the float32 rotation; float32 in, the float32 rotation itself."""
