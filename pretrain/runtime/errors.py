@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 
@@ -69,6 +70,8 @@ def one_line_errors():
 
     Set LMPRETRAIN_TRACEBACK=1 to see a user error's traceback instead.
     """
+    if not os.environ.get("LMPRETRAIN_TRACEBACK"):
+        threading.excepthook = _background_os_error_in_one_line  # for the rest of the process: writers flush late
     try:
         yield
     except Preempted as e:
@@ -91,6 +94,16 @@ def one_line_errors():
             print(f"error: {describe_os_error(e)}", file=sys.stderr)
             _exit_after_one_line(2)
         raise
+
+
+def _background_os_error_in_one_line(args: threading.ExceptHookArgs) -> None:
+    """A background thread's OSError as one warning line, not a traceback: a metrics writer's thread (tensorboardX
+    flushes every few seconds) meets the full disk that the main thread's save reports in its own line."""
+    if args.exc_type is not None and issubclass(args.exc_type, OSError):
+        name = args.thread.name if args.thread is not None else "a background thread"
+        print(f"warning: {name} stopped: {describe_os_error(args.exc_value)}", file=sys.stderr, flush=True)
+        return
+    threading.__excepthook__(args)
 
 
 def _exit_after_one_line(status: int) -> None:

@@ -3,6 +3,7 @@ anything else (a bug) keeps its traceback."""
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -34,6 +35,27 @@ def test_a_bug_is_not_hidden_as_a_user_error(monkeypatch):
     with pytest.raises(ValueError, match="a plain ValueError is a bug"):
         with errors.one_line_errors():
             raise ValueError("a plain ValueError is a bug")
+
+
+def _in_a_thread(error: Exception) -> None:
+    def run():
+        raise error
+    thread = threading.Thread(target=run, name="metrics writer")
+    thread.start()
+    thread.join()
+
+
+def test_a_background_threads_os_error_is_one_warning_line_and_a_bug_keeps_its_traceback(capsys, monkeypatch):
+    """A full disk meets the metrics writer's flushing thread as well as the main thread's save: one line each."""
+    monkeypatch.delenv("LMPRETRAIN_TRACEBACK", raising=False)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # restored after the test
+    with errors.one_line_errors():
+        _in_a_thread(OSError(28, "No space left on device"))
+        written = capsys.readouterr().err
+        _in_a_thread(ValueError("a bug in a thread"))
+        bug = capsys.readouterr().err
+    assert written.startswith("warning: metrics writer stopped: No space left on device") and written.count("\n") == 1
+    assert "Traceback" in bug and "a bug in a thread" in bug
 
 
 def test_traceback_on_request(monkeypatch):
