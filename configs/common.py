@@ -122,8 +122,8 @@ def trainer_config() -> ml_collections.ConfigDict:
     c.mesh_mode = "jit"              # jit: XLA partitions the step (GSPMD) | shard_map: explicit per-device
                                      # data parallelism, psum of the gradients (needs fsdp = tensor = 1)
     c.prefetch = 2                   # batches built ahead on a host thread
-    c.prng_impl = "auto"             # dropout's PRNG: auto (rbg on a TPU, threefry elsewhere) | threefry | rbg |
-                                     # unsafe_rbg (pretrain/training/prng.py)
+    c.prng_impl = "auto"             # dropout's PRNG: auto (the counter hash on a TPU, threefry elsewhere) | threefry |
+                                     # rbg | unsafe_rbg | hash (pretrain/training/prng.py)
     c.skip_nonfinite_updates = False  # True: drop an update whose loss or gradient is NaN/inf and count it
                                       # (logged as skipped_updates); False: stop the run there with one line
     c.profile_steps = ""             # 'N,M': a jax.profiler trace of steps N..M in WORKDIR/profile (core/profiling.py)

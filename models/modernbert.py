@@ -110,7 +110,7 @@ class ModernBertConfig(ModelConfig):  # + the compute fields and the extension (
 @flax.struct.dataclass
 class Attention:
     """What a layer of either kind reads: its mask and its rotary cos, sin [B|1, L, K]."""
-    mask: attention.SegmentMask | jax.Array    # or already the dense [B|1, 1, L, L] bool mask
+    mask: attention.SegmentMask    # under a scan or remat with its window as a band (`banded`)
     rotary: tuple[jax.Array, jax.Array]
 
     def banded(self, length: int) -> Attention:
@@ -123,15 +123,7 @@ class Attention:
         band = jnp.ones((1, 1, length, length), bool) if band is None else band
         return self.replace(mask=self.mask.replace(window=0, band=band))
 
-    def dense(self, length: int) -> Attention:
-        """The same with the mask as a dense array (all True where nothing is masked)."""
-        if not isinstance(self.mask, attention.SegmentMask):
-            return self
-        mask = self.mask.dense(length, length)
-        return self.replace(mask=jnp.ones((1, 1, length, length), bool) if mask is None else mask)
-
-
-def select(is_global, global_: Attention, local: Attention, length: int
+def select(is_global, global_: Attention, local: Attention
            ) -> tuple[attention.SegmentMask | jax.Array | None, tuple[jax.Array, jax.Array]]:
     """A layer's mask and rotary: chosen in Python when `is_global` is known (looped layers: each kernel gets its
     native mask), or with jnp.where when it is traced (scanned layers: one compiled layer serves both kinds; the
@@ -139,8 +131,6 @@ def select(is_global, global_: Attention, local: Attention, length: int
     if isinstance(is_global, (bool, np.bool_)):
         chosen = global_ if is_global else local
         return chosen.mask, chosen.rotary
-    if jax.tree.structure(global_) != jax.tree.structure(local):
-        global_, local = global_.dense(length), local.dense(length)
     chosen = jax.tree.map(lambda g, l: jnp.where(is_global, g, l), global_, local)
     return chosen.mask, chosen.rotary
 
@@ -156,7 +146,7 @@ class ModernBertLayer(extension.Sublayers):
                  extra_keys_values: jax.Array | None = None,  # [2, P, H, K] (models/extension.py)
                  is_global: bool | jax.Array = True) -> jax.Array:
         c = self.config
-        mask, rotary = select(is_global, global_, local, x.shape[1])
+        mask, rotary = select(is_global, global_, local)
         norm = dict(epsilon=c.norm_eps, use_bias=False, **c.kwargs)
         h = x if self.first else layers.LayerNorm(name="attention_norm", **norm)(x)
         h = layers.MultiHeadAttention(c.num_heads, c.head_dim, dropout_rate=c.attention_dropout_rate, use_bias=False,

@@ -63,10 +63,11 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
     result.error = step_error or init_error
     result.hardware_flops = chips.matmul_flops(traced.jaxpr)
     if step is not None:
-        _read_compiled(result, step, traced.jaxpr, chip, len(devices))
+        hlo = step.as_text()  # the optimized HLO: its kernels' bytes and estimates (and the report's file)
+        _read_compiled(result, step, hlo, traced.jaxpr, chip, len(devices))
         if hlo_path:
             with open(hlo_path, "w") as f:
-                f.write(step.as_text())
+                f.write(hlo)
     else:
         result.total_bytes = step_needed
     return chips.judge(result)
@@ -105,7 +106,8 @@ def _compile(lower: Callable[[], Any]) -> tuple[Any, str | None, int | None, flo
         return (None, *chips.out_of_memory(e), time.perf_counter() - start)
 
 
-def _read_compiled(result: chips.AotResult, compiled, jaxpr, chip: chips.Chip | None, num_devices: int) -> None:
+def _read_compiled(result: chips.AotResult, compiled, hlo: str, jaxpr, chip: chips.Chip | None,
+                   num_devices: int) -> None:
     """Memory, XLA's cost estimate, the HBM bytes the kernels move and the step time of a compiled step."""
     memory = compiled.memory_analysis()
     result.argument_bytes, result.output_bytes = memory.argument_size_in_bytes, memory.output_size_in_bytes
@@ -115,7 +117,7 @@ def _read_compiled(result: chips.AotResult, compiled, jaxpr, chip: chips.Chip | 
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
     result.xla_flops_per_device = cost.get("flops")
     result.xla_optimal_seconds = cost.get("optimal_seconds")
-    kernels = hlo_report.parse(compiled.as_text())
+    kernels = hlo_report.parse(hlo)
     result.moved_bytes = sum(op.moved for op in kernels)
     if chip and chip.clock_hz:
         pallas = chips.matmul_flops(jaxpr, pallas_only=True) / num_devices / chip.peak_bf16_flops

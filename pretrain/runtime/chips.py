@@ -165,7 +165,13 @@ def judge(result: AotResult) -> AotResult:
     """Sets `fits` (both programs within hbm_bytes, and no RESOURCE_EXHAUSTED) and `mfu`, from the rest."""
     needed = [b for b in (result.total_bytes, result.init_total_bytes) if b is not None]
     result.fits = result.error is None and bool(needed) and max(needed) <= result.hbm_bytes
-    result.mfu = None
-    if result.step_seconds and result.peak_flops_per_device:
-        result.mfu = result.model_flops / (result.step_seconds * result.devices * result.peak_flops_per_device)
+    result.mfu = mfu(result.model_flops, result.step_seconds, result.devices, result.peak_flops_per_device)
     return result
+
+
+def mfu(model_flops: float, step_seconds: float | None, devices: int, peak_flops_per_device: float | None
+        ) -> float | None:
+    """Model FLOPs of a step over what `devices` chips at their peak do in `step_seconds` (None without either)."""
+    if not step_seconds or not peak_flops_per_device:
+        return None
+    return model_flops / (step_seconds * devices * peak_flops_per_device)

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from pretrain.runtime import chips  # (imports no JAX)
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -137,9 +139,8 @@ def _gib(n: float | None) -> str:
 def _roofline(r: dict) -> str:
     """The roofline estimate and its MFU (the table's estimate before libtpu's per-kernel cycles were read)."""
     seconds = r.get("roofline_seconds")
-    if not seconds or not r.get("peak_flops_per_device"):
-        return "–"
-    return f"{seconds:.3f}, {100 * r['model_flops'] / (seconds * r['devices'] * r['peak_flops_per_device']):.0f}%"
+    utilization = chips.mfu(r["model_flops"], seconds, r["devices"], r.get("peak_flops_per_device"))
+    return "–" if utilization is None else f"{seconds:.3f}, {100 * utilization:.0f}%"
 
 
 def markdown(records: dict[str, dict]) -> str:
