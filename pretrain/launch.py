@@ -26,7 +26,7 @@ import sys
 import time
 
 from pretrain.jobs import remote_job, run_logs, shipping, tpu_vm
-from pretrain.runtime import errors
+from pretrain.runtime import children, errors
 from pretrain.runtime.cli import (
     EXIT_INTERRUPTED,  # 128 + SIGINT, as the other entry points
 )
@@ -194,7 +194,7 @@ def _execute(args, argv: list[str]) -> int:
         print(shlex.join(argv))
         return 0
     _require_gcloud()
-    return subprocess.run(argv).returncode
+    return subprocess.run(argv, **children.popen_options()).returncode
 
 
 def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -26,6 +26,7 @@ from array_record.python import array_record_module
 from pretrain.data import prepared, sources, tokenizers
 from pretrain.data.prepared import INDEX, encode_record, shard_name
 from pretrain.data.sources import CorpusError
+from pretrain.runtime import children
 
 _WRITER_OPTIONS = "group_size:1,zstd:3"  # one record per chunk: random reads decode one document
 _CHUNK_CHARS = 1 << 20  # text per worker task: amortises pickling, bounds what is in flight
@@ -36,8 +37,9 @@ _OUR_FILES = re.compile(r"(index\.json(\.tmp)?|(train|eval)-\d{5}-of-\d{5}\.arra
 _worker_tokenizer = None  # set in each pool worker by _start_worker
 
 
-def _start_worker(tokenizer_options: dict) -> None:
+def _start_worker(parent_pid: int, tokenizer_options: dict) -> None:
     global _worker_tokenizer
+    children.exit_with_parent(parent_pid)  # a SIGKILLed builder leaves no worker behind
     _worker_tokenizer = tokenizers.from_config(tokenizer_options)
 
 
@@ -69,7 +71,7 @@ def _encoded(chunks: Iterator[list], tokenizer: tokenizers.Tokenizer, workers: i
         yield from (_encode_chunk(chunk, tokenizer) for chunk in chunks)
         return
     context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, _start_worker, (tokenizer.load_options,)) as pool:
+    with context.Pool(workers, _start_worker, (os.getpid(), tokenizer.load_options)) as pool:
         pending = collections.deque()
         for chunk in chunks:
             pending.append(pool.apply_async(_encode_chunk, (chunk,)))

@@ -30,12 +30,14 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import os
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import grain
 import numpy as np
 
 from objectives.interface import Objective, PhasedObjective
+from pretrain.runtime import children
 from pretrain.runtime.errors import ConfigError
 
 Arrays = dict[str, np.ndarray]
@@ -153,7 +155,9 @@ class _LocalWindows:
         dataset = grain.MapDataset.range(min(starts) * len(local), stop).filter(order.keep)
         dataset = dataset.map(_ReadWindow(windows, order)).to_iter_dataset(READ_AHEAD)
         if workers > 0:
-            dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+            # the workers end with this process, even when it is SIGKILLed (pretrain/runtime/children.py)
+            dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers),
+                                          worker_init_fn=functools.partial(children.exit_with_parent, os.getpid()))
         self._iterator = iter(dataset)
         self._waiting: dict[int, collections.deque] = {k: collections.deque() for k in local}
 

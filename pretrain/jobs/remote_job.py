@@ -28,6 +28,7 @@ import threading
 from typing import Callable, NamedTuple
 
 from pretrain.jobs import run_logs, shipping, tpu_vm
+from pretrain.runtime import children
 from pretrain.runtime.errors import UserError
 
 CONNECTION_FAILED = 255
@@ -62,7 +63,7 @@ STOP_COMMAND = f"if [ -f {PID_FILE} ]; then kill -TERM \"$(cat {PID_FILE})\" 2>/
 def run_step(argv: list[str], what: str, retries: int, sleep: Callable[[float], None]) -> int:
     """Runs one gcloud command in the foreground, retried on connection failures; -> its exit status."""
     for attempt in range(retries + 1):
-        status = subprocess.run(argv).returncode
+        status = subprocess.run(argv, **children.popen_options()).returncode
         if status != CONNECTION_FAILED or attempt == retries:
             return status
         say(f"{what}: gcloud could not reach every worker (exit status 255); retry {attempt + 1} of {retries} "
@@ -105,10 +106,11 @@ class WorkerJob:
 
     def _attempt(self, log) -> int:
         # A session of its own: the terminal's Ctrl-C reaches the launcher only, which then stops the job
-        # through the workers (SIGTERM, a checkpoint) instead of cutting the connections.
+        # through the workers (SIGTERM, a checkpoint) instead of cutting the connections. A launcher killed
+        # outright takes its gcloud with it (which stops its ssh).
         self._process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
-                                         start_new_session=True)
+                                         start_new_session=True, **children.popen_options())
         for line in self._process.stdout:
             log.write(line)
             log.flush()
@@ -141,7 +143,8 @@ def run_job(target: tpu_vm.Target, workers: int, command: str, log_dir: str, ret
             "Ctrl-C again to leave at once")
         stopping.set()
         try:
-            subprocess.run(tpu_vm.ssh(target, STOP_COMMAND), stdin=subprocess.DEVNULL, start_new_session=True)
+            subprocess.run(tpu_vm.ssh(target, STOP_COMMAND), stdin=subprocess.DEVNULL, start_new_session=True,
+                           **children.popen_options())
             _wait(threads)
         except KeyboardInterrupt:
             for job in jobs:

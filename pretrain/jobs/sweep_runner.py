@@ -7,33 +7,27 @@ keeps writing into a workdir that the resumed sweep runs again.
 """
 from __future__ import annotations
 
-import ctypes
 import signal
 import subprocess
-import sys
 import time
 from typing import Callable
 
 from pretrain.jobs.sweep_cells import Cell
 from pretrain.jobs.sweep_dir import SweepDir
+from pretrain.runtime import children
 from pretrain.runtime.errors import EXIT_PREEMPTED
-
-PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 
 
 class SweepStopped(Exception):
     """The sweep was asked to stop; its running cells have saved and exited."""
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def start(cell: Cell, log_path: str) -> subprocess.Popen:
+    """A session of its own: a terminal's Ctrl-C reaches the sweep alone, which passes one SIGTERM on (a cell that got
+    both would take the second as "stop at once")."""
     with open(log_path, "w") as log:  # the child keeps its own descriptor
         return subprocess.Popen(list(cell.command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=_die_with_parent)
+                                start_new_session=True, **children.popen_options())
 
 
 def run_cells(sweep: SweepDir, cells: list[Cell], parallel: int = 1,
