@@ -9,6 +9,11 @@ pretrain/runtime/distributed.py, as for pretrain.train.
 """
 from __future__ import annotations
 
+from pretrain.runtime import stops
+
+if __name__ == "__main__":  # first, before the imports below: from here on a signal is one line and an exit status
+    stops.answer_from_start()
+
 import json
 import sys
 

@@ -7,6 +7,11 @@ The work is done by pretrain/lm/fewshot.py, whose docstring has the details.
 """
 from __future__ import annotations
 
+from pretrain.runtime import stops
+
+if __name__ == "__main__":  # first, before the imports below: from here on a signal is one line and an exit status
+    stops.answer_from_start()
+
 import os
 import sys
 

@@ -16,6 +16,11 @@ a checkpoint, exit status 75; the same `run` resumes it).
 """
 from __future__ import annotations
 
+from pretrain.runtime import stops
+
+if __name__ == "__main__":  # first, before the imports below: from here on SIGTERM is one line and exit 75
+    stops.answer_from_start(ctrl_c=False)  # Ctrl-C stays KeyboardInterrupt, which stops the job on the workers
+
 import argparse
 import os
 import re

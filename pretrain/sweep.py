@@ -16,6 +16,11 @@ Exit status: 0 when every cell finished, 1 when one failed, 75 when stopped (SIG
 """
 from __future__ import annotations
 
+from pretrain.runtime import stops
+
+if __name__ == "__main__":  # first, before the imports below: from here on a signal is one line and an exit status
+    stops.answer_from_start()
+
 import sys
 
 from absl import flags

@@ -18,6 +18,7 @@ import sys
 from absl import app, flags, logging
 
 from pretrain.runtime import compilation_cache, errors
+from pretrain.runtime.stops import EXIT_INTERRUPTED, INTERRUPTED_LINE
 
 
 def begin(argv: list[str]) -> None:
@@ -50,7 +51,6 @@ def _exception_line(exc_info) -> str:
 
 
 HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull")
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for a command stopped by Ctrl-C
 
 
 def print_help(argv: list[str]) -> None:
@@ -151,9 +151,6 @@ def run(main) -> int:
         print(e.code, file=sys.stderr)
         return 1
     return 0
-
-
-INTERRUPTED_LINE = "interrupted (Ctrl-C): stopped at once; the workdir keeps its latest complete checkpoint"
 
 
 def _stop_on_an_ignored_stop(previous_hook):

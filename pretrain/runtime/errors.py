@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from models.errors import ModelInputError
 from objectives.interface import ObjectiveError
+from pretrain.runtime.stops import EXIT_PREEMPTED
 
 
 class UserError(ValueError):
@@ -27,9 +28,8 @@ class ConfigError(UserError):
     """A config value that cannot work (one-line message naming the key and the fix)."""
 
 
-# EX_TEMPFAIL of sysexits.h: a temporary failure, "try again later". The exit status of a run that
-# saved a checkpoint on SIGTERM / SIGINT / a JAX preemption notice; the same command resumes it.
-EXIT_PREEMPTED = 75
+# EXIT_PREEMPTED (75, EX_TEMPFAIL of sysexits.h: "try again later", pretrain/runtime/stops.py): the exit status of
+# a run that saved a checkpoint on SIGTERM / SIGINT / a JAX preemption notice; the same command resumes it.
 # EX_UNAVAILABLE: a service the run needs (the bucket of its workdir) stopped answering after the clients'
 # retries. Not 75: a retry loop that reruns on 75 would spin against a bucket that is gone for good.
 EXIT_UNAVAILABLE = 69
@@ -58,6 +58,17 @@ class StoppedBeforeFirstStep(BaseException):
         super().__init__(f"stopped by {signal_name} before the first step: nothing to save; {kept}")
 
 
+class StoppedAfterLastStep(Exception):
+    """Raised by the preemption watcher when a signal came after the last step and the run's final work (its
+    checkpoint, last evaluation, results) was let to finish: the entry point prints this line and exits
+    EXIT_PREEMPTED, and the same command finds the run complete."""
+
+    def __init__(self, signal_name: str):
+        self.signal_name = signal_name
+        super().__init__(f"stopped by {signal_name} after the last step, once the run's final checkpoint and outputs "
+                         "were written: nothing is lost; the same command finds the run complete")
+
+
 # What an entry point prints as one line: the person's input is wrong, not the program.
 USER_ERRORS = (UserError, ModelInputError, ObjectiveError)
 
@@ -65,8 +76,8 @@ USER_ERRORS = (UserError, ModelInputError, ObjectiveError)
 @contextlib.contextmanager
 def one_line_errors():
     """Turns USER_ERRORS and OSErrors into `error: <message>` and exit status 2, a storage service that
-    stopped answering into one line and EXIT_UNAVAILABLE (69), and Preempted into its one line and exit
-    status EXIT_PREEMPTED (75).
+    stopped answering into one line and EXIT_UNAVAILABLE (69), and Preempted and StoppedAfterLastStep into their
+    one line and exit status EXIT_PREEMPTED (75).
 
     Set LMPRETRAIN_TRACEBACK=1 to see a user error's traceback instead.
     """
@@ -74,7 +85,7 @@ def one_line_errors():
         threading.excepthook = _background_os_error_in_one_line  # for the rest of the process: writers flush late
     try:
         yield
-    except Preempted as e:
+    except (Preempted, StoppedAfterLastStep) as e:
         print(e, file=sys.stderr, flush=True)
         _exit_after_one_line(EXIT_PREEMPTED)
     except USER_ERRORS as e:

@@ -18,6 +18,11 @@ its RESOURCE_EXHAUSTED line as "error"); 2 a bad flag or config (one line on std
 """
 from __future__ import annotations
 
+from pretrain.runtime import stops
+
+if __name__ == "__main__":  # first, before the imports below: from here on a signal is one line and an exit status
+    stops.answer_from_start()
+
 import dataclasses
 import json
 import os

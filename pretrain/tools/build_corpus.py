@@ -15,6 +15,11 @@ per source and in all (DIR/corpus.json has them too).
 """
 from __future__ import annotations
 
+from pretrain.runtime import stops
+
+if __name__ == "__main__":  # first, before the imports below: from here on a signal is one line and an exit status
+    stops.answer_from_start()
+
 import argparse
 import json
 import os

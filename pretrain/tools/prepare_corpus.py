@@ -16,6 +16,11 @@ counts, the tokenizer's fingerprint and this command.
 """
 from __future__ import annotations
 
+from pretrain.runtime import stops
+
+if __name__ == "__main__":  # first, before the imports below: from here on a signal is one line and an exit status
+    stops.answer_from_start()
+
 import argparse
 import functools
 import os

@@ -29,7 +29,10 @@ raises errors.StoppedBeforeFirstStep from its handler, which stops the run at on
 progress returns: a handler runs between Python bytecodes) with one line and EXIT_PREEMPTED, and SIGINT keeps
 Python's KeyboardInterrupt (pretrain.runtime.cli: status 130). 75, not 143: the run lost nothing and the same
 command starts or resumes it, which is what a launcher that retries preempted jobs on 75 should do. The loop
-then runs its steps inside `watcher.steps()`, where both signals ask for a stop as above.
+then runs its steps inside `watcher.steps()`, where both signals ask for a stop as above. After the last step, a
+first signal lets the final checkpoint's save and the run's last outputs finish, and the watcher's exit raises
+StoppedAfterLastStep (one line, 75; the same command finds the run complete). The phases before and after the
+watcher are pretrain/runtime/stops.py's.
 
 A time budget (`deadline`, seconds since the epoch: pretrain.train --time_budget_minutes,
 scripts/reproduce/cram.py) stops the loop the same way at the first step boundary past it; with several
@@ -38,7 +41,6 @@ processes, process 0's clock decides for all.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -47,9 +49,14 @@ from collections.abc import Callable, Iterator, Sequence
 
 import jax
 
-from pretrain.runtime.errors import EXIT_PREEMPTED, Preempted, StoppedBeforeFirstStep
+from pretrain.runtime import stops
+from pretrain.runtime.errors import EXIT_PREEMPTED, Preempted, StoppedAfterLastStep, StoppedBeforeFirstStep
 
-__all__ = ["EXIT_PREEMPTED", "Preempted", "StoppedBeforeFirstStep", "Watcher"]
+__all__ = ["EXIT_PREEMPTED", "Preempted", "StoppedAfterLastStep", "StoppedBeforeFirstStep", "Watcher"]
+
+
+def _again(signum: int) -> str:
+    return "press Ctrl-C again" if signum == signal.SIGINT else "send it again"
 
 
 class Watcher:
@@ -75,19 +82,24 @@ class Watcher:
             self._install([s for s in self.signals if s == signal.SIGTERM], self._stop_set_up)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, traceback) -> None:
         self._restore()
+        if exc_type is None and self.received:  # a signal the steps did not stop at: it came after the last step
+            raise StoppedAfterLastStep(signal.Signals(self.received).name)
 
     @contextlib.contextmanager
     def steps(self) -> Iterator[Watcher]:
-        """The loop's steps: a signal asks for a stop at the next step boundary. The handlers from before the
-        watcher come back when the steps end, so that a signal while the last saves complete stops at once."""
+        """The loop's steps: a signal asks for a stop at the next step boundary. After them, until the watcher's
+        exit (the final save, the last evaluation, the writers' flush), a first signal lets that work finish and
+        the exit raise StoppedAfterLastStep; once a stop was asked for, a signal stops at once."""
         self._restore()
         self._install(self.signals, self._handle)
         try:
             yield self
         finally:
             self._restore()
+            if self.received is None:
+                self._install(self.signals, self._finish_first)
 
     def _install(self, signals: Sequence[int], handler: Callable) -> None:
         if self.multiprocess or threading.current_thread() is not threading.main_thread():
@@ -120,15 +132,15 @@ class Watcher:
         if self.received is None:
             self.received = signum
         self._restore()  # a second signal acts as if there were no watcher: it stops the run now
-        again = "press Ctrl-C again" if signum == signal.SIGINT else "send it again"
-        # os.write, not print: the handler may run while the main thread is inside a write to stderr
-        # (the progress bar), and Python's buffered streams refuse a re-entrant write.
-        message = (f"\n{signal.Signals(signum).name}: saving a checkpoint at the next step boundary, then "
-                   f"exiting ({again} to stop at once)\n")
-        try:
-            os.write(2, message.encode())
-        except OSError:
-            pass
+        stops.write_line(f"\n{signal.Signals(signum).name}: saving a checkpoint at the next step boundary, then "
+                         f"exiting ({_again(signum)} to stop at once)")
+
+    def _finish_first(self, signum: int, frame) -> None:
+        """A signal after the last step: the run's final work finishes, then the watcher's exit stops it."""
+        self.received = signum
+        self._restore()
+        stops.write_line(f"\n{signal.Signals(signum).name}: finishing the final checkpoint and outputs, then "
+                         f"exiting ({_again(signum)} to stop at once)")
 
     def request(self) -> None:
         """Ask for a stop as a signal would (tests, callers with their own notice)."""

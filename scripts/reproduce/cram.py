@@ -27,6 +27,11 @@ pretrain.train: the recipe trials of docs/cram.md are such overrides.
 """
 from __future__ import annotations
 
+from pretrain.runtime import stops
+
+if __name__ == "__main__":  # first, before the imports below: from here on a signal is one line and an exit status
+    stops.answer_from_start()
+
 import argparse
 import json
 import os
@@ -144,7 +149,13 @@ def main(argv=None) -> int:
 
     from pretrain.loops import budget, pretraining
     from pretrain.runtime import cli, compilation_cache
-    from pretrain.runtime.errors import EXIT_PREEMPTED, Preempted, StoppedBeforeFirstStep, UserError
+    from pretrain.runtime.errors import (
+        EXIT_PREEMPTED,
+        Preempted,
+        StoppedAfterLastStep,
+        StoppedBeforeFirstStep,
+        UserError,
+    )
     compilation_cache.enable()
 
     check_arguments(args)  # before minutes of corpus building
@@ -164,6 +175,9 @@ def main(argv=None) -> int:
         pretraining.train_and_evaluate(config, workdir)  # a budget run resumes its plan (pretrain/loops/budget.py)
     except StoppedBeforeFirstStep as e:  # SIGTERM while setting up: one line and 75, as pretrain.train
         cli.exit_now(str(e), EXIT_PREEMPTED)
+    except StoppedAfterLastStep as e:  # a SIGTERM after the last step: the run finished its saves first
+        print(e, file=sys.stderr, flush=True)
+        return EXIT_PREEMPTED
     except Preempted as e:
         if e.reason != "time budget reached":  # a SIGTERM's checkpoint: the same command resumes it
             print(e, file=sys.stderr, flush=True)

@@ -37,14 +37,41 @@ def terminal_sigint():
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_asks_for_a_stop_and_the_handlers_come_back(sig, terminal_sigint):
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    with preemption.Watcher(multiprocess=False) as watcher:
-        assert signal.getsignal(sig) is not before[sig]
-        assert not watcher.should_stop(1)
-        os.kill(os.getpid(), sig)
-        time.sleep(0.01)  # Python runs the handler between bytecodes of the main thread
-        assert watcher.should_stop(2) and watcher.should_stop(2) and watcher.received == sig
-        assert {s: signal.getsignal(s) for s in before} == before  # the first signal gave them back
+    with pytest.raises(errors.StoppedAfterLastStep):  # a stop asked for that no step took: reported at the exit
+        with preemption.Watcher(multiprocess=False) as watcher:
+            assert signal.getsignal(sig) is not before[sig]
+            assert not watcher.should_stop(1)
+            os.kill(os.getpid(), sig)
+            time.sleep(0.01)  # Python runs the handler between bytecodes of the main thread
+            assert watcher.should_stop(2) and watcher.should_stop(2) and watcher.received == sig
+            assert {s: signal.getsignal(s) for s in before} == before  # the first signal gave them back
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_signal_after_the_last_step_lets_the_final_work_finish_then_stops(tmp_path):
+    term = signal.getsignal(signal.SIGTERM)
+    finished = []
+    with pytest.raises(errors.StoppedAfterLastStep) as info:
+        with preemption.Watcher(multiprocess=False, setting_up=str(tmp_path)) as watcher:
+            with watcher.steps():
+                assert not watcher.should_stop(1)
+            assert signal.getsignal(signal.SIGTERM) == watcher._finish_first  # the final save, evaluation, flush
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)
+            assert signal.getsignal(signal.SIGTERM) is term  # a second signal stops at once
+            finished.append("the work after the signal")
+    assert finished and str(info.value).startswith("stopped by SIGTERM after the last step")
+    assert signal.getsignal(signal.SIGTERM) is term
+
+
+def test_an_error_after_the_last_step_is_not_hidden_by_a_signal(tmp_path):
+    with pytest.raises(KeyError):
+        with preemption.Watcher(multiprocess=False, setting_up=str(tmp_path)) as watcher:
+            with watcher.steps():
+                pass
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)
+            raise KeyError("the final save failed")
 
 
 def test_a_second_ctrl_c_interrupts_at_once(terminal_sigint):
@@ -293,13 +320,14 @@ def test_a_sigterm_during_the_set_up_raises_at_once_and_the_steps_get_the_saving
         assert str(info.value) == ("stopped by SIGTERM before the first step: nothing to save; rerun the same "
                                    "command to start again")
         assert signal.getsignal(signal.SIGTERM) is term  # a second SIGTERM stops the process at once
-    with preemption.Watcher(multiprocess=False, setting_up=str(tmp_path)) as watcher:
-        with watcher.steps():
-            assert signal.getsignal(signal.SIGTERM) == watcher._handle
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.01)
-            assert watcher.should_stop(1)
-        assert signal.getsignal(signal.SIGTERM) is term  # back when the steps end
+    with pytest.raises(errors.StoppedAfterLastStep):  # no loop here raised Preempted at the stop
+        with preemption.Watcher(multiprocess=False, setting_up=str(tmp_path)) as watcher:
+            with watcher.steps():
+                assert signal.getsignal(signal.SIGTERM) == watcher._handle
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.01)
+                assert watcher.should_stop(1)
+            assert signal.getsignal(signal.SIGTERM) is term  # back when the steps end: a second one stops at once
     assert not isinstance(errors.StoppedBeforeFirstStep("SIGTERM", "d", None), Exception)  # no `except Exception`
 
 
