@@ -12,7 +12,6 @@ import contextlib
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Iterator
 
 from models.errors import ModelInputError
@@ -87,12 +86,12 @@ def one_line_errors():
         yield
     except (Preempted, StoppedAfterLastStep) as e:
         print(e, file=sys.stderr, flush=True)
-        _exit_after_one_line(EXIT_PREEMPTED)
+        sys.exit(EXIT_PREEMPTED)
     except USER_ERRORS as e:
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
         print(f"error: {e}", file=sys.stderr)
-        _exit_after_one_line(2)
+        sys.exit(2)
     except Exception as e:  # noqa: BLE001 - only the machine's and the storage's failures; the rest re-raised
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
@@ -100,10 +99,10 @@ def one_line_errors():
             print(f"error: the storage service stopped answering ({unreachable}); the run stopped and its latest "
                   "complete checkpoint is kept: rerun the same command to resume once it answers",
                   file=sys.stderr, flush=True)
-            _exit_after_one_line(EXIT_UNAVAILABLE)
+            sys.exit(EXIT_UNAVAILABLE)
         if isinstance(e, OSError):  # a full disk, a permission, a file gone: the machine's state, not a bug
             print(f"error: {describe_os_error(e)}", file=sys.stderr)
-            _exit_after_one_line(2)
+            sys.exit(2)
         raise
 
 
@@ -115,14 +114,6 @@ def _background_os_error_in_one_line(args: threading.ExceptHookArgs) -> None:
         print(f"warning: {name} stopped: {describe_os_error(args.exc_value)}", file=sys.stderr, flush=True)
         return
     threading.__excepthook__(args)
-
-
-def _exit_after_one_line(status: int) -> None:
-    """Exits so that the one line stays the last one printed. A save the storage refused leaves Orbax's
-    unscheduled write coroutines to the garbage collector at shutdown, whose "never awaited" warning would
-    otherwise print after it."""
-    warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning)
-    sys.exit(status)
 
 
 # What the GCS clients raise when the service does not answer (after their own retries): gcsfs (aiohttp),

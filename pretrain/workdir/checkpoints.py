@@ -212,6 +212,7 @@ class Checkpointer:
                 yield
         except CheckpointWriteError:
             self._failed, self._in_flight = True, None
+            write_failures.close_abandoned_writes()
             if jax.process_count() == 1:
                 for name in storage.listdir(self.directory):
                     if name.startswith(f"{step}{_TMP_SUFFIX}"):

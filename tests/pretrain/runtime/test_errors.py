@@ -119,19 +119,3 @@ def test_library_log_records_keep_one_line_without_their_traceback():
     assert cli._without_traceback(record)
     line = logging.Formatter().format(record)
     assert line == "_request out of retries on exception [ClientConnectorError: Cannot connect to host 127.0.0.1:1]"
-
-
-@pytest.mark.slow
-def test_a_coroutine_abandoned_by_the_failed_call_does_not_print_after_the_one_line():
-    """A save the storage refused leaves unscheduled write coroutines (Orbax's) in the frames of its error."""
-    program = ("from pretrain.runtime import errors\n"
-               "async def write_fragment(): pass\n"
-               "def save():\n"
-               "    write_coros = [write_fragment()]  # never scheduled: the write failed first\n"
-               "    raise OSError(27, 'File too large')\n"
-               "with errors.one_line_errors():\n"
-               "    save()\n")
-    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
-                          env={k: v for k, v in os.environ.items() if k != "LMPRETRAIN_TRACEBACK"})
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: "), proc.stderr
