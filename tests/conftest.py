@@ -8,6 +8,7 @@ import collections
 import hashlib
 import importlib.util
 import os
+import pathlib
 
 import pytest
 
@@ -201,7 +202,7 @@ def char_gpt_glue_workdir(tmp_path_factory):
     from pretrain.tasks.glue import prompts
     shakespeare = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
     root = tmp_path_factory.mktemp("char_gpt_glue")
-    parts = [open(shakespeare, encoding="utf-8").read()]
+    parts = [pathlib.Path(shakespeare).read_text(encoding="utf-8")]
     for split in ("train", "dev"):
         with open(os.path.join(SHARED_DATA, "glue", "SST-2", f"{split}.tsv"), encoding="utf-8") as f:
             parts.append(f.read())

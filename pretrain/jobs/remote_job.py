@@ -111,14 +111,15 @@ class WorkerJob:
         self._process = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
                                          start_new_session=True, **children.popen_options())
-        for line in self._process.stdout:
-            log.write(line)
-            log.flush()
-            if self.echo:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            self.started = self.started or line.startswith(STARTED)
-        return self._process.wait()
+        with self._process:  # its pipe closed when it ends
+            for line in self._process.stdout:
+                log.write(line)
+                log.flush()
+                if self.echo:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                self.started = self.started or line.startswith(STARTED)
+            return self._process.wait()
 
     def terminate(self) -> None:
         if self._process is not None and self._process.poll() is None:

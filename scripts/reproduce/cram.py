@@ -166,7 +166,10 @@ def main(argv=None) -> int:
         print(f"Corpus {corpus}, tokenizer {spm} ({assets_sec:.0f} s)")
         return 0
     record_path = os.path.join(output, "cram.json")
-    record = json.load(open(record_path)) if os.path.exists(record_path) else {}
+    record = {}
+    if os.path.exists(record_path):
+        with open(record_path) as f:
+            record = json.load(f)
     config = pretraining_config(args, corpus, spm)
     workdir = os.path.join(output, config.model.name)
     budget_start = time.time()

@@ -67,7 +67,8 @@ def machine() -> str:
     """'<CPU model>, N cores, <OS>' (and the JAX platform the runs use)."""
     model = platform.processor() or platform.machine()
     if os.path.exists("/proc/cpuinfo"):
-        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
+        with open("/proc/cpuinfo") as cpuinfo:
+            names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
         model = names[0] if names else model
     platforms = os.environ.get("JAX_PLATFORMS") or "unset (the runs use JAX's default backend)"
     return f"{model}, {os.cpu_count()} cores, {platform.system()}; JAX_PLATFORMS={platforms}"

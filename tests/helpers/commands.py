@@ -19,8 +19,18 @@ def subprocess_env(extra: dict | None = None, *, xla_optimized: bool = False) ->
     that runs a real model for minutes; a test says it with the `xla_optimized` mark)."""
     extra = extra or {}
     suite_flags = os.environ.get(USER_XLA_FLAGS_ENV, "") if xla_optimized else os.environ.get("XLA_FLAGS", "")
-    return {**os.environ, "JAX_PLATFORMS": "cpu", **extra,
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": LEAKS_SHOWN, **extra,
             "XLA_FLAGS": " ".join(filter(None, [suite_flags, extra.get("XLA_FLAGS", "")]))}
+
+
+# A command the tests start prints every unclosed file, socket or process it leaves to the garbage collector (Python
+# hides them by default), and run_module fails on one: the suite's own leaks are errors (pytest.ini).
+LEAKS_SHOWN = "always::ResourceWarning"
+
+
+def assert_no_leak(stderr: str) -> None:
+    leaks = [line for line in stderr.splitlines() if "ResourceWarning" in line]
+    assert not leaks, "the command left resources to the garbage collector:\n" + "\n".join(leaks[:5])
 
 
 def run_module(module: str, args: list[str], *, env: dict | None = None, check: bool = True,
@@ -31,6 +41,7 @@ def run_module(module: str, args: list[str], *, env: dict | None = None, check: 
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    assert_no_leak(proc.stderr)  # on the failing paths too
     return proc
 
 

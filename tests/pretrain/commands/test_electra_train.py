@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -44,5 +45,5 @@ def test_electra_trains_exports_both_models_and_its_discriminator_fine_tunes_as_
         "--config.data.max_train_examples=32", "--config.num_epochs=1", "--config.data.max_seq_length=32",
         f"--config.data.glue_dir={os.path.join(SHARED_DATA, 'glue')}", "--config.write_test_predictions=false"])
     assert "freshly initialised: bert/pooler/bias, bert/pooler/kernel" in proc.stdout + proc.stderr
-    results = json.load(open(finetune / "results.json"))
+    results = json.loads((finetune / "results.json").read_text())
     assert np.isfinite(results["best_score"])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def _finetune(workdir, task: str, init: str, *extra: str, check: bool = True, co
 def _majority(task_dir: str, label_column: int) -> float:
     """The majority-class accuracy of a GLUE dev file, computed from the file itself."""
     labels = [int(line.split("\t")[label_column]) for line in
-              open(os.path.join(GLUE_DIR, task_dir, "dev.tsv"), encoding="utf-8-sig").read().splitlines()[1:]]
+              pathlib.Path(GLUE_DIR, task_dir, "dev.tsv").read_text(encoding="utf-8-sig").splitlines()[1:]]
     return max(np.mean(labels), 1 - np.mean(labels))
 
 

@@ -4,6 +4,7 @@ CoNLL's test), writes predictions, and pretrain.evaluate scores the kept checkpo
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -47,7 +48,7 @@ def test_ner_from_minilm_tags_unseen_names_and_evaluate_agrees(tmp_path, minilm)
     assert results["metrics"]["dev"]["f1"] > 0.3 and results["metrics"]["test"]["f1"] > 0.3, results["metrics"]
     for split in ("dev", "test"):
         assert evaluated["metrics"][split] == pytest.approx(results["metrics"][split], abs=1e-6)
-    gold = [line.split() for line in open(f"{data}/test.txt").read().splitlines()[2:] if line]
+    gold = [line.split() for line in pathlib.Path(f"{data}/test.txt").read_text().splitlines()[2:] if line]
     written = [line.split() for line in (tmp_path / "ner" / "predictions" / "test.txt").read_text().splitlines()
                if line]
     assert [row[:4] for row in written] == gold and all(len(row) == 5 for row in written)
@@ -62,12 +63,12 @@ def test_qa_from_minilm_answers_unseen_names_across_windows_and_evaluate_agrees(
     results, evaluated = finetune_and_evaluate("configs/qa.py", tmp_path / "qa", minilm, data, *QUICK,
                                                "--config.data.max_seq_length=48", "--config.data.doc_stride=8",
                                                "--config.data.max_query_length=16")
-    train = [q for p in json.load(open(f"{data}/train-v1.1.json"))["data"][0]["paragraphs"] for q in p["qas"]]
+    train = [q for p in json.loads(pathlib.Path(f"{data}/train-v1.1.json").read_text())["data"][0]["paragraphs"] for q in p["qas"]]
     assert results["train_examples"] > len(train)  # windows: more features than questions
     assert results["metrics"]["dev"]["f1"] > 40.0, results["metrics"]
     assert evaluated["metrics"]["dev"] == pytest.approx(results["metrics"]["dev"], abs=1e-6)
     predictions = json.loads((tmp_path / "qa" / "predictions" / "dev.json").read_text())
-    questions = [q for p in json.load(open(f"{data}/dev-v1.1.json"))["data"][0]["paragraphs"] for q in p["qas"]]
+    questions = [q for p in json.loads(pathlib.Path(f"{data}/dev-v1.1.json").read_text())["data"][0]["paragraphs"] for q in p["qas"]]
     assert set(predictions) == {q["id"] for q in questions}
 
 
@@ -106,7 +107,7 @@ def test_squad_v2_from_minilm_beats_answering_nothing(tmp_path, minilm):
                                        "--config.num_epochs=4", "--config.optimizer.learning_rate=2e-4",
                                        "--config.data.max_seq_length=48", "--config.data.doc_stride=8",
                                        "--config.data.max_query_length=16")
-    questions = [q for p in json.load(open(f"{data}/dev-v2.0.json"))["data"][0]["paragraphs"] for q in p["qas"]]
+    questions = [q for p in json.loads(pathlib.Path(f"{data}/dev-v2.0.json").read_text())["data"][0]["paragraphs"] for q in p["qas"]]
     nothing = 100.0 * sum(not q["answers"] for q in questions) / len(questions)
     dev = results["metrics"]["dev"]
     assert dev["f1"] > nothing + 10 and dev["best_f1"] >= dev["f1"], (dev, nothing)

@@ -65,7 +65,8 @@ def test_conll_predictions_file_keeps_the_input_columns_and_appends_the_predicti
     sentences = task.load(None, "train")
     predicted = [["B-PER", "O", "B-LOC", "I-LOC", "O"], ["O", "O"]]
     path = task.write_predictions(str(tmp_path), "train", None, predicted, sentences)
-    lines = open(path).read().split("\n")
+    with open(path) as f:
+        lines = f.read().split("\n")
     assert lines[:3] == ["Kalmo NNP B-NP B-PER B-PER", "visited NN O O O", "New NNP B-NP B-LOC B-LOC"]
     assert lines[5:8] == ["", "Acme NNP B-NP B-ORG O", "rose NN O O O"]
     assert task.score(None, predicted, sentences)["f1"] == pytest.approx(2 * (2 / 2) * (2 / 3) / (1 + 2 / 3))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -129,8 +130,8 @@ def test_report_reads_runs_groups_seeds_and_plots(tmp_path):
     text = sweep_report.markdown(rows, sweep_report.swept_keys(cells), key)
     assert "| 1e-05 | 0.6 ± 0.14 | 2 |" in text and "| 0.0001 | 0.8 ± 0 | 1 |" in text
     paths = sweep_report.write_report(sweep_dir, rows, sweep_report.swept_keys(cells), key, "t")
-    assert open(paths["plot"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
-    assert len(open(paths["csv"]).read().splitlines()) == 5
+    assert pathlib.Path(paths["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(pathlib.Path(paths["csv"]).read_text().splitlines()) == 5
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "metrics.jsonl").write_text('{"step": 1, "loss": 3.0}\n{"step": 2, "eval_loss": 2.5}\n'
                                                   '{"step": 3, "loss": 2.0}\n')
@@ -160,7 +161,7 @@ def test_runner_parallel_failures_and_resume(tmp_path):
 
 def _children(pid: int) -> list[int]:
     path = f"/proc/{pid}/task/{pid}/children"
-    return [int(p) for p in open(path).read().split()] if os.path.exists(path) else []
+    return [int(p) for p in pathlib.Path(path).read_text().split()] if os.path.exists(path) else []
 
 
 def _alive(pid: int) -> bool:

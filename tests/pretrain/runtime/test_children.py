@@ -3,6 +3,7 @@ kill, a preemptible VM's hard stop), so that a supervisor restarting it in a loo
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -43,7 +44,7 @@ def _in_group(pgid: int) -> list[int]:
 
 
 def _records(path) -> int:
-    return sum(1 for _ in open(path)) if os.path.exists(path) else 0
+    return len(pathlib.Path(path).read_text().splitlines()) if os.path.exists(path) else 0
 
 
 def _sigkill_once_it_has(command: list[str], descendants: int, ready) -> list[list[str]]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import pathlib
 
 import pytest
 
@@ -29,6 +30,6 @@ def test_profile_steps_write_a_trace_of_the_annotated_train_steps(tmp_path, corp
     proc = run_train(workdir, tiny_overrides(*corpus_and_tokenizer, num_train_steps=4, profile_steps="2,3"))
     traces = glob.glob(str(workdir / "profile" / "plugins" / "profile" / "*" / "*.xplane.pb"))
     assert len(traces) == 1, traces
-    trace = open(traces[0], "rb").read()
+    trace = pathlib.Path(traces[0]).read_bytes()
     assert b"step_num" in trace and b"train_step" in trace  # the steps' annotation and the compiled step
     assert "Profile of steps 2..3 written to" in proc.stdout

@@ -34,7 +34,8 @@ def test_read_squad_flattens_questions_with_checked_answers(tmp_path):
 def test_answer_start_that_misses_the_answer_names_file_line_and_question(tmp_path):
     qas = QAS[:1] + [{"id": "bad", "question": "?", "answers": [{"text": "Paris", "answer_start": 3}]}]
     path = squad_file(tmp_path, qas)
-    line = next(i for i, text in enumerate(open(path), start=1) if '"bad"' in text)
+    with open(path) as f:
+        line = next(i for i, text in enumerate(f, start=1) if '"bad"' in text)
     with pytest.raises(squad.SquadDataError, match=rf"dev-v1\.1\.json:{line}: question bad: answer_start 3 "
                                                    r"points at ' Eiff', not the answer 'Paris'"):
         squad.read_squad(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import pathlib
 import shutil
 
 import jax
@@ -34,7 +35,7 @@ def run(finished, tmp_path) -> str:
 
 
 def files(directory: str) -> dict[str, bytes]:
-    return {os.path.relpath(p, directory): open(p, "rb").read()
+    return {os.path.relpath(p, directory): pathlib.Path(p).read_bytes()
             for p in glob.glob(os.path.join(directory, "**"), recursive=True) if os.path.isfile(p)}
 
 
@@ -152,12 +153,12 @@ def test_a_finetuning_rerun_over_a_best_checkpoint_without_results_restarts_clea
             "--config.data.max_train_examples=32", "--config.num_epochs=1", "--config.data.max_seq_length=32",
             f"--config.data.glue_dir={os.path.join(SHARED_DATA, 'glue')}", "--config.write_test_predictions=false"]
     run_module("pretrain.finetune", args)
-    first = json.load(open(os.path.join(ft, "results.json")))
+    first = json.loads(pathlib.Path(ft, "results.json").read_text())
     os.remove(os.path.join(ft, "results.json"))
     assert os.listdir(os.path.join(ft, "checkpoints")) == [str(first["epochs"][0]["step"])]
     proc = run_module("pretrain.finetune", args, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    again = json.load(open(os.path.join(ft, "results.json")))
+    again = json.loads(pathlib.Path(ft, "results.json").read_text())
     assert again["metrics"] == first["metrics"] and again["best_epoch"] == first["best_epoch"]
 
 
