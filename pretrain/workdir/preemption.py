@@ -27,7 +27,7 @@ Before the first step there is nothing to save, so a loop enters the watcher bef
 building and compiling the model, restoring) with `setting_up=` its checkpoint directory: there a SIGTERM
 raises errors.StoppedBeforeFirstStep from its handler, which stops the run at once (once a compilation in
 progress returns: a handler runs between Python bytecodes) with one line and EXIT_PREEMPTED, and SIGINT keeps
-Python's KeyboardInterrupt (pretrain.runtime.cli: status 130). 75, not 143: the run lost nothing and the same
+the handler from before (an entry point's: one line and status 130 at once). 75, not 143: the run lost nothing and the same
 command starts or resumes it, which is what a launcher that retries preempted jobs on 75 should do. The loop
 then runs its steps inside `watcher.steps()`, where both signals ask for a stop as above. After the last step, a
 first signal lets the final checkpoint's save and the run's last outputs finish, and the watcher's exit raises

@@ -86,7 +86,7 @@ def close_abandoned_writes() -> int:
     coroutines never started. The garbage collector would find them at shutdown and print "coroutine ... was never
     awaited" after the run's one line. One scan of the heap, on the failure's path only."""
     closed = 0
-    for task in [o for o in gc.get_objects() if isinstance(o, asyncio.Task)]:
+    for task in [o for o in gc.get_objects() if issubclass(type(o), asyncio.Task)]:  # type(): no proxy's __class__
         coroutine = task.get_coro()
         if task.done() or not task.get_loop().is_closed() or not inspect.iscoroutine(coroutine):
             continue

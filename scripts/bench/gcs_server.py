@@ -11,6 +11,7 @@ server's). No project code knows about it.
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -176,15 +177,16 @@ def _handler(proxy: Proxy) -> type[BaseHTTPRequestHandler]:
             if status is not None:
                 return self._answer(status, {"Content-Type": "application/json"},
                                     json.dumps({"error": {"code": status, "message": "injected"}}).encode())
-            connection = http.client.HTTPConnection(proxy.target, timeout=120)
             headers = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
             headers["Content-Length"] = str(len(body))
-            connection.request(self.command, self.path, body=body, headers=headers)
-            response = connection.getresponse()
-            data = response.read()
-            skip = {"transfer-encoding", "content-length", "connection"}
-            self._answer(response.status, {k: v for k, v in response.getheaders() if k.lower() not in skip}, data)
-            connection.close()
+            # closed on every path: the client may hang up before its answer (a command killed mid-save)
+            with contextlib.closing(http.client.HTTPConnection(proxy.target, timeout=120)) as connection:
+                connection.request(self.command, self.path, body=body, headers=headers)
+                response = connection.getresponse()
+                data = response.read()
+                skip = {"transfer-encoding", "content-length", "connection"}
+                self._answer(response.status, {k: v for k, v in response.getheaders() if k.lower() not in skip},
+                             data)
 
         def _body(self) -> bytes:
             if self.headers.get("Transfer-Encoding", "").lower() == "chunked":

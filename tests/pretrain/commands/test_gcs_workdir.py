@@ -138,7 +138,7 @@ def test_a_save_killed_midway_and_a_damaged_checkpoint_in_a_bucket_fall_back_to_
         wait_for(lambda: storage.exists(f"{gs_run}/checkpoints/30"), proc, "the save of step 30")
         assert not storage.exists(f"{gs_run}/checkpoints/30/commit_success.txt"), "the save was not slowed"
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
+        proc.communicate(timeout=60)  # its pipes closed
     finally:
         proxy.stop()
     assert committed_steps(gs_run)[-2:] == [10, 20]

@@ -103,10 +103,9 @@ def test_a_command_started_with_popen_options_gets_sigterm_when_its_parent_is_si
               "child = subprocess.Popen([sys.executable, '-c', "
               "'import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(75)); time.sleep(60)'], "
               "**children.popen_options()); print(child.pid, flush=True); time.sleep(60)")
-    proc = subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    child = psutil.Process(int(proc.stdout.readline()))
-    proc.kill()
-    proc.wait()
+    with subprocess.Popen([sys.executable, "-c", parent], cwd=REPO, stdout=subprocess.PIPE, text=True) as proc:
+        child = psutil.Process(int(proc.stdout.readline()))
+        proc.kill()
     assert child.wait(timeout=GRACE_SECONDS) is None  # reaped by init: its status is not ours to read
     assert not child.is_running()
 
