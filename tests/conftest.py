@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import os
 import pathlib
+import signal
 
 import pytest
 
@@ -92,6 +93,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for mark, count in sorted(getattr(config, "_deselected_by_mark", {}).items()):
         if count:
             terminalreporter.write_line(f"{count} test(s) marked {mark} deselected: {DESELECTED_BECAUSE[mark]}")
+
+
+@pytest.fixture
+def terminal_sigint():
+    """Ctrl-C as in a terminal. A job started in the background (`make test &`, some CI runners) inherits SIGINT
+    ignored, and so would the commands it starts; the watcher and the entry points rightly leave it ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import sys
 from absl import app, flags, logging
 
 from pretrain.runtime import compilation_cache, errors
-from pretrain.runtime.stops import EXIT_INTERRUPTED, INTERRUPTED_LINE
+from pretrain.runtime.stops import EXIT_INTERRUPTED, INTERRUPTED_LINE, exit_now
 
 
 def begin(argv: list[str]) -> None:
@@ -164,11 +164,3 @@ def _stop_on_an_ignored_stop(previous_hook):
             exit_now(str(unraisable.exc_value), errors.EXIT_PREEMPTED)
         previous_hook(unraisable)
     return hook
-
-
-def exit_now(message: str, status: int) -> None:
-    print(message, file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    # At once, without the interpreter's teardown: XLA's compiler threads or Orbax's writers may be mid-work,
-    # and tearing Python down under them crashes (SIGSEGV). A save cut short never becomes a checkpoint.
-    os._exit(status)

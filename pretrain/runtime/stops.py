@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL of sysexits.h: nothing lost, the same command starts or resumes the run
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for a command stopped by Ctrl-C
@@ -42,14 +43,22 @@ def answer_from_start(*, ctrl_c: bool = True) -> None:
 
 
 def stop_at_once(signum: int, frame) -> None:
-    """One line and exit 75 (SIGTERM) or 130 (SIGINT), without the interpreter's teardown: XLA's compiler threads or
-    Orbax's writers may be mid-work, and tearing Python down under them crashes. A save cut short never becomes a
-    checkpoint (Orbax commits a step by a rename once every file is written)."""
+    """The handler: one line and exit 75 (SIGTERM) or 130 (SIGINT)."""
     if signum == signal.SIGINT:
-        line, status = INTERRUPTED_LINE, EXIT_INTERRUPTED
-    else:
-        line, status = TERMINATED_LINE.format(signal=signal.Signals(signum).name), EXIT_PREEMPTED
-    write_line("\n" + line)
+        exit_now("\n" + INTERRUPTED_LINE, EXIT_INTERRUPTED)
+    exit_now("\n" + TERMINATED_LINE.format(signal=signal.Signals(signum).name), EXIT_PREEMPTED)
+
+
+def exit_now(line: str, status: int) -> None:
+    """`line` on stderr and exit `status` at once, without the interpreter's teardown: XLA's compiler threads or
+    Orbax's writers may be mid-work, and tearing Python down under them crashes (SIGSEGV). A save cut short never
+    becomes a checkpoint (Orbax commits a step by a rename once every file is written). Safe in a signal handler."""
+    for stream in (sys.stdout, sys.stderr):  # what the command printed before, kept
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError):  # closed, or a write the handler interrupted (re-entrant)
+            pass
+    write_line(line)
     os._exit(status)
 
 

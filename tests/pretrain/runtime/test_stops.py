@@ -38,14 +38,6 @@ def _signal_while_importing(command: list[str], sig: int) -> tuple[int, list[str
     return proc.returncode, [line for line in err.splitlines() if line.strip()]
 
 
-@pytest.fixture
-def terminal_sigint():
-    """Ctrl-C as in a terminal: a suite started in the background has SIGINT ignored, and so would the command."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
 def test_a_signal_while_the_command_imports_is_one_line_and_the_rerun_starts_cleanly(
         tmp_path, corpus_and_tokenizer, terminal_sigint):
     workdir = tmp_path / "run"

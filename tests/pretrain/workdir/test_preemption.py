@@ -25,15 +25,6 @@ from tests.helpers.tiny_bert import tiny_config, tiny_overrides
 # ---------------------------------------------------------------------------------------------
 # The watcher.
 # ---------------------------------------------------------------------------------------------
-@pytest.fixture
-def terminal_sigint():
-    """Ctrl-C as in a terminal. A job started in the background (`make test &`, some CI runners)
-    inherits SIGINT ignored, and the watcher rightly leaves an ignored signal alone."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_asks_for_a_stop_and_the_handlers_come_back(sig, terminal_sigint):
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
