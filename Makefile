@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-finetune-step bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram cram-old cram-sweep cram-sweep-long bench-cram clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-finetune-step bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram cram-old cram-sweep cram-sweep-long bench-cram bench-transfer clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -24,20 +24,25 @@ $(STAMP): setup.py
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-# Offline end to end: corpus from CPython's docs and the GLUE training sentences (no labels) -> SentencePiece
-# -> DEMO_MINUTES of configs/cram.py:recipe=best (the 20-minute winner of docs/cram.md's sweep) -> plot ->
-# fine-tune + evaluate on the GLUE tasks in $(GLUE_DIR), from the checkpoint and from random weights of its
-# architecture -> the table with both rows.
-DEMO_MINUTES ?= 8
+# Offline end to end, ULMFiT's three stages: corpus from CPython's docs and the GLUE training sentences (no labels) ->
+# SentencePiece -> general pretraining, DEMO_STEPS steps of configs/cram.py:recipe=best (no clock: the same run on any
+# machine) -> plot -> domain adaptation on SST-2's unlabelled training sentences (DEMO_ADAPT_STEPS) -> SST-2 with 1,000
+# labels from random weights (the control), the pretrained and the adapted checkpoint, 3 seeds each -> the table.
+# Every step resumes: after a stop (Ctrl-C, SIGTERM: exit 75), the same command goes on where it was.
+DEMO_STEPS ?= 1200
+DEMO_ADAPT_STEPS ?= 300
 demo: $(STAMP)
 	$(PY) -m pretrain.tools.build_corpus --sources cpython glue --glue_dir "$(GLUE_DIR)" --output $(DEMO)/corpus.txt
 	$(PY) -m pretrain.tools.train_tokenizer --input $(DEMO)/corpus.txt --model_prefix $(DEMO)/tokenizer/spm --vocab_size 8000
-	rm -rf $(DEMO)/pretrained
-	$(PY) -m pretrain.train --config=configs/cram.py:recipe=best,minutes=$(DEMO_MINUTES) --workdir=$(DEMO)/pretrained \
+	$(PY) -m pretrain.train --config=configs/cram.py:recipe=best,steps=$(DEMO_STEPS) --workdir=$(DEMO)/pretrained \
 	    --config.data.path=$(DEMO)/corpus.txt --config.tokenizer.path=$(DEMO)/tokenizer/spm.model
 	$(PY) -m pretrain.tools.plot_metrics --workdir $(DEMO)/pretrained
-	rm -rf $(DEMO)/glue
-	$(PY) -m scripts.reproduce.demo_finetune --init $(DEMO)/pretrained --glue_dir "$(GLUE_DIR)" --output $(DEMO)/glue --parallel 2
+	@if [ -d "$(GLUE_DIR)/SST-2" ]; then \
+	    $(PY) -m pretrain.adapt --init=$(DEMO)/pretrained --workdir=$(DEMO)/adapted --task=sst2 --glue_dir="$(GLUE_DIR)" \
+	        --steps=$(DEMO_ADAPT_STEPS) && \
+	    $(PY) -m scripts.reproduce.demo_finetune --init $(DEMO)/pretrained --adapted $(DEMO)/adapted \
+	        --glue_dir "$(GLUE_DIR)" --output $(DEMO)/glue --parallel 2; \
+	else echo "Skipped adaptation and fine-tuning: no SST-2 in GLUE_DIR=$(GLUE_DIR) (give the official GLUE layout)"; fi
 	@echo
 	@echo "Outputs:"
 	@echo "  corpus              $(DEMO)/corpus.txt"
@@ -47,7 +52,8 @@ demo: $(STAMP)
 	@echo "  metrics             $(DEMO)/pretrained/metrics.jsonl"
 	@echo "  resolved config     $(DEMO)/pretrained/config.json"
 	@echo "  loss plot           $(DEMO)/pretrained/loss.png"
-	@echo "  GLUE fine-tuning    $(DEMO)/glue/<pretrained|random>_lr*_<task>_seed0/ (results.json, predictions/)"
+	@echo "  adapted checkpoint  $(DEMO)/adapted/   (adaptation.json: held-out MLM loss before and after)"
+	@echo "  SST-2 fine-tuning   $(DEMO)/glue/<random|pretrained|adapted>_lr*_sst2-1k_seed*/ (results.json, predictions/)"
 
 # T5 on the same offline assets (run `make demo` first): span-corruption pretraining of a tiny
 # T5 1.0 on the demo corpus (its SentencePiece model + 100 sentinels), then SST-2 as text to text.
@@ -216,6 +222,29 @@ cram-sweep-long: $(STAMP)
 bench-cram: $(STAMP)
 	$(PY) -m scripts.bench.bench_cram --ours=$(CRAM_DIR) --old=$(CRAM_OLD_DIR) --output=runs/bench_cram --parallel 2 \
 	    --ledger scripts/bench/results/bench_cram.jsonl
+
+# ULMFiT's protocol for few labels (scripts/bench/bench_transfer.py): SST-2 dev accuracy against labels (100 to 8,000,
+# and random weights at all 67,349; 5 seeds) from random weights, the general runs TRANSFER_GENERAL (seed k from run
+# k % n) and their adaptations TRANSFER_ADAPTED (the same order), with all-MiniLM-L6-v2 as the ceiling, each fine-tuned
+# plain and with ULMFiT's rates and schedule at one learning rate chosen on a validation split carved from the labels;
+# the table with 95% intervals, the aim line, runs/bench_transfer/sample_efficiency.png (resumable; each finished run
+# kept in the ledger scripts/bench/results/bench_transfer.jsonl). The checkpoints first, for K in 0 1 (N steps each):
+#   python -m scripts.reproduce.cram --assets_only --output=$(CRAM_DIR)          # the corpus and the tokenizer
+#   python -m pretrain.train --config=configs/cram.py:recipe=best,steps=N --workdir=runs/transfer/general_K \
+#       --config.seed=K --config.data.path=$(CRAM_DIR)/corpus.txt --config.tokenizer.path=$(CRAM_DIR)/spm.model
+#   python -m pretrain.adapt --init=runs/transfer/general_K --task=sst2 --glue_dir=$(GLUE_DIR) \
+#       --workdir=runs/transfer/adapted_K
+# and for --supervised (adaptation on the labelled examples' text only), for each label count L of the curve:
+#   python -m pretrain.adapt --init=runs/transfer/general_K --task=sst2 --glue_dir=$(GLUE_DIR) --labelled_only=L \
+#       --workdir=runs/transfer/supervised/L/K
+# `make bench-transfer TRANSFER_FLAGS=--report` prints the table of the finished runs only.
+TRANSFER_GENERAL ?= runs/transfer/general_0 runs/transfer/general_1
+TRANSFER_ADAPTED ?= runs/transfer/adapted_0 runs/transfer/adapted_1
+TRANSFER_FLAGS ?=
+bench-transfer: $(STAMP)
+	$(PY) -m scripts.bench.bench_transfer --general $(TRANSFER_GENERAL) --adapted $(TRANSFER_ADAPTED) --full_random \
+	    --glue_dir "$(GLUE_DIR)" --output runs/bench_transfer --parallel 2 \
+	    --ledger scripts/bench/results/bench_transfer.jsonl $(TRANSFER_FLAGS)
 
 # all-MiniLM-L6-v2's fine-tuning step here and with transformers on the same MRPC and CoLA batches, padded
 # to our length buckets and to the longest row (~6 min): ms/step, ours / transformers.

@@ -107,6 +107,9 @@ def trainer_config() -> ml_collections.ConfigDict:
     """Fields every pretraining config has: loop, logging, checkpoints, mesh, optimizer."""
     c = ml_collections.ConfigDict()
     c.seed = 0
+    c.init = ""                      # a pretrain.train workdir or Hugging Face directory whose weights a fresh run
+                                     # starts from, pretraining heads included ('' = random init; a resumed run reads
+                                     # its own checkpoint): continued pretraining (python -m pretrain.adapt)
     c.batch_size = 256               # global batch (sequences per step; per update unless optimizer.ramp_accumulation)
     c.grad_accum_steps = 1           # micro-batches per step; batch_size must divide evenly
     c.num_train_steps = 1000

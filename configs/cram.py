@@ -27,6 +27,9 @@ Config string (each an axis of get_sweep, except recipe):
   ramp      off | on: Cramming's batch-size ramp, here from 16 rows to 64 (4 groups of 16 averaged per update),
             growing linearly until 60% of the steps (optimizer.ramp_accumulation); off: 32 rows a step throughout
   minutes   the budget
+  steps     > 0: exactly this many steps in place of the clock (the schedule stretched over them, as
+            config.budget_steps replays a budget's plan): bitwise the same run on any machine, however slow
+            (make demo's)
 """
 import ml_collections
 
@@ -46,7 +49,8 @@ EVALUATIONS = 40           # held-out evaluations along a run
 RAMP = dict(rows=16, accumulation=4)  # ramp=on: 16 rows a step, 16 -> 64 rows an update (optimizer.ramp_fraction 0.6)
 # recipe=base: where the sweeps start (2018's BERT recipe: an arm names only what it changes, so that its command
 # replays it whatever is chosen later); recipe=best: what the sweeps chose (docs/cram.md), make cram's and make demo's
-BASE = dict(arch="bert", size="2x128", seq=128, mask=0.4, schedule="linear", clip=1.0, ramp="off", minutes=60.0)
+BASE = dict(arch="bert", size="2x128", seq=128, mask=0.4, schedule="linear", clip=1.0, ramp="off", minutes=60.0,
+            steps=0)
 BEST = dict(BASE, arch="modernbert", mask=0.15, schedule="wsd")
 
 
@@ -95,7 +99,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                            warmup_steps=round(warmup_share * NOMINAL_STEPS), decay_fraction=WSD_DECAY_FRACTION,
                            ramp_accumulation=RAMP["accumulation"] if ramp else 1)
         rows = RAMP["rows"] if ramp else 32
-        c.update(batch_size=rows * 128 // arg.seq, num_train_steps=NOMINAL_STEPS, budget_minutes=arg.minutes,
+        c.update(batch_size=rows * 128 // arg.seq, num_train_steps=NOMINAL_STEPS,
+                 budget_minutes=0.0 if arg.steps else arg.minutes, budget_steps=arg.steps,
                  log_every=20, eval_every=NOMINAL_STEPS // EVALUATIONS, eval_batches=8,
                  checkpoint_every=NOMINAL_STEPS // 4)
         c.model.update(vocab_size=8000, dropout_rate=0.0, attention_dropout_rate=0.0)

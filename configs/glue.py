@@ -17,6 +17,12 @@ Config string: `task=cola|sst2|mrpc|stsb|qqp|mnli|qnli|rte|wnli`, `model=bert|mo
 `freeze=none|head_only|lowest|gradual` (BERT and GPT; see pretrain/training/freezing.py), `size=` (T5 and GPT
 without an init: the configs/t5.py or configs/gpt2.py size, default small), `peft=none|adapters|lora|prefix|prompt`.
 
+ULMFiT's fine-tuning (Howard & Ruder 2018, Section 3.2-3.3) for few labels: `--config.optimizer.schedule=
+slanted_triangular` (a short rise to the peak at cut_frac of the steps, a long fall to peak / ratio),
+`--config.discriminative_factor=2.6` (each layer below the top at the rate of the one above / 2.6; the embeddings
+one step further down), `freeze=gradual`; `--config.data.validation_examples=N` picks the best epoch on N training
+examples held out (the same for every seed) and leaves dev as the test.
+
 Parameter-efficient fine-tuning (`peft=`; models/peft/, pretrain/training/peft.py): only the
 method's parameters and the task head train, and only they are stored, with a reference to the init.
 Defaults follow the papers and peft; each method's learning rate replaces the full fine-tuning one
@@ -76,6 +82,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval_batch_size = 64
     c.warmup_fraction = 0.1        # of all optimizer steps
     c.head_learning_rate = 0.0     # > 0: the fresh task head's peak learning rate (0: optimizer.learning_rate)
+    c.discriminative_factor = 1.0  # ULMFiT's discriminative rates (pretrain/training/discriminative.py): layer i below
+                                   # the top trains at the rate / factor^i, the embeddings one step lower; the top,
+                                   # pooler and head at the rate (1 = off; ULMFiT: 2.6; not with peft)
     c.log_every = 50
     c.write_test_predictions = True
     c.optimizer.learning_rate = 2e-5
@@ -112,6 +121,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         hf_path="nyu-mll/glue",    # hf: the Hub dataset (a config per task), or a local copy of its repository
         max_seq_length=128,
         max_train_examples=0,      # > 0: a fixed random subset of the train split (same for every seed)
+        validation_examples=0,     # > 0: that many of the training examples (after max_train_examples) held out, the
+                                   # same for every seed, to pick the best epoch on; dev is then only reported. They
+                                   # are not trained on: max_train_examples=1000 with 100 here trains on 900 labels
         skip_malformed=False,      # drop TSV rows with the wrong number of fields (the original QQP has a few)
         pad_to_multiple_of=8,      # batches pad to the longest row rounded up to this,
         length_buckets=4))         # then to the next of 4 halvings of max_seq_length (128: 16 32 64 128),
@@ -122,6 +134,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         _last_token_classifier(c, arg.size)
     if arg.model == "modernbert":
         _modernbert(c, arg.size)
+    with c.optimizer.unlocked():   # schedule=slanted_triangular (ULMFiT); after T5's locked optimizer replaced BERT's
+        c.optimizer.cut_frac = 0.1     # the share of the steps over which the rate rises to its peak
+        c.optimizer.ratio = 32.0       # the peak rate / the rate at the first and last steps
     if arg.peft in PEFT_LEARNING_RATES:
         c.optimizer.learning_rate = PEFT_LEARNING_RATES[arg.peft]
     _peft_schedule(c, arg.peft, arg.task)

@@ -44,6 +44,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         max_seq_length=384,        # [CLS] question [SEP] window [SEP] (T5: the input, 512)
         max_answer_length=30,      # pieces (T5: of the written answer)
         max_train_examples=0,      # > 0: a fixed random subset of the train questions
+        validation_examples=0,     # > 0: that many of those held out (not trained on) to pick the best epoch on, as in
+                                   # configs/glue.py; dev is then only reported
         pad_to_multiple_of=8,
         length_buckets=4))
     if arg.model != "t5":  # an encoder's windows and span search: T5 writes its answer instead

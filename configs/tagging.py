@@ -64,6 +64,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         label_all_subwords=False,  # True: every piece of a word carries its tag (J&M); False: the first only
         max_seq_length=128,
         max_train_examples=0,      # > 0: a fixed random subset of the train sentences
+        validation_examples=0,     # > 0: that many of those held out (not trained on) to pick the best epoch on, as in
+                                   # configs/glue.py; dev is then only reported
         pad_to_multiple_of=8,
         length_buckets=4))
     c.lock()

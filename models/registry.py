@@ -61,6 +61,9 @@ class ModelFamily:
     finetuned_config: str | None = None  # the config method giving what fine-tunes, where it differs (distil: student)
     frozen: tuple[str, ...] = ()         # params subtrees ("a/b" paths) pretraining never updates (a distillation teacher)
     teacher: str | None = None           # 'module:function' (config) -> the teacher pretraining starts from, if any
+    # params subtrees ("a/b" paths) a checkpoint may lack: pretraining from it (config.init) starts them fresh; any
+    # other weight it lacks is an error (pretrain/loops/pretraining.py)
+    optional_params: tuple[str, ...] = ()
 
     def config_cls(self) -> type:
         return resolve(f"{self.module}:{self.config_class}")
@@ -165,6 +168,9 @@ register(ModelFamily(
         HfCheckpoint("electra", "ELECTRA", "models.convert.hf_electra:load_hf_electra", _wordpiece),
         HfCheckpoint("distilbert", "DistilBERT", "models.convert.hf_distilbert:load_hf_distilbert", _wordpiece)),
     params_subtree="bert",  # the encoder (embeddings, layer_i, pooler) without the pretraining heads
+    # Hugging Face's BertForMaskedLM directories (most BERTs on the Hub, RoBERTa-style runs) hold neither the pooler
+    # nor the NSP head: both serve NSP alone, and a fresh two-way classifier learns it from the continued pretraining
+    optional_params=("bert/pooler", "nsp_head"),
     architecture_keys=BERT_ARCHITECTURE,
     width_key="hidden_size", positions_key="max_position_embeddings",
     # embeddings_project: the E -> H projection of factorised embeddings (ALBERT, ELECTRA), part of the embeddings

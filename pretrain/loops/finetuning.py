@@ -5,7 +5,8 @@ become labels; the loop is shared. `finetune(config, workdir)` reads top to bott
 splits, the model and sharded state (pretrained weights + a fresh head), the optimizer with the
 freezing strategy, then epochs of `steps.train_step` (the pretraining step, shared) with a dev
 evaluation after each. The best epoch by the task's main metric is the one checkpoint kept; its
-dev and test predictions and DIR/results.json are written at the end.
+dev and test predictions and DIR/results.json are written at the end. With config.data.validation_examples the
+best epoch is chosen on that many training examples held out (scoring.load_training), and dev is only reported.
 
 A run resumes like pretraining: on SIGTERM / SIGINT (pretrain/workdir/preemption.py), and every
 `config.checkpoint_every` steps if set, DIR/resume/ receives the whole train state and the loop's position (epoch,
@@ -27,6 +28,7 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+import optax
 from tqdm import tqdm
 
 from pretrain.data import tokenizers
@@ -34,12 +36,13 @@ from pretrain.data.prefetch import prefetch
 from pretrain.distillation import task_teacher
 from pretrain.finetuners import registry
 from pretrain.loops import setup
-from pretrain.loops.scoring import dev_score, load_split, predict, score_splits
+from pretrain.loops.finetune_position import BestEpoch, Position, restore_position
+from pretrain.loops.scoring import VALIDATION, load_split, load_training, predict, score_splits, selection_score
 from pretrain.loops.steps import micro_batches
 from pretrain.runtime import distributed, partitioning, profiling
-from pretrain.runtime.errors import ConfigError, UserError
+from pretrain.runtime.errors import ConfigError
 from pretrain.tasks import registry as task_registry
-from pretrain.training import freezing, guards, optimizers, pretrained, train_state, validation
+from pretrain.training import discriminative, freezing, guards, optimizers, pretrained, train_state, validation
 from pretrain.training import peft as parameter_efficient
 from pretrain.workdir import checkpoints, preemption, storage, lock as workdir_lock, run_files as workdirs
 from pretrain.workdir.metric_writers import MetricWriter
@@ -59,6 +62,10 @@ def make_optimizer(config, params, steps_per_epoch: int, finetuner, fresh: Colle
     tx = optimizers.make_optimizer(opt, total, schedule=schedule)
     if config.get("head_learning_rate", 0.0) > 0:
         tx = optimizers.with_head_learning_rate(tx, params, config.head_learning_rate, opt.learning_rate)
+    if config.get("discriminative_factor", 1.0) != 1.0:  # ULMFiT's rate per layer (PEFT: refused by validation)
+        scales = discriminative.rate_scales(params, config.discriminative_factor, finetuner.num_layers, fresh)
+        print(f"Discriminative rates (x{config.optimizer.learning_rate:g}): {discriminative.describe(scales)}")
+        tx = optax.chain(tx, discriminative.scale_updates(scales))
     if parameter_efficient.is_peft(config):
         mask = parameter_efficient.trainable(params, finetuner.name, config)
         return parameter_efficient.optimizer(tx, mask), schedule, parameter_efficient.unfreeze_steps(mask), mask
@@ -127,13 +134,13 @@ def _finetune(config: ml_collections.ConfigDict, init: pretrained.Pretrained | N
     """finetune's set-up, epochs and results, inside its preemption watcher."""
     results_path = os.path.join(workdir, "results.json")
     task, finetuner = task_and_finetuner(config)
-    train_data, examples = load_split(config, finetuner, "train", config.batch_size,
-                                      subset=config.data.max_train_examples)
+    (train_data, examples), held_out = load_training(config, finetuner)
     if task_teacher.enabled(config):  # the teacher's logits as a field of the training batches
         task_teacher.attach(config, finetuner, train_data, examples)
     windows = f" in {len(train_data)} windows" if len(train_data) != len(examples) else ""  # QA's long contexts
-    print(f"Task {task.name}: {len(examples)} training examples{windows}, {train_data.steps_per_epoch} steps/epoch x "
-          f"{config.num_epochs} epochs")
+    held = f" ({len(held_out[1])} more held out to select the best epoch on)" if held_out else ""
+    print(f"Task {task.name}: {len(examples)} training examples{windows}{held}, {train_data.steps_per_epoch} steps/"
+          f"epoch x {config.num_epochs} epochs")
     built = build(config, finetuner, train_data, init)
     mesh = built.trainer.mesh
     trainable = freezing.trainable_fraction(built.state.params, built.unfreeze_at, 0)
@@ -143,11 +150,12 @@ def _finetune(config: ml_collections.ConfigDict, init: pretrained.Pretrained | N
     jit_predict = jax.jit(finetuner.predict_fn(built.trainer.model),
                           in_shardings=(built.trainer.shardings.params, partitioning.batch_sharding(mesh)))
     with workdir_lock.hold(workdir):  # one writer per workdir, until results.json is written
-        run = _Epochs(config, workdir, task, finetuner, train_data, built, jit_predict)  # resumable: DIR/resume
+        run = _Epochs(config, workdir, task, finetuner, train_data, built, jit_predict, held_out)  # resumable
         state, train_time = run.train(run.resume_or_start(built.state), watcher)
-        results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": run.position.best.epoch,
-                   "best_score": run.position.best.score,
-                   "metrics": {**run.position.best.dev,
+        best = run.position.best
+        results = {"task": task.name, "main_metric": task.main_metric, "best_epoch": best.epoch,
+                   "best_score": best.score, "selected_on": VALIDATION if held_out else "dev",
+                   "metrics": {**best.dev, **({VALIDATION: best.validation} if held_out else {}),
                                **_score_best(config, task, finetuner, run, state, jit_predict)},
                    "epochs": run.position.epochs, "wall_time_sec": time.perf_counter() - started,
                    "train_time_sec": train_time, "seed": config.seed, "learning_rate": config.optimizer.learning_rate,
@@ -188,57 +196,23 @@ def _score_best(config, task, finetuner, run: "_Epochs", state, jit_predict) -> 
         return score_splits(config, finetuner, jit_predict, params, run.mesh, splits, run.workdir)
 
 
-@dataclasses.dataclass
-class BestEpoch:
-    epoch: int                         # counted from 1
-    score: float                       # the task's main metric on dev
-    dev: dict[str, dict[str, float]]   # dev split -> its metrics
-
-
-@dataclasses.dataclass
-class Position:
-    """Where a run is: what DIR/resume keeps beside the train state, and what results.json reports."""
-
-    order: dict                        # what fixes the data order: a resume with another one is refused
-    epoch: int = 0                     # the epoch in progress, counted from 0
-    index: int = 0                     # its batches done
-    step: int = 0                      # updates done
-    best: BestEpoch | None = None
-    epochs: list[dict] = dataclasses.field(default_factory=list)   # every finished epoch's record
-    losses: list[float] = dataclasses.field(default_factory=list)  # the epoch in progress's, so far
-    fetched: list[dict] = dataclasses.field(default_factory=list)  # host metrics since the last log
-    skipped: int = 0                   # non-finite updates skipped, over the whole run
-
-    def to_json(self) -> dict:
-        """A copy: Orbax may write the JSON after these lists have grown."""
-        return copy.deepcopy(dataclasses.asdict(self))
-
-    @classmethod
-    def from_json(cls, saved: dict) -> "Position":
-        best = saved.get("best")  # [epoch, score, dev] in the checkpoints of earlier versions
-        best = BestEpoch(*best) if isinstance(best, list) else BestEpoch(**best) if best else None
-        return cls(**{**saved, "best": best})
-
-    def start_epoch(self, epoch: int) -> None:
-        """Enters `epoch`: a new one starts empty; the one a resume stopped in goes on where it was."""
-        if epoch != self.epoch:
-            self.epoch, self.index, self.losses, self.fetched = epoch, 0, [], []
-
-
 class _Epochs:
     """The epochs of one run: steps, one-sync-per-log metrics, resume saves, dev after each epoch, the best epoch's
     checkpoint; `position` is what DIR/resume keeps."""
 
-    def __init__(self, config, workdir: str, task, finetuner, train_data, model: Model, jit_predict):
+    def __init__(self, config, workdir: str, task, finetuner, train_data, model: Model, jit_predict,
+                 validation_data: tuple | None = None):
         self.config, self.workdir, self.task, self.family = config, workdir, task, finetuner
         self.train_data, self.model, self.jit_predict = train_data, model, jit_predict
         self.mesh, self.jit_train = model.trainer.mesh, model.trainer.train_step
         self.dev_data = {s: load_split(config, finetuner, s, config.eval_batch_size) for s in task.dev_splits}
+        self.validation_data = validation_data  # (batches, examples) held out of train to select on, or None
         self.ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=0, keep=1)
         self.resume = checkpoints.Checkpointer(os.path.join(workdir, "resume"), save_every=config.checkpoint_every,
                                                keep=1)
+        held = {"validation_examples": len(validation_data[1])} if validation_data else {}  # older runs: absent
         self.position = Position(order={"seed": config.seed, "batch_size": config.batch_size,
-                                        "train_examples": len(train_data), "num_epochs": config.num_epochs})
+                                        "train_examples": len(train_data), "num_epochs": config.num_epochs, **held})
         self.profiler = profiling.StepProfiler(config.get("profile_steps", ""), workdir,
                                                config.get("profile_all_processes", False))
 
@@ -333,46 +307,37 @@ class _Epochs:
         return record
 
     def evaluate_epoch(self, state, epoch: int) -> None:
-        """Dev metrics after an epoch; the best epoch so far is saved (parameters only; with PEFT, the trained
-        ones: the whole state for resuming lives in DIR/resume)."""
+        """Dev (and the held-out validation split's) metrics after an epoch; the best epoch so far by
+        scoring.selection_score is saved (parameters only; with PEFT, the trained ones: the whole state for resuming
+        lives in DIR/resume)."""
         if (epoch + 1) % self.config.get("eval_every_epochs", 1) and epoch + 1 < self.config.num_epochs:
             return  # dev is scored after every eval_every_epochs-th epoch (from 1) and after the last
         position = self.position
-        dev = {s: self.task.score(self.family, predict(self.jit_predict, self.family, state.params, d, self.mesh,
-                                                       examples), examples)
-               for s, (d, examples) in self.dev_data.items()}
-        score = dev_score(self.task, dev)
-        for split, values in dev.items():
+        dev = {s: self.score(state, *loaded) for s, loaded in self.dev_data.items()}
+        validation = self.score(state, *self.validation_data) if self.validation_data else None
+        shown = {**dev, **({VALIDATION: validation} if validation else {})}
+        for split, values in shown.items():
             self.writer.write(position.step, values, prefix=f"eval_{split}")
         position.epochs.append({"epoch": epoch + 1, "step": position.step,
-                                "train_loss": float(np.mean(position.losses)) if position.losses else None, "dev": dev})
+                                "train_loss": float(np.mean(position.losses)) if position.losses else None, "dev": dev,
+                                **({VALIDATION: validation} if validation else {})})
         print(f"epoch {epoch + 1}: " + "; ".join(f"{s} " + ", ".join(f"{k}={v:.4f}" for k, v in m.items())
-                                                 for s, m in dev.items()))
+                                                 for s, m in shown.items()))
+        score = selection_score(self.task, dev, validation)
         if position.best is None or score > position.best.score:
-            guards.check_params_finite(position.step, state.params)
-            position.best = BestEpoch(epoch + 1, score, dev)
-            base = self.model.peft_base
-            params = state.params if base is None else parameter_efficient.stored_part(state.params,
-                                                                                       self.model.peft_mask)
-            self.ckpt.save(position.step, {"params": params}, {"epoch": epoch + 1, self.task.main_metric: score,
-                                                               **({"peft_base": base} if base else {})},
-                           force=True)
+            self.keep(state, BestEpoch(epoch + 1, score, dev, validation))
 
+    def score(self, state, data, examples) -> dict[str, float]:
+        """The task's metrics of `state` on one labelled split's batches."""
+        predictions = predict(self.jit_predict, self.family, state.params, data, self.mesh, examples)
+        return self.task.score(self.family, predictions, examples)
 
-def restore_position(resume: checkpoints.Checkpointer, ckpt: checkpoints.Checkpointer, state, shardings,
-                     order: dict, workdir: str, config) -> tuple[train_state.TrainState, Position]:
-    """The whole train state and the loop's position from DIR/resume (one line if another run wrote it)."""
-    try:
-        workdirs.check_resume(workdir, config)
-        restored, saved, step = resume.restore(checkpoints.abstract_with_shardings(state, shardings))
-        if saved.get("order") != order:
-            raise ConfigError(f"resume checkpoint {resume.directory}/{step} was written by a run with another data "
-                              f"order ({saved.get('order')}, here {order}); rerun with the config that wrote it "
-                              "or use a new --workdir")
-    except UserError:
-        resume.close()  # Orbax's background threads must stop before the process exits
-        ckpt.close()
-        raise
-    position = Position.from_json(saved)
-    print(f"Resumed from {resume.directory}/{step} (epoch {position.epoch + 1}, step {step})")
-    return restored, position
+    def keep(self, state, best: BestEpoch) -> None:
+        """The new best epoch's parameters, as the one checkpoint the run keeps."""
+        position = self.position
+        guards.check_params_finite(position.step, state.params)
+        position.best = best
+        base = self.model.peft_base
+        params = state.params if base is None else parameter_efficient.stored_part(state.params, self.model.peft_mask)
+        self.ckpt.save(position.step, {"params": params}, {"epoch": best.epoch, self.task.main_metric: best.score,
+                                                           **({"peft_base": base} if base else {})}, force=True)

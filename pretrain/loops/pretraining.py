@@ -10,7 +10,8 @@ import contextlib
 import dataclasses
 import os
 import time
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable
 
 import jax
 import ml_collections
@@ -25,7 +26,7 @@ from pretrain.distillation import teacher as distillation
 from pretrain.loops import budget, setup
 from pretrain.loops.steps import micro_batches
 from pretrain.runtime import distributed, partitioning, profiling
-from pretrain.runtime.errors import ConfigError
+from pretrain.runtime.errors import ConfigError, UserError
 from pretrain.training import guards, pretrained, train_state, validation
 from pretrain.workdir import checkpoints, preemption, storage
 from pretrain.workdir import lock as workdir_lock
@@ -43,6 +44,15 @@ def training_data(config: ml_collections.ConfigDict
                   ) -> tuple[objectives.Objective, streaming.StreamingData, streaming.StreamingData | None]:
     """(objective, training batches, held-out batches or None) of `config`: the stream the loop trains on, also
     for a caller that must feed another implementation the same batches (scripts/bench/bench_cram.py)."""
+    objective, train_data, held_out = data_streams(config)
+    return objective, train_data, held_out.get("eval")
+
+
+def data_streams(config: ml_collections.ConfigDict, extra_held_out: Mapping[str, Sequence] | None = None
+                 ) -> tuple[objectives.Objective, streaming.StreamingData, dict[str, streaming.StreamingData]]:
+    """(objective, training batches, {metric prefix: held-out batches}): the corpus's own held-out documents as
+    'eval' where it has some, then `extra_held_out`'s ({prefix: tokenized documents} of another text: pretrain.adapt
+    measures on the init's own corpus how much continued pretraining forgets), each batched as 'eval' is."""
     tokenizer = tokenizers.from_config(config.tokenizer)
     _check_tokenizer(config, tokenizer)
     objective = objectives.build_objective(config.objective, tokenizer)
@@ -61,10 +71,12 @@ def training_data(config: ml_collections.ConfigDict
     # adopts a checkpoint's (_restore_or_init): the eval curve goes on with the batches it started with.
     data_kw["streams"] = train_data.streams
     data_kw["objective"] = held_out_objective(config.objective, tokenizer) or objective
-    eval_data = streaming.StreamingData(eval_docs, seed=config.seed + 1, **data_kw) if len(eval_docs) else None
-    if eval_data is not None:
-        eval_data.auto = train_data.auto
-    return objective, train_data, eval_data
+    held_out = {}
+    for prefix, docs in {"eval": eval_docs, **(extra_held_out or {})}.items():
+        if len(docs):
+            held_out[prefix] = streaming.StreamingData(docs, seed=config.seed + 1, **data_kw)
+            held_out[prefix].auto = train_data.auto
+    return objective, train_data, held_out
 
 
 def held_out_objective(config: ml_collections.ConfigDict, tokenizer) -> objectives.Objective | None:
@@ -98,32 +110,68 @@ def load_teacher(config: ml_collections.ConfigDict) -> pretrained.Pretrained | N
 
 
 def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpoints.Checkpointer,
-                     train_data: streaming.StreamingData, eval_data: streaming.StreamingData | None,
+                     train_data: streaming.StreamingData, held_out: Mapping[str, streaming.StreamingData],
                      teacher: pretrained.Pretrained | None = None) -> Start:
-    """The fresh state (a distillation run's from its teacher), or the latest checkpoint's. A checkpoint of another
-    run is refused before it is read."""
+    """The fresh state (a distillation run's from its teacher; with config.init, the init's weights), or the latest
+    checkpoint's, whatever config.init says. A checkpoint of another run is refused before it is read."""
     if ckpt.latest_step() is None:
+        state = trainer.init_state()
         if teacher is not None:
-            return Start(distillation.initialise(trainer.init_state(), teacher, config.model.num_layers,
-                                                 trainer.shardings, copy_student=trainer.model.config.copies_teacher))
-        return Start(trainer.init_state())
+            state = distillation.initialise(state, teacher, config.model.num_layers, trainer.shardings,
+                                            copy_student=trainer.model.config.copies_teacher)
+        if config.get("init"):
+            state = _from_init(config, state, trainer.shardings)
+        return Start(state)
     workdirs.check_resume(workdir, config)  # before reading the checkpoint: name what differs
     abstract_state = checkpoints.abstract_with_shardings(trainer.abstract_state, trainer.shardings)
     state, data_position, step = ckpt.restore(abstract_state)
     # data.streams=0 takes the checkpoint's stream count (any process count that divides it resumes); the
-    # held-out data follows (training_data).
+    # held-out data follows (data_streams).
     train_data.resume_from(data_position)
-    if eval_data is not None:
-        eval_data.adopt_streams(train_data.streams)
+    for data in held_out.values():
+        data.adopt_streams(train_data.streams)
     print(f"Resumed from {ckpt.directory}/{step}")
     return Start(state, step, data_position)
 
 
-class _Evaluator:
-    """Held-out metrics: the first `config.eval_batches` held-out batches (this process's rows), built once."""
+def _from_init(config, state: train_state.TrainState, shardings: train_state.TrainState) -> train_state.TrainState:
+    """The fresh state with config.init's weights (a pretrain.train workdir or a Hugging Face directory), pretraining
+    heads included; the optimizer state stays fresh. A weight of the model the init lacks is a one-line error naming
+    them, except the family's optional ones (models/registry.py ModelFamily.optional_params), which start fresh."""
+    family = models.family(config.model.name)
+    init = pretrained.load_pretrained(config.init, "--config.init", heads=True)
+    if init.family != (family.finetunes_as or family.name):
+        raise UserError(f"--config.init={config.init} holds a {init.family} model but the config pretrains "
+                        f"{config.model.name}: give a checkpoint of this model family")
+    # load_pretrained(heads=True) gives the tree above the family's fine-tuned subtree: the whole model, but for a
+    # distillation student ('student'; its teacher comes from its own checkpoint, above)
+    parent = family.params_subtree.split("/")[:-1] if family.params_subtree else []
+    weights = init.params
+    for key in reversed(parent):
+        weights = {key: weights}
+    params, fresh = pretrained.merge_params(state.params, weights, init.source)
+    inside = "/".join(parent)
+    fresh = [name for name in fresh if not inside or name.startswith(inside + "/")]
+    optional = [name for name in fresh if any(name == p or name.startswith(p + "/") for p in family.optional_params)]
+    missing = sorted({"/".join(name.split("/")[:2]) for name in fresh if name not in optional})
+    if missing:
+        listed = ", ".join(missing[:8]) + (f" (+{len(missing) - 8} more)" if len(missing) > 8 else "")
+        raise UserError(f"--config.init={config.init} ({init.source}) lacks weights of the {config.model.name} "
+                        f"pretraining model: {listed}; give a checkpoint of this architecture with its pretraining "
+                        "heads (a pretrain.train workdir of the same config, or a Hugging Face *ForMaskedLM / "
+                        "*LMHeadModel / *ForConditionalGeneration directory)")
+    shown = sorted({"/".join(name.split("/")[:2]) for name in optional})
+    print(f"Weights from {init.source}" + (f"; freshly initialised: {', '.join(shown)}" if shown else ""))
+    return state.replace(params=jax.device_put(params, shardings.params))
 
-    def __init__(self, config, eval_data: streaming.StreamingData, trainer: setup.Trainer, writer: MetricWriter):
-        self.config, self.data, self.writer = config, eval_data, writer
+
+class _Evaluator:
+    """Held-out metrics: the first `config.eval_batches` held-out batches (this process's rows), built once, logged
+    under `prefix` (eval: the run's own held-out text)."""
+
+    def __init__(self, config, eval_data: streaming.StreamingData, trainer: setup.Trainer, writer: MetricWriter,
+                 prefix: str = "eval"):
+        self.config, self.data, self.writer, self.prefix = config, eval_data, writer, prefix
         self.jit_eval, self.mesh = trainer.eval_step, trainer.mesh
         self.batches: list[dict] = []
 
@@ -136,8 +184,17 @@ class _Evaluator:
             for k, v in jax.device_get(self.jit_eval(state, partitioning.shard_batch(host_batch, self.mesh))).items():
                 totals[k] = totals.get(k, 0.0) + float(v) / self.config.eval_batches
         totals.pop("tokens", None)
-        self.writer.write(step, totals, prefix="eval")
+        self.writer.write(step, totals, prefix=self.prefix)
         return totals
+
+
+def _evaluators(config, held_out: Mapping[str, streaming.StreamingData], trainer: setup.Trainer,
+                writer: MetricWriter):
+    """(state, step) -> evaluates every held-out text, each logged under its prefix; None without any."""
+    evaluators = [_Evaluator(config, data, trainer, writer, prefix) for prefix, data in held_out.items()]
+    if not evaluators:
+        return None
+    return lambda state, step: {e.prefix: e(state, step) for e in evaluators}
 
 
 class _MetricWindow:
@@ -202,11 +259,13 @@ class _MetricWindow:
 # ---------------------------------------------------------------------------------------------
 # The loop.
 # ---------------------------------------------------------------------------------------------
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline: float | None = None
-                       ) -> dict[str, float]:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline: float | None = None,
+                       extra_held_out: Mapping[str, Sequence] | None = None) -> dict[str, float]:
     """Trains (or resumes) until config.num_train_steps (with config.budget_minutes, the steps that fit the budget:
     pretrain/loops/budget.py); returns the last logged metrics. At `deadline` (seconds since the epoch) or the
-    budget's it saves and stops as on preemption (preemption.Preempted, its reason the time budget).
+    budget's it saves and stops as on preemption (preemption.Preempted, its reason the time budget). A fresh run
+    with config.init starts from the init's weights and evaluates them at step 0. `extra_held_out`: {metric prefix:
+    tokenized documents} evaluated beside the corpus's own held-out text (data_streams).
 
     Nothing in `workdir` is written before the config, the data and (on resume) the checkpoint passed their
     checks: a rejected command leaves the workdir as it was.
@@ -217,13 +276,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
     deadline = min(filter(None, (deadline, budget_deadline)), default=None)
     # From here a SIGTERM stops the set-up at once (nothing to save yet); from the first step on it saves first.
     with preemption.Watcher(deadline=deadline, setting_up=os.path.join(workdir, "checkpoints")) as watcher:
-        return _train(config, workdir, watcher)
+        return _train(config, workdir, watcher, extra_held_out)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.Watcher) -> dict[str, float]:
+def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.Watcher,
+           extra_held_out: Mapping[str, Sequence] | None = None) -> dict[str, float]:
     """train_and_evaluate's set-up and steps, inside its preemption watcher."""
     teacher = load_teacher(config)  # before the tokenizer: it may be the teacher's
-    objective, train_data, eval_data = training_data(config)
+    objective, train_data, held_out = data_streams(config, extra_held_out)
     trainer = setup.pretraining_trainer(config, objective)
     with contextlib.ExitStack() as stack:  # unwinds in reverse: the profiler, the writers, Orbax, Grain, the lock
         stack.enter_context(workdir_lock.hold(workdir))  # one writer per workdir
@@ -231,7 +291,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.
         ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
                                         keep=config.keep_checkpoints)
         ckpt.close_when_unwound(stack)
-        start = _restore_or_init(config, workdir, trainer, ckpt, train_data, eval_data, teacher)
+        start = _restore_or_init(config, workdir, trainer, ckpt, train_data, held_out, teacher)
         print(f"Model {config.model.name}: {train_state.count_params(start.state.params):,} parameters; "
               f"mesh {dict(trainer.mesh.shape)}; workdir {storage.absolute(workdir)}")
         if start.step >= config.num_train_steps:
@@ -245,7 +305,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.
                                             unit="step", dynamic_ncols=True, mininterval=1.0,
                                             disable=not distributed.is_primary()))
         metrics = _MetricWindow(config, writer, progress, (start.data_position or {}).get("skipped_updates_total", 0))
-        evaluate = _Evaluator(config, eval_data, trainer, writer) if eval_data is not None else None
+        evaluate = _evaluators(config, held_out, trainer, writer)
         profiler = profiling.StepProfiler(config.get("profile_steps", ""), workdir,
                                           config.get("profile_all_processes", False))
         stack.callback(profiler.stop)  # a run stopped inside the range keeps the trace of the steps it ran
@@ -257,11 +317,14 @@ def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.
 
 
 def _run_steps(config, trainer: setup.Trainer, start: Start, train_data: streaming.StreamingData,
-               ckpt: checkpoints.Checkpointer, metrics: _MetricWindow, evaluate: _Evaluator | None,
+               ckpt: checkpoints.Checkpointer, metrics: _MetricWindow, evaluate: Callable | None,
                watcher: preemption.Watcher, profiler: profiling.StepProfiler) -> tuple[int, str] | None:
     """The steps from `start` on: train, log one step late, save, evaluate; -> (step, reason) of a stop
     (preemption, time budget), or None at config.num_train_steps."""
     last_step, state, mesh = config.num_train_steps, start.state, trainer.mesh
+    if evaluate is not None and start.step == 0 and config.get("init"):
+        evaluate(state, 0)  # the init's own held-out numbers: where a continued pretraining's curves start
+        metrics.reset_clock()
     batches = ((s, micro_batches(rows, config.grad_accum_steps), windows)  # windows: stream positions after s
                for s, (_, rows, windows) in zip(range(start.step, last_step),
                                                 train_data.iterate(start.step, start.data_position)))

@@ -3,7 +3,10 @@ pretrain.evaluate (pretrain/loops/evaluation.py): a split's batches, one predict
 official metrics and its prediction files.
 
 Multi-host: every process builds the same batches, feeds its devices' rows and receives every
-prediction (so every process computes the same metrics); only process 0 writes files."""
+prediction (so every process computes the same metrics); only process 0 writes files.
+
+Model selection (which epoch's checkpoint a run keeps) reads the task's main metric on a validation split carved
+from the training examples (config.data.validation_examples), or without one on the first dev split."""
 from __future__ import annotations
 
 import os
@@ -13,7 +16,7 @@ from jax.experimental import multihost_utils
 
 from pretrain.data import finetune_data
 from pretrain.runtime import distributed, partitioning
-from pretrain.runtime.errors import UserError
+from pretrain.runtime.errors import ConfigError, UserError
 from pretrain.tasks.glue import data as glue
 from pretrain.workdir import storage
 
@@ -24,6 +27,35 @@ def load_split(config, finetuner, split: str, batch_size: int, subset: int = 0, 
     examples = finetuner.task.load(config, split, options)
     examples = [examples[i] for i in finetune_data.subset_indices(len(examples), subset)]
     return finetuner.encode(examples, batch_size), examples
+
+
+VALIDATION = "validation"  # the split carved from train, as the metrics and results.json name it
+# The carve's shuffle: a constant, not config.seed, so every seed and every arm of a comparison holds out (and
+# selects on) the same examples.
+VALIDATION_SEED = 1
+
+
+def carve_validation(num_examples: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training indices, validation indices), each sorted: the last `size` (in [1, num_examples)) of a fixed
+    shuffle are held out."""
+    order = np.random.default_rng(VALIDATION_SEED).permutation(num_examples)
+    return np.sort(order[:num_examples - size]), np.sort(order[num_examples - size:])
+
+
+def load_training(config, finetuner) -> tuple[tuple[finetune_data.FineTuningData, list], tuple | None]:
+    """-> ((train batches, examples), (validation batches, examples) or None): the train split's fixed subset of
+    config.data.max_train_examples, less the config.data.validation_examples held out from it for model selection."""
+    examples = finetuner.task.load(config, "train", glue.CONFIG_OPTIONS)
+    examples = [examples[i] for i in finetune_data.subset_indices(len(examples), config.data.max_train_examples)]
+    held = config.data.get("validation_examples", 0)
+    if not held:
+        return (finetuner.encode(examples, config.batch_size), examples), None
+    if held >= len(examples):
+        raise ConfigError(f"config.data.validation_examples={held} would hold out all {len(examples)} training "
+                          f"examples; set it below {len(examples)} (0: select on dev)")
+    train, validation = ([examples[i] for i in part] for part in carve_validation(len(examples), held))
+    return ((finetuner.encode(train, config.batch_size), train),
+            (finetuner.encode(validation, config.eval_batch_size), validation))
 
 
 def predict(jit_predict, finetuner, params, data: finetune_data.FineTuningData, mesh, examples: list):
@@ -69,5 +101,11 @@ def score_splits(config, finetuner, jit_predict, params, mesh, splits, workdir: 
 
 
 def dev_score(task, results: dict) -> float:
-    """Model selection: the main metric on the first dev split (MNLI: matched)."""
+    """The main metric on the first dev split (MNLI: matched)."""
     return float(results[task.dev_splits[0]][task.main_metric])
+
+
+def selection_score(task, dev: dict, validation: dict | None) -> float:
+    """Model selection: the main metric on the validation split where the run carved one (dev then stays a test the
+    choice never saw), else on the first dev split."""
+    return float(validation[task.main_metric]) if validation is not None else dev_score(task, dev)

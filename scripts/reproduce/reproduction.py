@@ -146,14 +146,16 @@ class Reproduction:
     def ledger_key(self, cell: Cell) -> list[str]:
         return bench_ledger.portable_command(list(cell.command), self.places)
 
-    def in_ledger(self, cell: Cell) -> bool:
-        """Whether --ledger holds this cell's run while this directory does not (then its record stands in)."""
+    def in_ledger(self, cell: Cell, say: bool = True) -> bool:
+        """Whether --ledger holds this cell's run while this directory does not (then its record stands in); `say`:
+        with a line that it is skipped."""
         if not self.ledger or self.sweep.outcome(cell) is not None:
             return False
         record = bench_ledger.find(self.ledger, self.ledger_key(cell))
         if record is not None:
             self.recorded[cell.name] = record
-            print(f"  {cell.name}: in {self.ledger} ({record['recorded']}), skipped", flush=True)
+            if say:
+                print(f"  {cell.name}: in {self.ledger} ({record['recorded']}), skipped", flush=True)
         return record is not None
 
     def record(self, cell: Cell) -> None:

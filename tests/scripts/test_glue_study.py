@@ -63,3 +63,18 @@ def test_first_seed_selection_runs_an_init_with_one_rate_whole_in_the_first_roun
     study.run()
     assert [n for n in ran[0] if n.startswith("ceiling")] == [f"ceiling_lr5e-05_sst2-1k_seed{s}" for s in range(3)]
     assert not any(n.startswith("ceiling") for n in ran[1])
+
+
+def test_any_sst2_label_count_is_a_row_and_a_carved_validation_split_comes_out_of_its_labels(tmp_path):
+    assert glue_study.task_spec("sst2-1k") == glue_study.TASKS["sst2-1k"]
+    assert glue_study.task_spec("sst2-2000") == ("sst2", 2000, 5, 1)  # 63 steps an epoch: 5 epochs for 300 steps
+    assert glue_study.task_spec("sst2-20k")[1:3] == (20000, 0)  # --epochs already make 300 steps
+    assert glue_study.sst2_row(8000) == "sst2-8k" and glue_study.sst2_row(67349) == "sst2-67349"
+    with pytest.raises(ValueError, match="no GLUE study row"):
+        glue_study.task_spec("mnli-1k")
+    args = argparse.Namespace(output=str(tmp_path), glue_dir="g", parallel=1, tasks=["sst2-300"], seeds=[0, 1],
+                              learning_rates=[1e-4], epochs=3, batch_size=32, minutes=0.0)
+    study = glue_study.GlueStudy(args, {"pretrained": ["--config.x=1"]}, settings=[], carve_validation=True,
+                                 per_cell={"pretrained": lambda task, seed: [f"--config.init=run{seed % 2}"]})
+    command = study.cells["pretrained", "sst2-300", 1e-4][1].command
+    assert "--config.data.validation_examples=30" in command and command[-2:] == ("--config.x=1", "--config.init=run1")
