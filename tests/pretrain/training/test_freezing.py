@@ -197,3 +197,20 @@ def test_a_body_weight_the_checkpoint_lacked_trains_from_the_start(strategy, kw)
     assert _start_of(fresh, "bert", "pooler") == 0 and _start_of(fresh, "head") == 0
     assert _start_of(fresh, "bert", "layer_0") == _start_of(starts, "bert", "layer_0") > 0  # the rest as the strategy
     assert _start_of(fresh, "bert", "embeddings") == _start_of(starts, "bert", "embeddings") > 0
+
+
+# ----- ModernBERT: layer 0 has no attention norm, a final norm and a pretrained prediction head above the top -----
+def test_gradual_unfreezing_thaws_modernbert_from_the_top_down():
+    from models.modernbert import ModernBertConfig, ModernBertForFineTuning
+    config = ModernBertConfig(vocab_size=40, hidden_size=16, num_layers=NUM_LAYERS, num_heads=2, intermediate_size=24,
+                              max_position_embeddings=16)
+    model = ModernBertForFineTuning(config, head_kind("classification"), 3)
+    ids = jnp.ones((2, 8), jnp.int32)
+    params = train_state.unbox(model.init(jax.random.key(0), ids, jnp.zeros_like(ids), jnp.ones_like(ids))["params"])
+    starts = freezing.unfreeze_steps(params, _freezing("gradual"), num_layers=NUM_LAYERS,
+                                     steps_per_epoch=STEPS_PER_EPOCH)
+    assert _start_of(starts, "head") == _start_of(starts, "prediction_head") == 0
+    assert _start_of(starts, "modernbert", "final_norm") == 0
+    for layer in range(NUM_LAYERS):  # the top layer with the head, then one more per epoch
+        assert _start_of(starts, "modernbert", f"layer_{layer}") == (NUM_LAYERS - 1 - layer) * STEPS_PER_EPOCH
+    assert _start_of(starts, "modernbert", "embeddings") == NUM_LAYERS * STEPS_PER_EPOCH
