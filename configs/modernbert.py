@@ -64,8 +64,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         global_rope_theta=160_000.0, local_rope_theta=10_000.0, norm_eps=1e-5,
         embedding_dropout=0.0, dropout_rate=0.0, attention_dropout_rate=0.0,
         initializer_range=0.02, initializer_cutoff_factor=2.0, hidden_act="gelu", classifier_activation="gelu",
-        classifier_pooling="cls", decoder_bias=True, dtype="float32", param_dtype="float32",
+        classifier_pooling="mean", decoder_bias=True, dtype="float32", param_dtype="float32",
         **common.compute_fields()))
+    # classifier_pooling: what a fine-tuning head of this run's checkpoints reads (a Hugging Face directory brings its
+    # own; transformers' class default is cls). Mean: masked LM never trains the [CLS] position's output, whose frozen
+    # vector probes as random weights' does, while the mean of the tokens carries what was learnt (docs/transfer.md).
 
     # BERT's masked LM without NSP, at ModernBERT's 30%; the loss is on the masked positions only (sparse prediction)
     c.objective = ml_collections.ConfigDict(dict(
