@@ -42,7 +42,7 @@ from configs import common
 from pretrain.tools import build_corpus, train_tokenizer
 
 # docs/cram.md: the measurements that chose it. At 60 minutes the 4 x 256 model won (held-out 3.47 against
-# 2 x 128's 3.90); make demo's 8 minutes keep recipe=best's 2 x 128, the winner at 20 minutes.
+# 2 x 128's 3.90); make demo's 1,200 steps keep recipe=best's 2 x 128, the winner at 20 minutes.
 CONFIG = "configs/cram.py:recipe=best,size=4x256"
 
 
