@@ -72,7 +72,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ValueError(f"configs/glue.py: model={arg.model!r} must be one of {', '.join(map(repr, MODELS))}")
     c = common.trainer_config()
     c.task = arg.task
-    c.init = ""                    # pretrain.train workdir or Hugging Face directory ('' = random init)
+    # c.init (configs/common.py): the pretrain.train workdir or Hugging Face directory fine-tuning starts from
     c.init_weights = "pretrained"  # pretrained | random: the init's architecture and tokenizer with fresh weights
                                    # (the control row of a does-pretraining-help table)
     c.num_epochs = 3

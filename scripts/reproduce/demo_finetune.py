@@ -23,11 +23,11 @@ import sys
 from scripts.bench import intervals
 from scripts.reproduce import glue_study
 
-# The fine-tuning recipe of every row: mean pooling (MLM never trains the [CLS] position's output, so a CLS head
-# starts from a vector that carries nothing: docs/cram.md's probe), ULMFiT's discriminative rates (each layer 2.6 times
-# slower than the one above) and slanted triangular schedule at 3e-3, the best of 3e-4, 1e-3 and 3e-3 on the carved
-# validation split for random weights and the pretrained checkpoint alike (docs/cram.md). Each run's best epoch is
-# chosen on a tenth of its 1,000 labels held out (glue_study.validation_size): dev is only the test.
+# The fine-tuning recipe of every row: mean pooling (MLM never trains the [CLS] position's output: docs/transfer.md's
+# probe; new checkpoints say mean themselves, the flag keeps older ones on the same recipe), ULMFiT's discriminative
+# rates (each layer 2.6 times slower than the one above) and slanted triangular schedule at 3e-3, the rate the
+# pretrained and adapted checkpoints chose on the carved validation split (random weights tied 1e-3 and 3e-3 there).
+# Each run's best epoch is chosen on a tenth of its 1,000 labels held out (glue_study.validation_size).
 RECIPE = ["--config.model.classifier_pooling=mean", "--config.discriminative_factor=2.6",
           "--config.optimizer.schedule=slanted_triangular"]
 
