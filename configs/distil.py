@@ -11,7 +11,7 @@ when config.tokenizer.path is empty):
       --config.data.source=tfds --config.data.tfds_name=wikipedia/20230601.en
   (size=tinybert4 and size=minilm_l6_h384 the same, with their own workdirs)
 then fine-tune the student as any BERT: python -m pretrain.finetune --config=configs/glue.py:task=sst2
---config.init=runs/distil_tiny (its `student/bert` subtree; models/registry.py's 'distil' family).
+--config.init=runs/distil_tiny (its `student/bert` subtree; models/families.py's 'distil' family).
 
 Config string: `size=tiny|tiny_narrow|distilbert|tinybert4|minilm_l6_h384`, `loss=distilbert|tinybert|minilm`
 (default: the size's own). config.model's BERT fields are the student's; teacher_layers, teacher_hidden_size,

@@ -3,7 +3,7 @@
 `model_config(config.model)` turns the config's fields into the family's frozen dataclass (BertConfig,
 T5Config, GPTConfig); `build_model(config.model)` wraps it in the pretraining module. Fine-tuning
 modules (models/bert_tasks.py, models/gpt_heads.py) take the same dataclass. The families themselves,
-with everything else that differs per family, are registered in models/registry.py.
+with everything else that differs per family, are registered in models/families.py.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import flax.linen as nn
 
 from models.errors import ModelInputError
-from models.registry import FAMILIES, ModelFamily, family  # noqa: F401 (the table, re-exported)
+from models.families import FAMILIES, ModelFamily, family  # noqa: F401 (the table, re-exported)
 
 # Keys a fine-tuning config keeps beside the architecture: they configure the task head, not the body.
 HEAD_KEYS = ("classifier_dropout",)

@@ -4,7 +4,7 @@ config.objective.name names the objective; its registration names the class, bui
 Class(config.objective, tokenizer) (objectives/interface.py's Objective). Readers: `build_objective` (the
 pretraining loop, the trainer set-up, the benchmarks) and `names` (config validation). Adding an objective is
 its module plus one `register` line; names are 'module:Class' strings, imported on first use (as
-models/registry.py does for model families).
+models/families.py does for model families).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 One module holds both, so the one trainer's step sees them as one model: params {'student': {bert, mlm_head},
 'teacher': {bert, mlm_head}}. The teacher runs deterministically (no dropout) and its outputs pass through
-`stop_gradient`, so no gradient flows into it; the family registration (models/registry.py, `frozen`) also
+`stop_gradient`, so no gradient flows into it; the family registration (models/families.py, `frozen`) also
 keeps it out of the optimizer (no update, no weight decay, no Adam moments). Both are BERT-shaped
 `BertForPreTraining`s without the NSP head. DistilBERT's student has no token-type embeddings and no pooler
 (`student()`), so it exports as transformers' DistilBertForMaskedLM (models/convert/hf_distilbert.py), and its

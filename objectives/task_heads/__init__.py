@@ -5,7 +5,7 @@ and predictions, the batch keys its model reads and the transformers class it ex
 it up here: FineTuningObjective (objective.py), BertForFineTuning (models/bert_tasks.py, given the kind),
 the finetuners (pretrain/finetuners/), the tasks (pretrain/tasks/: each names its kind) and the exporter
 (pretrain/tools/export_hf_bert.py). Adding a kind is its module plus one `register` line; names are
-"module:attribute" strings, imported on first use (as models/registry.py does for model families).
+"module:attribute" strings, imported on first use (as models/families.py does for model families).
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ WIDTHS = ("hidden_size", "num_heads", "intermediate_size")  # the teacher's own 
 
 
 def load_teacher(config: ml_collections.ConfigDict) -> pretrained.Pretrained:
-    """The teacher of a 'distil' run (models/registry.py names this loader), checked against config.model and the
+    """The teacher of a 'distil' run (models/families.py names this loader), checked against config.model and the
     objective."""
     path = config.get("distillation", {}).get("teacher", "")
     if not path:

@@ -6,7 +6,7 @@ examples become batches, which module and objective train on them, how a pretrai
 fresh parameters, and how a prediction batch becomes one prediction per example (a label id, an STS-B
 score, a tag per word). The task (pretrain/tasks/base.py) reads the files and scores the predictions.
 The finetuners are in this room, one file each, chosen in registry.py by the task's head kind and
-config.model.name (each model family names its finetuners in models/registry.py):
+config.model.name (each model family names its finetuners in models/families.py):
 
   bert          an encoder (BERT and its variants, ModernBERT: the family's task_model) with a classification /
                 regression head on the pooled [CLS] vector (bert.py)

@@ -1,6 +1,6 @@
 """The finetuner that fine-tunes a model on a task: chosen by the task's head kind and config.model.name.
 
-Each model family registers its finetuners by head kind in models/registry.py (ModelFamily.finetuners), as
+Each model family registers its finetuners by head kind in models/families.py (ModelFamily.finetuners), as
 'module:Class' names of this room; the tasks are pretrain/tasks/registry.py's."""
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ class Start:
 
 
 def load_teacher(config: ml_collections.ConfigDict) -> pretrained.Pretrained | None:
-    """The teacher the model family names (models/registry.py ModelFamily.teacher: DistilBERT's), or None."""
+    """The teacher the model family names (models/families.py ModelFamily.teacher: DistilBERT's), or None."""
     family = models.family(config.model.name)
     return models.registry.resolve(family.teacher)(config) if family.teacher else None
 
@@ -137,7 +137,7 @@ def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpo
 def _from_init(config, state: train_state.TrainState, shardings: train_state.TrainState) -> train_state.TrainState:
     """The fresh state with config.init's weights (a pretrain.train workdir or a Hugging Face directory), pretraining
     heads included; the optimizer state stays fresh. A weight of the model the init lacks is a one-line error naming
-    them, except the family's optional ones (models/registry.py ModelFamily.optional_params), which start fresh."""
+    them, except the family's optional ones (models/families.py ModelFamily.optional_params), which start fresh."""
     family = models.family(config.model.name)
     init = pretrained.load_pretrained(config.init, "--config.init", heads=True)
     if init.family != (family.finetunes_as or family.name):

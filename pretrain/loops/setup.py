@@ -93,7 +93,7 @@ def pretraining_trainer(config: ml_collections.ConfigDict, objective: objectives
     dropout_rng = prng.dropout_key(dropout_rng, config.get("prng_impl", "auto"), mesh.devices.flat[0].platform)
     return build_trainer(config, model=models.build_model(config.model), objective=objective,
                          example_rows=example_rows(config, objective),
-                         tx=freezing.without_subtrees(  # a distillation teacher (models/registry.py: frozen)
+                         tx=freezing.without_subtrees(  # a distillation teacher (models/families.py: frozen)
                              optimizers.make_optimizer(config.optimizer, config.num_train_steps, schedule=schedule),
                              models.family(config.model.name).frozen),
                          schedule=schedule, init_rng=init_rng, dropout_rng=dropout_rng,

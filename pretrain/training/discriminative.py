@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from models.registry import body
+from models.families import body
 from models.stack import LOOPED, SCANNED
 from pretrain.runtime.errors import ConfigError
 from pretrain.training.freezing import depth_from_top, path_names

@@ -33,7 +33,7 @@ import optax
 
 # A fine-tuning model's top-level subtree -> the pretrained body it is (its family registers the key, the
 # embedding blocks and the blocks above the top layer), or None: a new task head, which always trains.
-from models.registry import Body, body
+from models.families import Body, body
 from models.stack import LOOPED, SHARED
 from pretrain.runtime.errors import ConfigError
 
@@ -155,7 +155,7 @@ def trainable_fraction(params: Any, unfreeze_at: Any, step: int) -> float:
 
 
 def without_subtrees(tx: optax.GradientTransformation, frozen: tuple[str, ...]) -> optax.GradientTransformation:
-    """`tx` on every parameter but those under the "a/b" paths `frozen` (a family's, models/registry.py: a
+    """`tx` on every parameter but those under the "a/b" paths `frozen` (a family's, models/families.py: a
     distillation teacher): those get a zero update and no optimizer state (no moments, no weight decay)."""
     if not frozen:
         return tx

@@ -106,7 +106,7 @@ def prompt_from_vocabulary(params: dict, seed: int) -> dict:
         for name in names:
             tree = tree[name]
         return tree
-    # the fine-tuning body (the family's, models/registry.py), or T5's whole tree
+    # the fine-tuning body (the family's, models/families.py), or T5's whole tree
     body = next((params[key] for key in params if freezing.body(key) is not None), params)
     vocabulary = next(find(body, names) for names in VOCABULARY_TABLES if names[0] in body)["embedding"]
     prompt = body["prompt"]["embedding"]

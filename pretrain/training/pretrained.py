@@ -5,7 +5,7 @@ fine-tuning model starts from (BERT: the `bert` encoder subtree; T5 and GPT: the
 tokenizer that goes with them, so that `--config.init=PATH` is all a user has to give. Generation,
 perplexity and few-shot evaluation (pretrain/lm/) load their model the same way. What differs per family
 (its Hugging Face loaders and tokenizers, the subtree and the fields it inherits) is its registration
-in models/registry.py. `resolve_config` merges an init's architecture and tokenizer into a fine-tuning config.
+in models/families.py. `resolve_config` merges an init's architecture and tokenizer into a fine-tuning config.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class Pretrained:
 
 
 # Training-time fields the fine-tuning config sets itself rather than inheriting (a family that names its
-# architecture_keys in models/registry.py inherits those instead).
+# architecture_keys in models/families.py inherits those instead).
 NOT_ARCHITECTURE = ("name", "dropout_rate", "attention_dropout_rate", "dtype", "param_dtype", "attention",
                     "scan_layers", "fused_qkv", "remat", "peft")  # peft: the fine-tuning config's own (config.peft)
 
@@ -76,7 +76,7 @@ def _inherited(family: models.ModelFamily, model: dict[str, Any], params: dict, 
 
 
 def _load_hf(path: str, model_type: str, heads: bool = False) -> Pretrained:
-    found = models.registry.hf_checkpoint(model_type)
+    found = models.families.hf_checkpoint(model_type)
     if found is None:
         known = ", ".join(repr(c.model_type) for family in models.FAMILIES.values() for c in family.hf)
         raise UserError(f"{os.path.join(path, 'config.json')}: model_type={model_type!r} is not one this project "

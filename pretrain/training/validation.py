@@ -176,7 +176,7 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
             raise _fail(key, value, allowed)
 
 
-# ----- The relations within one model family (config.model.name), as models/registry.py registers them. -----
+# ----- The relations within one model family (config.model.name), as models/families.py registers them. -----
 def _heads_divide(width_key: str, config) -> None:
     width, heads = config.model[width_key], config.model.num_heads
     if width % heads:

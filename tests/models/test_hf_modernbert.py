@@ -243,7 +243,7 @@ def test_a_bert_directory_is_refused_in_one_line(tmp_path):
 
 
 def test_the_registry_loads_a_modernbert_directory_with_its_tokenizer(mlm_dir, tmp_path):
-    family, checkpoint = models.registry.hf_checkpoint("modernbert")
+    family, checkpoint = models.families.hf_checkpoint("modernbert")
     assert family.name == "modernbert" and models.registry.resolve(checkpoint.loader) is load_hf_modernbert
     spec = checkpoint.tokenizer(mlm_dir)
     assert spec == {"kind": "hf_json", "path": os.path.join(mlm_dir, "tokenizer.json"), "lowercase": False}

@@ -1,4 +1,4 @@
-"""models/registry.py: one registration is all a model family needs. A synthetic family registered in the table
+"""models/families.py: one registration is all a model family needs. A synthetic family registered in the table
 (and nowhere else) is built, loaded from a Hugging Face directory and an Orbax workdir, validated, frozen and
 fine-tuned by the code that reads the table; the lists that table replaced are gone."""
 from __future__ import annotations
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import models
-from models import registry
+from models import families as registry
 from models.errors import ModelInputError
-from models.registry import Body, HfCheckpoint, ModelFamily
+from models.families import Body, HfCheckpoint, ModelFamily
 from pretrain.finetuners import registry as finetuners
 from pretrain.runtime.errors import ConfigError, UserError
 from pretrain.training import freezing, pretrained, validation

@@ -150,7 +150,7 @@ def test_a_hugging_face_bert_adapts_with_its_family_recipe_and_a_fresh_pooler(tm
         common.apply_setting(config, setting)
     text = adaptation.Text(task="sst2", glue_dir=GLUE, labelled_only=LABELLED)
     report = adaptation.adapt(config, str(tmp_path / "adapted"), text, {"batch_size", "eval_batches"})
-    # BertForMaskedLM has no pooler: the one weight the BERT family may lack (models/registry.py optional_params)
+    # BertForMaskedLM has no pooler: the one weight the BERT family may lack (models/families.py optional_params)
     assert f"Weights from huggingface:{init}; freshly initialised: bert/pooler\n" in capsys.readouterr().out
     assert report["general_text"] == {"skipped": "a Hugging Face init names no corpus of its own"}
     assert np.isfinite([report["task_text"][k]["loss"] for k in ("before", "after")]).all()
