@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+# A "module:attr" registration (`package.module:Class.attribute`); any other string is a value, kept as it is
+# (a config file's "configs/bert.py:size=base" among them).
+MODULE_ATTR = re.compile(r"^[a-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 def resolve(name: str) -> Any:
@@ -36,7 +40,7 @@ def resolve(name: str) -> Any:
 
 def _imported(thing: Any) -> Any:
     """A "module:attr" registration -> what it names; any other thing as it is."""
-    return resolve(thing) if isinstance(thing, str) and ":" in thing else thing
+    return resolve(thing) if isinstance(thing, str) and MODULE_ATTR.match(thing) else thing
 
 
 class Registry(Generic[T]):
