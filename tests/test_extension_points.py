@@ -226,8 +226,10 @@ def ends_with(*words: str) -> Callable[[str], bool]:
 def registered_names() -> list[Names]:
     # PEFT's "none" is the absence of a method, not one: `method != "none"` asks whether PEFT is on.
     peft_methods = frozenset(peft_modules.METHODS) - {"none"}
-    return [Names("model family", frozenset(models.FAMILIES), ends_with("family", "model_name", "model.name", "model")),
-            Names("objective", frozenset(objectives.names()), ends_with("objective", "objective.name", "objective_name")),
+    return [Names("model family", frozenset(models.FAMILIES),
+                  ends_with("family", "model_name", "model.name", "model")),
+            Names("objective", frozenset(objectives.names()),
+                  ends_with("objective", "objective.name", "objective_name")),
             Names("head kind", frozenset(task_heads.HEAD_KINDS), ends_with("kind")),
             Names("PEFT method", peft_methods, ends_with("method"))]
 

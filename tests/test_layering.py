@@ -2,11 +2,12 @@
 
 Dependencies run one way, configs -> nothing; models -> models; objectives -> models; pretrain's
 rooms upward (see README, Layout): runtime -> workdir -> training -> data -> tasks -> {finetuners, lm} ->
-distillation -> loops -> entry points, and jobs beside them on runtime and workdir alone. A module may import its own room and the rooms below it, never a room above it nor a
-sibling room; a "module:attr" string constant (what a registry imports on first use, models/registry.py) names
-only a module its own module may import, so the rule holds for lazy names too; there is no import cycle (imports
-inside functions count: a lazy import hides a cycle but does not remove it); and no module is over MAX_LINES
-lines. Each rule is also shown to fail on a small synthetic tree.
+distillation -> loops -> entry points, and jobs beside them on runtime and workdir alone. A module may import
+its own room and the rooms below it, never a room above it nor a sibling room; a "module:attr" string constant
+(what a registry imports on first use, models/registry.py) names only a module its own module may import, so the
+rule holds for lazy names too; there is no import cycle (imports inside functions count: a lazy import hides a
+cycle but does not remove it); and no module is over MAX_LINES lines. Each rule is also shown to fail on a small
+synthetic tree.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The teacher of a distillation run (model 'distil', models/distillation/model.py; objective "distillation").
 
 TEACHERS names, per model family (config.model.name), what loads the teacher pretraining starts from; the
-pretraining loop looks its family up there. `load_teacher(config)`, registered for model 'distil', reads `--config.distillation.teacher` (a pretrain.train BERT workdir or a Hugging Face
-BERT directory: pretrain/training/pretrained.py, with the MLM head where the checkpoint has one), checks it against
+pretraining loop looks its family up there. `load_teacher(config)`, registered for model 'distil', reads
+`--config.distillation.teacher` (a pretrain.train BERT workdir or a Hugging Face BERT directory: pretrain/training/pretrained.py, with the MLM head where the checkpoint has one), checks it against
 config.model (the same vocabulary, width and depth) and gives the run the teacher's tokenizer when
 config.tokenizer.path is empty. `initialise(state, teacher, shardings)` puts it into a fresh state: the teacher's
 weights under params['teacher'] and, DistilBERT's initialisation, the student's from the teacher's embeddings,

@@ -5,7 +5,8 @@ fine-tuning model starts from (BERT: the `bert` encoder subtree; T5 and GPT: the
 tokenizer that goes with them, so that `--config.init=PATH` is all a user has to give. Generation,
 perplexity and few-shot evaluation (pretrain/lm/) load their model the same way. What differs per family
 (the subtree and the fields it inherits) is its registration in models/families.py (FAMILIES), and the
-Hugging Face directories it loads (their loaders and tokenizers, by config.json's model_type) are HF_CHECKPOINTS'. `resolve_config` merges an init's architecture and tokenizer into a fine-tuning config.
+Hugging Face directories it loads (their loaders and tokenizers, by config.json's model_type) are
+HF_CHECKPOINTS'. `resolve_config` merges an init's architecture and tokenizer into a fine-tuning config.
 """
 from __future__ import annotations
 
