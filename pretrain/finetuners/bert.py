@@ -18,7 +18,8 @@ from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import ClassificationTask, Example
 from pretrain.training.pretrained import Pretrained
 
-# The encoder families: every family with a task model (an encoder with a task head) fine-tunes through these.
+# The encoder families: every family with a task model (an encoder with a task head) fine-tunes through these
+# (those models/families.py registers, read when this module is imported).
 ENCODERS = tuple(name for name, _ in models.FAMILIES.find(lambda family: family.task_model is not None))
 
 
