@@ -1,15 +1,17 @@
-"""The model families: one registration each, and the only list of them.
+"""The model families and the Hugging Face checkpoints they load: one registration each, the only lists of them.
 
-Everything that differs per family reads its `ModelFamily` here: `models.model_config` / `build_model`
-(the module, its config dataclass and pretraining module), pretrain/training/pretrained.py (the Hugging Face
-loaders and what fine-tuning inherits from a checkpoint), pretrain/training/validation.py (the relations
-between config.model's keys), pretrain/training/freezing.py (the pretrained body inside a fine-tuning
-model) and pretrain/finetuners/registry.py (the fine-tuning family per task kind). Adding a family is one
-`register(ModelFamily(...))` below.
+Everything that differs per family reads its `ModelFamily` from FAMILIES (a models/registry.py `Registry`):
+`models.model_config` / `build_model` (the module, its config dataclass and pretraining module),
+pretrain/training/pretrained.py (what fine-tuning inherits from a checkpoint), pretrain/training/validation.py (the
+relations between config.model's keys) and pretrain/training/freezing.py (the pretrained body inside a fine-tuning
+model). HF_CHECKPOINTS holds the Hugging Face directories the families load, by config.json's model_type. Adding a
+family is one `register(ModelFamily(...))` below (and one `register_checkpoint` per kind of directory it loads).
 
-Code is named by "module:attribute" strings, imported on first use: the table costs no import of JAX
-modules, and it can name the finetuners of pretrain/finetuners without models/ importing
-pretrain/ (tests/models/test_registry.py resolves every name, so a typo fails there).
+This table names code of models/ only, by "module:attribute" strings imported on first use (the table costs no
+JAX import). What the layers above add per family registers in their own rooms, against the family's name: its
+finetuners in pretrain/finetuners/ (FINETUNERS), a distillation family's teacher in pretrain/distillation/
+(TEACHERS), its exporter in pretrain/tools/export_hf_bert.py (EXPORTERS). tests/models/test_registry.py resolves
+every name, so a typo fails there.
 """
 from __future__ import annotations
 
@@ -17,17 +19,17 @@ import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from models.errors import ModelInputError
-from models.registry import resolve  # noqa: F401 (ModelFamily's names are resolved with it)
+from models.registry import Registry, resolve
 
 
 @dataclasses.dataclass(frozen=True)
 class HfCheckpoint:
-    """A kind of Hugging Face checkpoint directory the family loads, known by config.json's model_type."""
+    """A kind of Hugging Face checkpoint directory a family loads, known by config.json's model_type."""
     model_type: str                      # config.json's "model_type", e.g. 'gpt2'
     title: str                           # how messages name it: 'GPT-2'
+    family: str                          # the family (config.model.name) that loads it
     loader: str                          # 'module:function': directory -> (config dataclass, params as numpy)
     tokenizer: Callable[[str], dict]     # directory -> the tokenizer spec (kind, path, lowercase(, extra_ids))
 
@@ -46,7 +48,6 @@ class ModelFamily:
     module: str                          # the module that defines the two classes below
     config_class: str                    # its frozen config dataclass
     model_class: str                     # its pretraining module
-    hf: tuple[HfCheckpoint, ...] = ()    # the Hugging Face checkpoints it loads
     # What fine-tuning inherits from a pretrained checkpoint (pretrain/training/pretrained.py):
     params_subtree: str | None = None    # the params' subtree it starts from, "a/b" nested (None: the whole tree)
     architecture_keys: tuple[str, ...] | None = None  # config.model keys (None: all but the training-time ones)
@@ -55,12 +56,11 @@ class ModelFamily:
     positions_key: str | None = None     # the position table the data's longest sequence must fit
     choices: Mapping[str, str] = dataclasses.field(default_factory=dict)  # key -> 'module:NAMES' it must be in
     body: Body | None = None             # for freezing (None: no pretrained body the strategies act on)
-    finetuners: Mapping[str, str] = dataclasses.field(default_factory=dict)  # head kind -> 'module:Finetuner'
-    task_model: str | None = None        # 'module:Class': the encoder with a task head the encoder finetuners build
+    task_model: str | None = None        # 'module:Class': the encoder with a task head (the encoder finetuners')
     finetunes_as: str | None = None      # the family its checkpoints fine-tune as (ELECTRA: its discriminator, a BERT)
     finetuned_config: str | None = None  # the config method giving what fine-tunes, where it differs (distil: student)
+    causal: bool = False                 # a decoder-only causal LM: what generation, perplexity and few-shot read
     frozen: tuple[str, ...] = ()         # params subtrees ("a/b" paths) pretraining never updates (a distillation teacher)
-    teacher: str | None = None           # 'module:function' (config) -> the teacher pretraining starts from, if any
     # params subtrees ("a/b" paths) a checkpoint may lack: pretraining from it (config.init) starts them fresh; any
     # other weight it lacks is an error (pretrain/loops/pretraining.py)
     optional_params: tuple[str, ...] = ()
@@ -72,38 +72,35 @@ class ModelFamily:
         return resolve(f"{self.module}:{self.model_class}")
 
 
-FAMILIES: dict[str, ModelFamily] = {}  # config.model.name -> its family, in registration order
+FAMILIES: Registry[ModelFamily] = Registry("model family", key="config.model.name", error=ModelInputError)
+HF_CHECKPOINTS: Registry[HfCheckpoint] = Registry("Hugging Face checkpoint", key="model_type", error=ModelInputError)
 
 
 def register(family: ModelFamily) -> ModelFamily:
-    if family.name in FAMILIES:
-        raise ValueError(f"model family {family.name!r} is registered twice")
-    FAMILIES[family.name] = family
-    return family
+    return FAMILIES.register(family.name, family)
+
+
+def register_checkpoint(checkpoint: HfCheckpoint) -> HfCheckpoint:
+    return HF_CHECKPOINTS.register(checkpoint.model_type, checkpoint)
 
 
 def family(name: str) -> ModelFamily:
     """config.model.name -> its family, or ModelInputError naming the known ones."""
-    if name not in FAMILIES:
-        raise ModelInputError(f"config.model.name={name!r} is unknown; available: {', '.join(map(repr, FAMILIES))}")
-    return FAMILIES[name]
+    return FAMILIES.get(name)
 
 
 def hf_checkpoint(model_type: str) -> tuple[ModelFamily, HfCheckpoint] | None:
     """config.json's model_type -> (the family that loads it, how), or None."""
-    for f in FAMILIES.values():
-        for checkpoint in f.hf:
-            if checkpoint.model_type == model_type:
-                return f, checkpoint
-    return None
+    if model_type not in HF_CHECKPOINTS:
+        return None
+    checkpoint = HF_CHECKPOINTS.get(model_type)
+    return family(checkpoint.family), checkpoint
 
 
 def body(key: str) -> Body | None:
     """A fine-tuning model's top-level subtree -> the family body it is, or None (a task head)."""
-    for f in FAMILIES.values():
-        if f.body is not None and f.body.key == key:
-            return f.body
-    return None
+    bodies = [f.body for _, f in FAMILIES.find(lambda f: f.body is not None and f.body.key == key)]
+    return bodies[0] if bodies else None
 
 
 # ----- Tokenizers of Hugging Face directories -----
@@ -137,27 +134,13 @@ def _tokenizer_json(directory: str) -> dict:
     return dict(kind="hf_json", path=os.path.join(directory, "tokenizer.json"), lowercase=False)
 
 
-def _sequence(family: str) -> dict[str, str]:
-    """A head on the whole sequence: GLUE's classification tasks and its regression task (STS-B)."""
-    return {"classification": family, "regression": family}
-
-
 # ----- The families -----
-# An encoder fine-tunes on every head kind through the same finetuners, over the family's `task_model`.
-ENCODER_FINETUNERS = {**_sequence("pretrain.finetuners.bert:BertFinetuner"),
-                      "tagging": "pretrain.finetuners.bert_tagging:BertTaggingFinetuner",
-                      "span": "pretrain.finetuners.bert_spans:BertSpanFinetuner",
-                      "qa": "pretrain.finetuners.bert_qa:BertQaFinetuner"}
 BERT_ARCHITECTURE = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                      "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
                      "embedding_size", "shared_layers", "hidden_act", "pre_norm")
 
 register(ModelFamily(
     "bert", "models.bert", "BertConfig", "BertForPreTraining",
-    hf=(HfCheckpoint("bert", "BERT", "models.convert.hf_io:load_hf_bert", _wordpiece),
-        HfCheckpoint("albert", "ALBERT", "models.convert.hf_io:load_hf_albert", _albert_sentencepiece),
-        HfCheckpoint("electra", "ELECTRA", "models.convert.hf_electra:load_hf_electra", _wordpiece),
-        HfCheckpoint("distilbert", "DistilBERT", "models.convert.hf_distilbert:load_hf_distilbert", _wordpiece)),
     params_subtree="bert",  # the encoder (embeddings, layer_i, pooler) without the pretraining heads
     # Hugging Face's BertForMaskedLM directories (most BERTs on the Hub, RoBERTa-style runs) hold neither the pooler
     # nor the NSP head: both serve NSP alone, and a fresh two-way classifier learns it from the continued pretraining
@@ -167,20 +150,25 @@ register(ModelFamily(
     # embeddings_project: the E -> H projection of factorised embeddings (ALBERT, ELECTRA), part of the embeddings
     # final_norm: a pre_norm BERT's LayerNorm above the top layer
     body=Body("bert", embeddings=("embeddings", "embeddings_project"), top=("pooler", "final_norm")),
-    finetuners=ENCODER_FINETUNERS, task_model="models.bert_tasks:BertForFineTuning"))
+    task_model="models.bert_tasks:BertForFineTuning"))
+register_checkpoint(HfCheckpoint("bert", "BERT", "bert", "models.convert.hf_io:load_hf_bert", _wordpiece))
+register_checkpoint(HfCheckpoint("albert", "ALBERT", "bert", "models.convert.hf_io:load_hf_albert",
+                                 _albert_sentencepiece))
+register_checkpoint(HfCheckpoint("electra", "ELECTRA", "bert", "models.convert.hf_electra:load_hf_electra", _wordpiece))
+register_checkpoint(HfCheckpoint("distilbert", "DistilBERT", "bert", "models.convert.hf_distilbert:load_hf_distilbert",
+                                 _wordpiece))
 
 register(ModelFamily(
     "t5", "models.t5", "T5Config", "T5",
-    hf=(HfCheckpoint("t5", "T5", "models.convert.hf_t5:load_hf_t5", _t5_sentencepiece),),
-    choices={"feed_forward": "models.t5:FEED_FORWARDS"},
-    finetuners={**_sequence("pretrain.finetuners.t5:T5Finetuner"), "qa": "pretrain.finetuners.t5_qa:T5QaFinetuner"}))
+    choices={"feed_forward": "models.t5:FEED_FORWARDS"}))
+register_checkpoint(HfCheckpoint("t5", "T5", "t5", "models.convert.hf_t5:load_hf_t5", _t5_sentencepiece))
 
 register(ModelFamily(
     "gpt", "models.gpt", "GPTConfig", "GPT",
-    hf=(HfCheckpoint("gpt2", "GPT-2", "models.convert.hf_gpt2:load_hf_gpt2", _gpt2_bpe),),
     width_key="d_model", positions_key="n_positions",
     body=Body("gpt", embeddings=("token_embedding", "position_embedding"), top=("final_norm",)),
-    finetuners=_sequence("pretrain.finetuners.gpt:GPTFinetuner")))
+    causal=True))
+register_checkpoint(HfCheckpoint("gpt2", "GPT-2", "gpt", "models.convert.hf_gpt2:load_hf_gpt2", _gpt2_bpe))
 
 register(ModelFamily(
     "electra", "models.electra", "ElectraConfig", "Electra",
@@ -194,13 +182,13 @@ register(ModelFamily(  # DistilBERT (models/distillation/model.py): a student BE
     params_subtree="student/bert", architecture_keys=BERT_ARCHITECTURE,
     width_key="hidden_size", positions_key="max_position_embeddings",
     finetunes_as="bert", finetuned_config="student",
-    frozen=("teacher", "student/bert/pooler"),  # a BERT-shaped student's pooler: no loss reaches it
-    teacher="pretrain.distillation.teacher:load_teacher"))
+    frozen=("teacher", "student/bert/pooler")))  # a BERT-shaped student's pooler: no loss reaches it
 
 register(ModelFamily(  # ModernBERT (models/modernbert.py): pre-norm, RoPE, GeGLU, alternating local/global attention
     "modernbert", "models.modernbert", "ModernBertConfig", "ModernBertForMaskedLM",
-    hf=(HfCheckpoint("modernbert", "ModernBERT", "models.convert.hf_modernbert:load_hf_modernbert", _tokenizer_json),),
     # the whole tree: the MLM's prediction head is the fine-tuning heads' too, as in Hugging Face's classes
     width_key="hidden_size", positions_key="max_position_embeddings",
     body=Body("modernbert", embeddings=("embeddings",), top=("final_norm",)),
-    finetuners=ENCODER_FINETUNERS, task_model="models.modernbert:ModernBertForFineTuning"))
+    task_model="models.modernbert:ModernBertForFineTuning"))
+register_checkpoint(HfCheckpoint("modernbert", "ModernBERT", "modernbert",
+                                 "models.convert.hf_modernbert:load_hf_modernbert", _tokenizer_json))

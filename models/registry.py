@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+# A "module:attr" registration (`package.module:Class.attribute`); any other string is a value, kept as it is
+# (a config file's "configs/bert.py:size=base" among them).
+MODULE_ATTR = re.compile(r"^[a-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
 def resolve(name: str) -> Any:
@@ -34,15 +38,22 @@ def resolve(name: str) -> Any:
     return found
 
 
+def _imported(thing: Any) -> Any:
+    """A "module:attr" registration -> what it names; any other thing as it is."""
+    return resolve(thing) if isinstance(thing, str) and MODULE_ATTR.match(thing) else thing
+
+
 class Registry(Generic[T]):
     """Named things of one kind, in registration order.
 
     what: how messages name one thing ("optimizer"); key: the config key that chooses one, if any
     ("config.optimizer.name"); error: the exception an unknown name raises (a layer's own error class, so that
-    the entry points turn it into one line)."""
+    the entry points turn it into one line); fallback: a thing (or "module:attr") that answers every unregistered
+    name (GLUE's tasks, which take their download spellings too: the thing then says when a name is unknown)."""
 
-    def __init__(self, what: str, key: str | None = None, error: type[Exception] = ValueError):
-        self.what, self.key, self.error = what, key, error
+    def __init__(self, what: str, key: str | None = None, error: type[Exception] = ValueError,
+                 fallback: T | str | None = None):
+        self.what, self.key, self.error, self.fallback = what, key, error, fallback
         self._entries: dict[str, T | str] = {}
 
     def register(self, name: str, thing: T | str | None = None) -> Any:
@@ -55,14 +66,16 @@ class Registry(Generic[T]):
         return thing
 
     def get(self, name: str) -> T:
-        """The thing registered as `name` (a string registration imported now), or `error` naming the choices."""
-        if name not in self._entries:
-            where = f"{self.key}={name!r}" if self.key else f"{self.what} {name!r}"
-            raise self.error(f"{where} is unknown; available: {', '.join(self.names())}")
-        thing = self._entries[name]
-        if isinstance(thing, str) and ":" in thing:
-            thing = self._entries[name] = resolve(thing)
-        return thing
+        """The thing registered as `name` (a string registration imported now), the fallback for an unregistered
+        name, or `error` naming the choices."""
+        if name in self._entries:
+            thing = self._entries[name] = _imported(self._entries[name])
+            return thing
+        if self.fallback is not None:
+            self.fallback = _imported(self.fallback)
+            return self.fallback
+        where = f"{self.key}={name!r}" if self.key else f"{self.what} {name!r}"
+        raise self.error(f"{where} is unknown; available: {', '.join(map(repr, self.names()))}")
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)

@@ -81,7 +81,7 @@ def _family_config(family: str):
 
     from pretrain.loops import adaptation
     repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = os.path.join(repository, adaptation.FAMILY_CONFIGS[family])
+    spec = os.path.join(repository, adaptation.FAMILY_CONFIGS.get(family))
     own = flags.FlagValues()  # a --config of its own, loaded from `spec` as its default
     config = config_flags.DEFINE_config_file("config", spec, flag_values=own, lock_config=False, sys_argv=[""])
     own([""])

@@ -1,16 +1,19 @@
-"""The architecture rule, checked on every module's imports (ast, no import is executed).
+"""The architecture rule, checked on every module's imports and "module:attr" strings (ast, nothing is executed).
 
 Dependencies run one way, configs -> nothing; models -> models; objectives -> models; pretrain's
 rooms upward (see README, Layout): runtime -> workdir -> training -> data -> tasks -> {finetuners, lm} ->
-distillation -> loops -> entry points, and jobs beside them on runtime and workdir alone. A module may import its own room and the rooms below it, never a room above it nor a
-sibling room; there is no import cycle (imports inside functions count: a lazy import hides a cycle
-but does not remove it); and no module is over MAX_LINES lines. Each rule is also shown to fail on a
-small synthetic tree.
+distillation -> loops -> entry points, and jobs beside them on runtime and workdir alone. A module may import
+its own room and the rooms below it, never a room above it nor a sibling room; a "module:attr" string constant
+(what a registry imports on first use, models/registry.py) names only a module its own module may import, so the
+rule holds for lazy names too; there is no import cycle (imports inside functions count: a lazy import hides a
+cycle but does not remove it); and no module is over MAX_LINES lines. Each rule is also shown to fail on a small
+synthetic tree.
 """
 from __future__ import annotations
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -20,6 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("configs", "models", "objectives", "pretrain", "scripts", "tests")
 MAX_LINES = 400
 MAX_LOOP_FUNCTION = 60  # lines of a function in pretrain/loops/
+MODULE_ATTR = re.compile(r"^[a-z_][\w.]*:[A-Za-z_][\w.]*$")  # "package.module:Class.attribute"
 
 # room -> the rooms it may import (besides itself and third-party libraries), each with the rooms
 # inside it. A module belongs to the longest room that prefixes its name; `pretrain` alone holds
@@ -102,12 +106,22 @@ def imported_modules(module: str, path: str, known: set[str]) -> set[str]:
     return found
 
 
+def named_modules(path: str, known: set[str]) -> set[str]:
+    """The project modules named by the "module:attr" string constants of the module at `path`."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    names = {node.value.partition(":")[0] for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_ATTR.match(node.value)}
+    return names & known
+
+
 def room_of(module: str) -> str | None:
     rooms = [r for r in ALLOWED if module == r or module.startswith(r + ".")]
     return max(rooms, key=len) if rooms else None
 
 
-def layering_violations(graph: dict[str, set[str]]) -> list[str]:
+def layering_violations(graph: dict[str, set[str]], verb: str = "imports") -> list[str]:
+    """Each edge of `graph` (module -> what it imports, or names: `verb`) against a room it may not import."""
     out = []
     for module, imports in sorted(graph.items()):
         room = room_of(module)
@@ -116,7 +130,7 @@ def layering_violations(graph: dict[str, set[str]]) -> list[str]:
             if room is None or target_room is None or target_room == room:
                 continue
             if not any(target_room == r or target_room.startswith(r + ".") for r in ALLOWED[room]):
-                out.append(f"{module} imports {target}: room {room} may not import {target_room}")
+                out.append(f"{module} {verb} {target}: room {room} may not import {target_room}")
     return out
 
 
@@ -183,7 +197,8 @@ def check(root: str) -> list[str]:
     modules = find_modules(root)
     known = set(modules)
     graph = {m: imported_modules(m, p, known) for m, p in modules.items()}
-    return (layering_violations(graph)
+    named = {m: named_modules(p, known) for m, p in modules.items()}
+    return (layering_violations(graph) + layering_violations(named, 'names in a "module:attr" string')
             + [f"import cycle: {' <-> '.join(c)}" for c in import_cycles(graph)]
             + long_modules(modules) + long_loop_functions(modules))
 
@@ -288,6 +303,28 @@ def test_a_long_loop_function_fails(tmp_path):
     assert check(write_tree(tmp_path, tree)) == [
         f"pretrain.loops.run.run has {MAX_LOOP_FUNCTION + 1} lines (split it before {MAX_LOOP_FUNCTION})"]
     tree["pretrain/loops/run.py"] = f"def run():\n{body}"
+    assert check(write_tree(tmp_path, tree)) == []
+
+
+@pytest.mark.parametrize("module, source, expected", [
+    # a model family's table naming the finetuner that fine-tunes it (what models/families.py used to do)
+    ("models/families.py", 'FINETUNER = "pretrain.finetuners.bert:BertFinetuner"\n',
+     'models.families names in a "module:attr" string pretrain.finetuners.bert: room models may not import '
+     'pretrain.finetuners'),
+    # an objective naming a loop, inside a call: every string constant counts
+    ("objectives/mlm.py", 'register("x", "pretrain.loops.pretraining:load_teacher")\n',
+     'objectives.mlm names in a "module:attr" string pretrain.loops.pretraining: room objectives may not import '
+     'pretrain.loops'),
+])
+def test_an_upward_module_attr_string_fails(tmp_path, module, source, expected):
+    tree = {**CLEAN, "pretrain/finetuners/__init__.py": "", "pretrain/finetuners/bert.py": "",
+            module: source}
+    assert check(write_tree(tmp_path, tree)) == [expected]
+
+
+def test_a_module_attr_string_below_or_outside_the_project_passes(tmp_path):
+    tree = {**CLEAN, "pretrain/loops/registry.py": 'A = "objectives.mlm:Mlm"\nB = "numpy:zeros"\n'
+                                                   'C = "configs/bert.py:size=base"\nD = "time: 3:00"\n'}
     assert check(write_tree(tmp_path, tree)) == []
 
 

@@ -1,7 +1,8 @@
 """The teacher of a distillation run (model 'distil', models/distillation/model.py; objective "distillation").
 
-`load_teacher(config)` reads `--config.distillation.teacher` (a pretrain.train BERT workdir or a Hugging Face
-BERT directory: pretrain/training/pretrained.py, with the MLM head where the checkpoint has one), checks it against
+TEACHERS names, per model family (config.model.name), what loads the teacher pretraining starts from; the
+pretraining loop looks its family up there. `load_teacher(config)`, registered for model 'distil', reads
+`--config.distillation.teacher` (a pretrain.train BERT workdir or a Hugging Face BERT directory: pretrain/training/pretrained.py, with the MLM head where the checkpoint has one), checks it against
 config.model (the same vocabulary, width and depth) and gives the run the teacher's tokenizer when
 config.tokenizer.path is empty. `initialise(state, teacher, shardings)` puts it into a fresh state: the teacher's
 weights under params['teacher'] and, DistilBERT's initialisation, the student's from the teacher's embeddings,
@@ -17,9 +18,11 @@ from __future__ import annotations
 import jax
 import ml_collections
 
+import models
 from models import stack
 from models.bert import BertConfig
 from models.distillation.model import teacher_layer
+from models.registry import Registry
 from pretrain.runtime.errors import ConfigError, UserError
 from pretrain.training import pretrained
 
@@ -28,18 +31,22 @@ FLAG = "--config.distillation.teacher"
 SHARED = ("hidden_size", "num_heads", "intermediate_size", "max_position_embeddings", "type_vocab_size",
           "embedding_size", "hidden_act", "layer_norm_eps")
 WIDTHS = ("hidden_size", "num_heads", "intermediate_size")  # the teacher's own in config.model.teacher_<key> if set
+# config.model.name -> (config) -> the teacher its pretraining starts from; a family not here has none.
+TEACHERS: Registry = Registry("distillation teacher", key="config.model.name", error=ConfigError)
 
 
+@TEACHERS.register("distil")
 def load_teacher(config: ml_collections.ConfigDict) -> pretrained.Pretrained:
-    """The teacher of a 'distil' run (models/families.py names this loader), checked against config.model and the
-    objective."""
+    """The teacher of a 'distil' run, checked against config.model and the objective: a checkpoint of the family the
+    student fine-tunes as (a BERT)."""
     path = config.get("distillation", {}).get("teacher", "")
     if not path:
         raise ConfigError(f"model 'distil' needs a teacher: give {FLAG}=PATH (a pretrain.train BERT workdir or a "
                           "Hugging Face BERT directory)")
     teacher = pretrained.load_pretrained(path, FLAG, heads=True)
-    if teacher.family != "bert":
-        raise UserError(f"{FLAG}={path} is a {teacher.family} checkpoint; a distillation teacher is a BERT")
+    student = models.family(config.model.name).finetunes_as
+    if teacher.family != student:
+        raise UserError(f"{FLAG}={path} is a {teacher.family} checkpoint; a distillation teacher is a {student}")
     check_teacher(config.model, teacher.model, teacher.source)
     if "mlm_head" not in teacher.params and config.objective.alpha_ce:
         raise ConfigError(f"the teacher {teacher.source} has no MLM head (a sentence-embedding model?), so no soft "

@@ -5,8 +5,9 @@ pretrain/loops/finetuning.py is the same for every family; a finetuner says how 
 examples become batches, which module and objective train on them, how a pretrained checkpoint fills the
 fresh parameters, and how a prediction batch becomes one prediction per example (a label id, an STS-B
 score, a tag per word). The task (pretrain/tasks/base.py) reads the files and scores the predictions.
-The finetuners are in this room, one file each, chosen in registry.py by the task's head kind and
-config.model.name (each model family names its finetuners in models/families.py):
+The finetuners are in this room, one file each, each class registered in FINETUNERS beside its definition with
+the head kinds (`kinds`) and model families (`families`) it fine-tunes; registry.py picks one by the task's head
+kind and config.model.name:
 
   bert          an encoder (BERT and its variants, ModernBERT: the family's task_model) with a classification /
                 regression head on the pooled [CLS] vector (bert.py)
@@ -26,6 +27,7 @@ import flax.linen as nn
 import numpy as np
 
 import models
+from models.registry import Registry
 from objectives.interface import StepObjective
 from pretrain.data import finetune_data
 from pretrain.tasks.base import Task
@@ -36,6 +38,8 @@ from pretrain.training.pretrained import Pretrained
 
 class Finetuner(Protocol):
     """One model family's side of fine-tuning (see the module docstring)."""
+    kinds: tuple[str, ...]         # the head kinds (objectives/task_heads/) it fine-tunes
+    families: tuple[str, ...]      # the model families (config.model.name) it fine-tunes
     name: str
     task: Task
     objective: StepObjective       # model_inputs(batch) and loss(outputs, batch), as in pretraining
@@ -67,6 +71,10 @@ class Finetuner(Protocol):
     def for_metrics(self, predictions: np.ndarray, labels: np.ndarray) -> np.ndarray: ...
 
     def for_submission(self, predictions: np.ndarray) -> np.ndarray: ...
+
+
+# Each finetuner class registers here, beside its definition: `@FINETUNERS.register(name)`.
+FINETUNERS: Registry[type[Finetuner]] = Registry("finetuner")
 
 
 def one_per_example(predictions: np.ndarray, data, examples: list) -> np.ndarray:

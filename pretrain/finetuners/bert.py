@@ -13,14 +13,21 @@ import flax.linen as nn
 import models
 from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data
-from pretrain.finetuners.base import merge_pretrained, model_config, one_per_example
+from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config, one_per_example
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import ClassificationTask, Example
 from pretrain.training.pretrained import Pretrained
 
+# The encoder families: every family with a task model (an encoder with a task head) fine-tunes through these
+# (those models/families.py registers, read when this module is imported).
+ENCODERS = tuple(name for name, _ in models.FAMILIES.find(lambda family: family.task_model is not None))
 
+
+@FINETUNERS.register("bert")
 class BertFinetuner:
     """The encoder (params[body], e.g. 'bert') + a fresh task head (params['head']) on the pooled [CLS] vector."""
+    kinds = ("classification", "regression")  # GLUE's sequence heads
+    families = ENCODERS
 
     def __init__(self, config: ml_collections.ConfigDict, task: ClassificationTask, tokenizer):
         self.config, self.task, self.tokenizer = config, task, tokenizer

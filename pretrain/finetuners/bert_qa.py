@@ -20,6 +20,7 @@ import numpy as np
 
 from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data
+from pretrain.finetuners.base import FINETUNERS
 from pretrain.finetuners.bert import BertFinetuner
 from pretrain.finetuners.bert_tagging import check_token_length
 from pretrain.runtime.errors import UserError
@@ -44,8 +45,10 @@ def split_words(context: str) -> tuple[list[str], list[int], list[int]]:
     return [w for w, _, _ in spans], [s for _, s, _ in spans], [e for _, _, e in spans]
 
 
+@FINETUNERS.register("bert_qa")
 class BertQaFinetuner(BertFinetuner):
     """params['bert'] + params['head'] (QuestionAnsweringHead); predictions are answer texts (squad.Prediction)."""
+    kinds = ("qa",)
 
     task: SquadTask
 

@@ -17,14 +17,17 @@ import numpy as np
 from objectives.task_heads.base import IGNORE
 from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data, tagging
+from pretrain.finetuners.base import FINETUNERS
 from pretrain.finetuners.bert import BertFinetuner
 from pretrain.tasks.conll import ConllTask, Sentence
 
 NULL = "NULL"
 
 
+@FINETUNERS.register("bert_spans")
 class BertSpanFinetuner(BertFinetuner):
     """params['bert'] + params['head'] (SpanClassificationHead); predictions are BIO tags per word."""
+    kinds = ("span",)
 
     task: ConllTask
 

@@ -11,13 +11,16 @@ import numpy as np
 
 from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data, tagging
+from pretrain.finetuners.base import FINETUNERS
 from pretrain.finetuners.bert import BertFinetuner
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.conll import ConllTask, Sentence
 
 
+@FINETUNERS.register("bert_tagging")
 class BertTaggingFinetuner(BertFinetuner):
     """params['bert'] + params['head'] (TokenClassificationHead); predictions are tag names per word."""
+    kinds = ("tagging",)
 
     task: ConllTask
 

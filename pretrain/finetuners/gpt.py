@@ -18,7 +18,7 @@ import ml_collections
 from models.gpt_heads import GPTForSequenceClassification
 from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data, tokenizers
-from pretrain.finetuners.base import merge_pretrained, model_config
+from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config
 from pretrain.finetuners.bert import BertFinetuner
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import ClassificationTask, Example
@@ -47,10 +47,13 @@ def special_ids(tokenizer) -> tuple[list[int], list[int]]:
                     "build the tokenizer from a text that contains newlines")
 
 
+@FINETUNERS.register("gpt")
 class GPTFinetuner(BertFinetuner):
     """GPT body (params['gpt']) + a fresh `score` layer on the last real token. Predictions, labels and
     metrics are those of BERT's classification / regression head, so they are inherited."""
     name = "gpt"
+    kinds = ("classification", "regression")
+    families = ("gpt",)
 
     def __init__(self, config: ml_collections.ConfigDict, task: ClassificationTask, tokenizer):
         super().__init__(config, task, tokenizer)

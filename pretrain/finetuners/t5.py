@@ -15,7 +15,7 @@ import numpy as np
 from models import t5
 from objectives.denoising import denoising_loss
 from pretrain.data import finetune_data
-from pretrain.finetuners.base import merge_pretrained, model_config, one_per_example
+from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config, one_per_example
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import ClassificationTask, Example
 from pretrain.tasks.glue import text_to_text
@@ -38,9 +38,12 @@ class TextToTextObjective:
         return loss, metrics
 
 
+@FINETUNERS.register("t5")
 class T5Finetuner:
     """T5ForConditionalGeneration fine-tuned whole (no new head): the label is a word it writes."""
     name = "t5"
+    kinds = ("classification", "regression")  # GLUE's: STS-B's score is written as a word too
+    families = ("t5",)
 
     def __init__(self, config: ml_collections.ConfigDict, task: ClassificationTask, tokenizer):
         self.config, self.task, self.tokenizer = config, task, tokenizer

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from pretrain.data import finetune_data
+from pretrain.finetuners.base import FINETUNERS
 from pretrain.finetuners.t5 import T5Finetuner
 from pretrain.tasks.squad import Prediction, QaExample, SquadTask
 
@@ -16,8 +17,10 @@ def text_pair(example: QaExample) -> tuple[str, str]:
     return f"question: {example.question} context: {example.context}", answer
 
 
+@FINETUNERS.register("t5_qa")
 class T5QaFinetuner(T5Finetuner):
     """T5ForConditionalGeneration fine-tuned whole; the answer is decoded greedily with the cache."""
+    kinds = ("qa",)
 
     task: SquadTask
 

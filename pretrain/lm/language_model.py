@@ -46,23 +46,24 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
         part, init, _ = parameter_efficient.load_stored(path)
     else:
         part, init = None, pretrained.load_pretrained(path, flag)
-    if init.family != "gpt":
+    family = models.family(init.family)
+    if not family.causal:  # the capability these tools read (models/families.py), whatever the family's name
         raise UserError(f"{flag}={path} holds a {init.family} model; this needs a decoder-only GPT "
                         "(a configs/gpt2.py workdir or a Hugging Face GPT-2 directory)")
-    config = models.model_config({**init.model, "name": "gpt"}, dropout_rate=0.0, attention_dropout_rate=0.0,
+    config = models.model_config({**init.model, "name": family.name}, dropout_rate=0.0, attention_dropout_rate=0.0,
                                  dtype=dtype, peft=parameter_efficient.peft_config(peft_run or {}))
     try:
         tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)
     except tokenizers.TokenizerError as e:  # the tokenizer names training's option; these tools have their own
         raise tokenizers.TokenizerError(str(e).replace("--config.tokenizer.path", "--tokenizer_path")) from None
-    model = GPT(config)
+    model = family.model_cls()(config)
     if part is None:
         params = qkv_layout.to_qkv_layout(stack.to_layout(init.params, scan=config.scan_layers), config.fused_qkv)
     else:  # the base + the trained weights of the fine-tuned body (its task head is left out)
         def merge(blank, init):
             return pretrained.merge_params(blank, init.params, init.source)
-        params = parameter_efficient.rebuild(model, {"input_ids": jnp.zeros((1, 8), jnp.int32)}, part["gpt"], init,
-                                             merge)
+        example = {"input_ids": jnp.zeros((1, 8), jnp.int32)}
+        params = parameter_efficient.rebuild(model, example, part[family.body.key], init, merge)
     return LanguageModel(model, jax.tree.map(jnp.asarray, params), tokenizer, init.source)
 
 

@@ -32,6 +32,7 @@ import ml_collections
 import numpy as np
 
 import models
+from models.registry import Registry
 from pretrain.data import documents, sources, tokenizers
 from pretrain.loops import pretraining
 from pretrain.runtime import distributed
@@ -54,8 +55,11 @@ ROW_SPECIALS = 3       # [CLS] A [SEP] B [SEP]: tokens of a row that no text fil
 # A Hugging Face init's recipe: its family's config file at the published checkpoints' recipe (the entry point loads
 # it; pretrain/ imports nothing of configs/). BERT without NSP: a task's examples grouped into documents are not
 # consecutive sentences, and continued pretraining is the masked LM alone (Gururangan et al. 2020).
-FAMILY_CONFIGS = {"bert": "configs/bert.py:size=base,nsp=False", "modernbert": "configs/modernbert.py:size=base",
-                  "gpt": "configs/gpt2.py:size=small", "t5": "configs/t5.py:size=small"}
+FAMILY_CONFIGS: Registry[str] = Registry("adaptation recipe", key="model family", error=UserError)
+FAMILY_CONFIGS.register("bert", "configs/bert.py:size=base,nsp=False")
+FAMILY_CONFIGS.register("modernbert", "configs/modernbert.py:size=base")
+FAMILY_CONFIGS.register("gpt", "configs/gpt2.py:size=small")
+FAMILY_CONFIGS.register("t5", "configs/t5.py:size=small")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -104,9 +104,10 @@ class Start:
 
 
 def load_teacher(config: ml_collections.ConfigDict) -> pretrained.Pretrained | None:
-    """The teacher the model family names (models/families.py ModelFamily.teacher: DistilBERT's), or None."""
-    family = models.family(config.model.name)
-    return models.registry.resolve(family.teacher)(config) if family.teacher else None
+    """The teacher registered for the model family (pretrain/distillation/teacher.py TEACHERS: DistilBERT's), or
+    None."""
+    family = config.model.name
+    return distillation.TEACHERS.get(family)(config) if family in distillation.TEACHERS else None
 
 
 def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpoints.Checkpointer,

@@ -45,14 +45,20 @@ BASE is the run's --config.init when that is a Hugging Face directory (adapter_c
 AutoPeftModelForSequenceClassification); a pretrain.train base is exported first, with this script.
 A WordPiece vocab.txt is copied beside the weights (not into a peft directory: the base has it); a
 SentencePiece model is not a format transformers' BertTokenizer reads, so it is left out with a note.
+
+Two registries say what exports: EXPORTERS, each model family's exporter (registered beside its function by
+`@exporter(name)`), and PEFT_EXPORTS, the form each PEFT method's fine-tuning runs take (merged, a peft directory,
+or neither and why).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 
 import ml_collections
 import numpy as np
@@ -61,6 +67,7 @@ import models
 from models import peft as peft_modules
 from models.convert import hf_distilbert, hf_electra, hf_modernbert, peft_io, save_hf_albert, save_hf_bert
 from models.qkv_layout import hf_layout
+from models.registry import Registry
 from objectives import task_heads
 from pretrain.data import tokenizers as data_tokenizers
 from pretrain.finetuners import registry
@@ -72,6 +79,55 @@ from pretrain.training import peft as parameter_efficient
 from pretrain.workdir import checkpoints
 
 
+@dataclasses.dataclass(frozen=True)
+class Exporter:
+    """How one model family's runs export."""
+    export: Callable[..., str]  # (workdir, config, output, step, peft) -> what was written
+    peft: bool = False          # it exports a parameter-efficient fine-tuning run unmerged, with --peft
+
+
+# config.model.name -> its Exporter, registered beside the function by `@exporter(name)`
+EXPORTERS: Registry[Exporter] = Registry("exporter", key="config.model.name", error=errors.UserError)
+
+
+def exporter(name: str, peft: bool = False):
+    """A decorator: the function exports config.model.name `name`'s runs (with `peft`, --peft ones too)."""
+    def register(export_run: Callable[..., str]) -> Callable[..., str]:
+        EXPORTERS.register(name, Exporter(export_run, peft))
+        return export_run
+    return register
+
+
+@dataclasses.dataclass(frozen=True)
+class PeftExport:
+    """The forms a fine-tuning run of one PEFT method exports as: merged into plain transformers weights (without
+    --peft) and as a peft library directory (--peft); `refused` says why, where the flag asks for a missing one."""
+    merge: Callable[[dict, object], dict] | None = None  # (params, model config) -> the weights with its own merged
+    unmerged: bool = False                               # a peft directory (--peft)
+    full: bool = False                                   # every weight trained: the checkpoint is the whole model
+    note: str = ""                                       # what the merged export's message adds
+    refused: str = ""                                    # "{workdir} trained ..." where a form is missing
+
+
+def _merge_lora(params: dict, model) -> dict:
+    """W + alpha / r * A B in every LoRA target, in the layout the converters read."""
+    return peft_modules.merge_lora(hf_layout(params), model.peft.lora_alpha / model.peft.lora_rank)
+
+
+VIRTUAL_TOKENS = ("{workdir} trained peft.method={method}, which adds virtual tokens rather than weight updates and "
+                  "cannot be merged into BERT: export it with --peft")
+PEFT_EXPORTS: Registry[PeftExport] = Registry("PEFT method", key="peft.method", error=errors.UserError)
+PEFT_EXPORTS.register("none", PeftExport(merge=lambda params, model: params, full=True, refused=(
+    "--peft exports a parameter-efficient run; {workdir} fine-tuned every weight (peft.method=none): export it "
+    "without --peft")))
+PEFT_EXPORTS.register("lora", PeftExport(merge=_merge_lora, unmerged=True, note=" (LoRA merged)"))
+PEFT_EXPORTS.register("prefix", PeftExport(unmerged=True, refused=VIRTUAL_TOKENS))
+PEFT_EXPORTS.register("prompt", PeftExport(unmerged=True, refused=VIRTUAL_TOKENS))
+PEFT_EXPORTS.register("adapters", PeftExport(refused=(
+    "{workdir} trained peft.method=adapters: the peft library has no bottleneck adapters (no --peft export), and "
+    "adapters add layers rather than weight updates, so they cannot be merged into BERT either")))
+
+
 def export(workdir: str, output: str, step: int | None = None, peft: bool = False) -> str:
     config_path = os.path.join(workdir, "config.json")
     if not os.path.isfile(config_path):
@@ -80,14 +136,17 @@ def export(workdir: str, output: str, step: int | None = None, peft: bool = Fals
     with open(config_path) as f:
         config = json.load(f)
     name = (config.get("model") or {}).get("name", "bert")
-    if name not in EXPORTERS:
-        _check_bert(workdir, name)  # refuses it: a GPT or T5 config lacks BERT's fields
-    if peft and name != "bert":
+    if name not in EXPORTERS:  # a GPT or T5 run: no exporter registered for its family
+        raise errors.UserError(f"pretrain.tools.export_hf_bert exports BERT runs only, and {workdir} holds a "
+                               f"{name} model")
+    family_exporter = EXPORTERS.get(name)
+    if peft and not family_exporter.peft:
         raise errors.UserError(f"--peft exports a parameter-efficient BERT fine-tuning run, and {workdir} holds a "
                                f"{name} model: export it without --peft")
-    return EXPORTERS[name](workdir, config, output, step, peft)
+    return family_exporter.export(workdir, config, output, step, peft)
 
 
+@exporter("bert", peft=True)
 def export_bert(workdir: str, config: dict, output: str, step: int | None, peft: bool) -> str:
     """A BERT pretraining run (as BERT, ALBERT or DistilBERT, by its shape) or fine-tuning run (PEFT included)."""
     if "task" in config:
@@ -115,6 +174,7 @@ def _save(output: str, params: dict, model, tokenizer: dict) -> str:
     return ""
 
 
+@exporter("distil")
 def export_student(workdir: str, config: dict, output: str, step: int | None, peft: bool = False) -> str:
     """A distillation run -> its student as DistilBertForMaskedLM (the teacher is not written)."""
     params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
@@ -123,6 +183,7 @@ def export_student(workdir: str, config: dict, output: str, step: int | None, pe
         output, params["student"], student, config.get("tokenizer", {}))
 
 
+@exporter("electra")
 def export_electra(workdir: str, config: dict, output: str, step: int | None, peft: bool = False) -> str:
     """An ELECTRA pretraining run -> OUTPUT/discriminator (ElectraForPreTraining) and OUTPUT/generator
     (ElectraForMaskedLM). Its fine-tuning runs are BERTs and export as those."""
@@ -134,6 +195,7 @@ def export_electra(workdir: str, config: dict, output: str, step: int | None, pe
             f"{output}/generator (ElectraForMaskedLM)")
 
 
+@exporter("modernbert")
 def export_modernbert(workdir: str, config: dict, output: str, step: int | None, peft: bool = False) -> str:
     """A ModernBERT pretraining run -> ModernBertForMaskedLM; a fine-tuning run -> the ModernBERT class of its head
     kind (sequence / token classification, QA), with the task's labels as id2label. The run's tokenizer goes
@@ -160,7 +222,7 @@ def export_modernbert(workdir: str, config: dict, output: str, step: int | None,
 def _modernbert_task(workdir: str, config: ml_collections.ConfigDict) -> dict:
     """A ModernBERT fine-tuning run's save_hf_modernbert arguments: its head kind's class and the task's labels."""
     method = parameter_efficient.peft_config(config).method
-    if method != "none":
+    if not PEFT_EXPORTS.get(method).full:
         raise errors.UserError(f"{workdir} trained peft.method={method}: a ModernBERT run exports only when every "
                                "weight was fine-tuned (peft.method=none)")
     task, head = _exportable_task(workdir, config, peft=False)
@@ -192,12 +254,12 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
     """A pretrain.finetune workdir -> BertForSequenceClassification (LoRA merged), or with `peft` a peft
     directory; the PEFT methods' base is rebuilt from the reference in the checkpoint."""
     method = parameter_efficient.peft_config(config).method
-    _check_exportable(workdir, config.model.name, method, peft)
+    form = _peft_form(workdir, method, peft)
     if config.model.get("shared_layers"):
         raise errors.UserError(f"{workdir} fine-tuned an ALBERT (model.shared_layers): only its pretraining run "
                                "exports (as AlbertForPreTraining), not a fine-tuned ALBERT")
     task, head = _exportable_task(workdir, config, peft)
-    if method == "none":
+    if form.full:
         params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
         base = None
     else:
@@ -209,13 +271,11 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
         return (f"exported {workdir} step {step} ({method} + classifier, unmerged) to {output}: load it with "
                 f"PeftModel.from_pretrained(BertForSequenceClassification.from_pretrained({where}, "
                 f"num_labels={task.num_labels}), {output!r})")
-    if method == "lora":
-        params = peft_modules.merge_lora(hf_layout(params), model.peft.lora_alpha / model.peft.lora_rank)
+    params = form.merge(params, model)
     vocab, lowercase = _vocab(config.tokenizer.to_dict())
     peft_io.save_hf_bert_classifier(output, params, model, getattr(task, "labels", ()), architecture=head.hf_class,
                                     vocab_file=vocab, lowercase=lowercase)
-    merged = " (LoRA merged)" if method == "lora" else ""
-    return (f"exported {workdir} step {step} (bert, head{merged}) to {output} as "
+    return (f"exported {workdir} step {step} (bert, head{form.note}) to {output} as "
             f"{head.hf_class}")
 
 
@@ -237,25 +297,12 @@ def _export_form(kind: str, peft: bool) -> str | None:
     return head.peft_task_type if peft else head.hf_class
 
 
-def _check_exportable(workdir: str, model_name: str, method: str, peft: bool) -> None:
-    """One line for what has no Hugging Face form, before any weight is read."""
-    _check_bert(workdir, model_name)
-    if method == "adapters":
-        raise errors.UserError(f"{workdir} trained peft.method=adapters: the peft library has no bottleneck "
-                               "adapters (no --peft export), and adapters add layers rather than weight updates, "
-                               "so they cannot be merged into BERT either")
-    if method in ("prefix", "prompt") and not peft:
-        raise errors.UserError(f"{workdir} trained peft.method={method}, which adds virtual tokens rather than "
-                               "weight updates and cannot be merged into BERT: export it with --peft")
-    if peft and method == "none":
-        raise errors.UserError(f"--peft exports a parameter-efficient run; {workdir} fine-tuned every weight "
-                               "(peft.method=none): export it without --peft")
-
-
-def _check_bert(workdir: str, model_name: str) -> None:
-    if model_name != "bert":
-        raise errors.UserError(f"pretrain.tools.export_hf_bert exports BERT runs only, and {workdir} holds a "
-                               f"{model_name} model")
+def _peft_form(workdir: str, method: str, peft: bool) -> PeftExport:
+    """The PEFT method's export form; one line where it has none for `peft`, before any weight is read."""
+    form = PEFT_EXPORTS.get(method)
+    if (form.unmerged if peft else form.merge is not None):
+        return form
+    raise errors.UserError(form.refused.format(workdir=workdir, method=method))
 
 
 def with_base(config: ml_collections.ConfigDict, task: Task, workdir: str,
@@ -280,10 +327,6 @@ def _vocab(tokenizer: dict) -> tuple[str | None, bool]:
         return None, tokenizer.get("lowercase", True)
     path = tokenizer["path"]
     return (os.path.join(path, "vocab.txt") if os.path.isdir(path) else path), tokenizer.get("lowercase", True)
-
-
-# config.model.name -> the exporter of its runs: (workdir, config, output, step, peft) -> what was written
-EXPORTERS = {"bert": export_bert, "electra": export_electra, "distil": export_student, "modernbert": export_modernbert}
 
 
 def main() -> int:

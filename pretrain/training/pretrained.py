@@ -4,8 +4,9 @@
 fine-tuning model starts from (BERT: the `bert` encoder subtree; T5 and GPT: the whole model) and the
 tokenizer that goes with them, so that `--config.init=PATH` is all a user has to give. Generation,
 perplexity and few-shot evaluation (pretrain/lm/) load their model the same way. What differs per family
-(its Hugging Face loaders and tokenizers, the subtree and the fields it inherits) is its registration
-in models/families.py. `resolve_config` merges an init's architecture and tokenizer into a fine-tuning config.
+(the subtree and the fields it inherits) is its registration in models/families.py (FAMILIES), and the
+Hugging Face directories it loads (their loaders and tokenizers, by config.json's model_type) are
+HF_CHECKPOINTS'. `resolve_config` merges an init's architecture and tokenizer into a fine-tuning config.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def _hf_model_type(path: str) -> str | None:
 
 def _hf_directories() -> str:
     """'a Hugging Face BERT, T5 or GPT-2 directory', from the registered checkpoints."""
-    titles = [checkpoint.title for family in models.FAMILIES.values() for checkpoint in family.hf]
+    titles = [checkpoint.title for _, checkpoint in models.families.HF_CHECKPOINTS.items()]
     listed = f"{', '.join(titles[:-1])} or {titles[-1]}" if len(titles) > 1 else "".join(titles)
     return f"a Hugging Face {listed} directory"
 
@@ -78,7 +79,7 @@ def _inherited(family: models.ModelFamily, model: dict[str, Any], params: dict, 
 def _load_hf(path: str, model_type: str, heads: bool = False) -> Pretrained:
     found = models.families.hf_checkpoint(model_type)
     if found is None:
-        known = ", ".join(repr(c.model_type) for family in models.FAMILIES.values() for c in family.hf)
+        known = ", ".join(map(repr, models.families.HF_CHECKPOINTS.names()))
         raise UserError(f"{os.path.join(path, 'config.json')}: model_type={model_type!r} is not one this project "
                         f"loads ({known}); give {_hf_directories()}")
     family, checkpoint = found
@@ -120,7 +121,7 @@ def load_pretrained(path: str, flag: str = "--config.init", heads: bool = False)
     params, step = checkpoints.restore_params(ckpt)
     # A relative tokenizer path is relative to where pretraining ran; --config.tokenizer.path overrides it.
     tokenizer = dict(config["tokenizer"])
-    family = models.FAMILIES[name]
+    family = models.family(name)
     model, params = _inherited(family, config["model"], params, heads)
     return Pretrained(family.finetunes_as or name, model, params, tokenizer, f"orbax:{ckpt}/{step}")
 

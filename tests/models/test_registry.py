@@ -1,6 +1,7 @@
-"""models/families.py: one registration is all a model family needs. A synthetic family registered in the table
-(and nowhere else) is built, loaded from a Hugging Face directory and an Orbax workdir, validated, frozen and
-fine-tuned by the code that reads the table; the lists that table replaced are gone."""
+"""models/families.py: one registration is all a model family needs (plus one per kind of Hugging Face directory it
+loads, and its finetuners registered in pretrain/finetuners/). A synthetic family registered in the tables (and
+nowhere else) is built, loaded from a Hugging Face directory and an Orbax workdir, validated, frozen and fine-tuned
+by the code that reads the tables; the lists those tables replaced are gone."""
 from __future__ import annotations
 
 import ast
@@ -19,6 +20,7 @@ import models
 from models import families as registry
 from models.errors import ModelInputError
 from models.families import Body, HfCheckpoint, ModelFamily
+from pretrain.distillation import teacher
 from pretrain.finetuners import registry as finetuners
 from pretrain.runtime.errors import ConfigError, UserError
 from pretrain.training import freezing, pretrained, validation
@@ -59,22 +61,24 @@ def load_toy(directory: str):
 
 
 class ToyFinetuner:
+    kinds = ("classification", "tagging")
+    families = ("toy",)
+
     def __init__(self, config, task, tokenizer):
         self.config, self.task, self.tokenizer = config, task, tokenizer
 
 
 TOY = ModelFamily(
     "toy", __name__, "ToyConfig", "Toy",
-    hf=(HfCheckpoint("toy_lm", "Toy", f"{__name__}:load_toy", lambda d: dict(kind="wordpiece", path=d)),),
     params_subtree="toy", width_key="width", positions_key="positions", choices={"act": f"{__name__}:ACTS"},
-    body=Body("toy", embeddings=("embed",), top=("top_norm",)),
-    finetuners={"classification": f"{__name__}:ToyFinetuner", "tagging": f"{__name__}:ToyFinetuner"})
+    body=Body("toy", embeddings=("embed",), top=("top_norm",)))
+TOY_CHECKPOINT = HfCheckpoint("toy_lm", "Toy", "toy", f"{__name__}:load_toy", lambda d: dict(kind="wordpiece", path=d))
 
 
 @pytest.fixture
-def toy(monkeypatch):
-    monkeypatch.setitem(registry.FAMILIES, "toy", TOY)  # the one registration
-    return TOY
+def toy():
+    with registry.FAMILIES.registered("toy", TOY), registry.HF_CHECKPOINTS.registered("toy_lm", TOY_CHECKPOINT):
+        yield TOY  # the family's registration, and its Hugging Face directories'
 
 
 # ----- Each reader of the table -----
@@ -150,14 +154,20 @@ def test_freezing_knows_the_registered_body(monkeypatch):
         return {name: tree["toy"][name]["kernel"] for name in tree["toy"]} | {"head": tree["lm_head"]["kernel"]}
 
     assert set(starts("head_only").values()) == {0}  # unregistered, 'toy' is a task head
-    monkeypatch.setitem(registry.FAMILIES, "toy", TOY)
-    assert starts("head_only") == dict(embed=freezing.NEVER, layer_0=freezing.NEVER, layer_1=freezing.NEVER,
-                                       top_norm=freezing.NEVER, head=0)
-    assert starts("lowest") == dict(embed=freezing.NEVER, layer_0=freezing.NEVER, layer_1=0, top_norm=0, head=0)
-    assert starts("gradual") == dict(embed=6, layer_0=3, layer_1=0, top_norm=0, head=0)
+    with registry.FAMILIES.registered("toy", TOY):
+        assert starts("head_only") == dict(embed=freezing.NEVER, layer_0=freezing.NEVER, layer_1=freezing.NEVER,
+                                           top_norm=freezing.NEVER, head=0)
+        assert starts("lowest") == dict(embed=freezing.NEVER, layer_0=freezing.NEVER, layer_1=0, top_norm=0, head=0)
+        assert starts("gradual") == dict(embed=6, layer_0=3, layer_1=0, top_norm=0, head=0)
 
 
-def test_fine_tuning_families_by_task_kind(toy):
+@pytest.fixture
+def toy_finetuner(toy):
+    with finetuners.FINETUNERS.registered("toy", ToyFinetuner):  # beside the class, in a real finetuner's module
+        yield ToyFinetuner
+
+
+def test_fine_tuning_families_by_task_kind(toy_finetuner):
     config = ml_collections.ConfigDict({"model": {"name": "toy"}})
     for kind in ("classification", "tagging"):
         family = finetuners.for_config(config, types.SimpleNamespace(kind=kind, name="task"), "tokenizer")
@@ -173,28 +183,39 @@ def test_fine_tuning_families_by_task_kind(toy):
 # ----- The real table -----
 def test_every_registered_name_resolves():
     assert list(registry.FAMILIES) == ["bert", "t5", "gpt", "electra", "distil", "modernbert"]
-    for family in registry.FAMILIES.values():
+    for _, family in registry.FAMILIES.items():
         assert dataclasses.is_dataclass(family.config_cls()) and issubclass(family.model_cls(), nn.Module)
-        for checkpoint in family.hf:
-            assert callable(registry.resolve(checkpoint.loader))
         for names in family.choices.values():
             assert all(isinstance(value, str) for value in registry.resolve(names))  # a tuple or dict of names
-        for target in family.finetuners.values():
-            assert isinstance(registry.resolve(target), type), target
-        assert family.teacher is None or callable(registry.resolve(family.teacher))
         assert family.task_model is None or issubclass(registry.resolve(family.task_model), nn.Module)
+    for _, checkpoint in registry.HF_CHECKPOINTS.items():
+        assert callable(registry.resolve(checkpoint.loader)) and checkpoint.family in registry.FAMILIES
+    # what the layers above register against a family names a registered one
+    for _, finetuner in finetuners.FINETUNERS.items():
+        assert isinstance(finetuner, type) and set(finetuner.families) <= set(registry.FAMILIES), finetuner
+    for family, load in teacher.TEACHERS.items():
+        assert family in registry.FAMILIES and callable(load)
     with pytest.raises(ValueError, match="'bert' is registered twice"):
-        registry.register(registry.FAMILIES["bert"])
+        registry.register(registry.FAMILIES.get("bert"))
+
+
+def test_a_family_is_fine_tuned_on_every_head_kind_its_finetuners_name():
+    """The finetuners registered in pretrain/finetuners/ beside their classes, read by family and head kind."""
+    assert finetuners.families_for("classification") == ["bert", "t5", "gpt", "modernbert"]
+    assert finetuners.families_for("qa") == ["bert", "t5", "modernbert"]
+    assert finetuners.families_for("span") == ["bert", "modernbert"]  # the encoders: a task_model, no name listed
 
 
 def test_the_readers_keep_no_list_of_their_own():
     """No family name, Hugging Face model_type or body block is spelled in the modules that read the table."""
     spelled = {"FAMILIES", "BODIES", "EMBEDDINGS", "TOP", "FAMILY_CHECKS", "TOKEN_FAMILIES", "ARCHITECTURE_KEYS"}
-    table = {name for family in registry.FAMILIES.values() for name in (
-        family.name, family.params_subtree, *(c.model_type for c in family.hf),
+    table = {name for _, family in registry.FAMILIES.items() for name in (
+        family.name, family.params_subtree,
         *((family.body.key, *family.body.embeddings, *family.body.top) if family.body else ()))} - {None}
+    table |= set(registry.HF_CHECKPOINTS)  # the model_types
     for path in ("models/__init__.py", "pretrain/training/pretrained.py", "pretrain/training/validation.py",
-                 "pretrain/training/freezing.py", "pretrain/finetuners/registry.py", "pretrain/loops/pretraining.py"):
+                 "pretrain/training/freezing.py", "pretrain/finetuners/registry.py", "pretrain/loops/pretraining.py",
+                 "pretrain/lm/language_model.py"):
         with open(os.path.join(ROOT, path)) as f:
             tree = ast.parse(f.read())
         strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)}

@@ -33,7 +33,7 @@ def _teacher(config) -> pretrained.Pretrained:
     model_config = models.model_config(config.model).teacher()
     ids = np.ones((1, 8), np.int32)
     params = BertForPreTraining(model_config).init(jax.random.key(7), ids, ids * 0, ids, ids[:, :2])["params"]
-    fields = {k: getattr(model_config, k) for k in models.FAMILIES["bert"].architecture_keys}
+    fields = {k: getattr(model_config, k) for k in models.family("bert").architecture_keys}
     return pretrained.Pretrained("bert", fields, jax.device_get(train_state.unbox(params)), {}, "test:teacher")
 
 

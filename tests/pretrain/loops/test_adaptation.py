@@ -145,7 +145,7 @@ def hf_bert(directory) -> str:
 
 def test_a_hugging_face_bert_adapts_with_its_family_recipe_and_a_fresh_pooler(tmp_path, capsys):
     init = hf_bert(tmp_path / "hf")
-    config = adaptation.base_config(init, 2, lambda family: common.load(adaptation.FAMILY_CONFIGS[family]))
+    config = adaptation.base_config(init, 2, lambda family: common.load(adaptation.FAMILY_CONFIGS.get(family)))
     for setting in ("batch_size=8", "eval_batches=1"):
         common.apply_setting(config, setting)
     text = adaptation.Text(task="sst2", glue_dir=GLUE, labelled_only=LABELLED)
