@@ -76,26 +76,31 @@ def declare(registry: Registry, name: str, capabilities: Mapping[str, Any] | Non
     return register
 
 
-# "section.key" that chooses a thing -> (its registry, the rules of keys every thing of it reads).
-_CHOOSERS: dict[str, tuple[Registry, dict[str, Rule]]] = {}
+# "section.key" that chooses a thing -> (its registry, the rules of keys every thing of it reads, the top-level key a
+# config must have for the choice to be this registry's, or None).
+_CHOOSERS: dict[str, tuple[Registry, dict[str, Rule], str | None]] = {}
 
 
-def chosen_by(key: str, registry: Registry, **shared: Rule) -> Registry:
+def chosen_by(key: str, registry: Registry, within: str | None = None, **shared: Rule) -> Registry:
     """Announces that config.`key` names one thing of `registry`; `shared`: the section's keys every thing reads
-    (the optimizers' grad_clip_norm). Idempotent, so a module may be re-imported."""
-    _CHOOSERS[key] = (registry, dict(shared))
+    (the optimizers' grad_clip_norm); `within`: only in configs with that top-level key (a pretraining config's
+    `objective`, where another kind of config gives the same key another meaning). Idempotent, so a module may be
+    re-imported."""
+    _CHOOSERS[key] = (registry, dict(shared), within)
     return registry
 
 
 def choosers() -> Iterator[tuple[str, Registry]]:
-    return ((key, registry) for key, (registry, _) in _CHOOSERS.items())
+    return ((key, registry) for key, (registry, _, _) in _CHOOSERS.items())
 
 
 def check_chosen(config: ml_collections.ConfigDict) -> None:
     """Every choosing key the config has names a registered thing, and the keys of its section are in the ranges
     their owners declare: the chosen thing's own rule first, then the registry's shared keys, then any other
     thing's (a config may carry a key for another choice, e.g. decay_fraction beside warmup_linear_decay)."""
-    for key, (registry, shared) in _CHOOSERS.items():
+    for key, (registry, shared, within) in _CHOOSERS.items():
+        if within is not None and within not in config:
+            continue
         section_name, _, leaf = key.rpartition(".")
         section = config.get(section_name) if section_name else config
         if not isinstance(section, ml_collections.ConfigDict) or leaf not in section:

@@ -93,8 +93,6 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "data.max_documents": NON_NEGATIVE, "data.long_seq_length": NON_NEGATIVE,
     "data.long_seq_start_step": NON_NEGATIVE, "data.max_train_examples": NON_NEGATIVE,
     "data.validation_examples": NON_NEGATIVE,
-    "data.eval_fraction": _float(0, 1, high_open=True, what="a number in [0, 1)"),
-    "tokenizer.extra_ids": NON_NEGATIVE,
     # fine-tuning
     "init_weights": _choice("pretrained", "random"),
     "discriminative_factor": _float(1, what="a number >= 1 (1: every layer at the same rate; ULMFiT: 2.6)"),
