@@ -16,7 +16,7 @@ A rule is (check, what is allowed), the allowed text completing "it must be ..."
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ml_collections
@@ -88,10 +88,6 @@ def chosen_by(key: str, registry: Registry, within: str | None = None, **shared:
     re-imported."""
     _CHOOSERS[key] = (registry, dict(shared), within)
     return registry
-
-
-def choosers() -> Iterator[tuple[str, Registry]]:
-    return ((key, registry) for key, (registry, _, _) in _CHOOSERS.items())
 
 
 def check_chosen(config: ml_collections.ConfigDict) -> None:
