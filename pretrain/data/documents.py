@@ -8,42 +8,59 @@ import itertools
 import ml_collections
 import numpy as np
 
-
+from models.registry import Registry
 from pretrain.data import hub, prepared, sources, staging, tokenizers
+from pretrain.training import config_keys
+from pretrain.training.config_keys import BOOLEAN, number
 from pretrain.workdir import storage
+
+
+# config.data.source -> (config.data, tokenizer) -> (train, eval) documents, each source registered beside it with
+# the keys it reads (config_keys.declare); load_documents looks the source up by name. Only a pretraining config
+# (one with an objective) chooses among these: a fine-tuning config's data.source names where its task's files are.
+SOURCES = config_keys.chosen_by("data.source", Registry("data source", "config.data.source", sources.CorpusError),
+                                within="objective")
 
 
 def load_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
                    ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
-    """config.data -> (train, eval) tokenized documents; the last `eval_documents` are held out.
+    """config.data -> (train, eval) tokenized documents (or corpora read by random access or as they stream), from
+    the source config.data.source names."""
+    return SOURCES.get(config.source)(config, tokenizer)
 
-    source 'raw_text' reads the files verbatim (newlines included) as one character stream, the way
-    nanoGPT prepares a corpus; `eval_fraction` holds out the stream's last characters (nanoGPT: 0.1),
-    and train and eval are then one document each.
-    """
-    if config.source == "raw_text":
-        return _raw_text_documents(config, tokenizer)
-    if config.source == "prepared":
-        return _prepared_documents(config, tokenizer)
-    if config.source == "hf" and config.get("streaming", False) and not config.max_documents:
+
+@config_keys.declare(SOURCES, "text")
+def text_corpus(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer):
+    """Text files: one sentence per line, blank lines between documents."""
+    if not config.path:
+        raise sources.CorpusError("config.data.path is empty: give --config.data.path=FILE "
+                                  "(one sentence per line, blank lines between documents)")
+    return _tokenized_with_held_out(config, tokenizer, sources.read_text_corpus(config.path))
+
+
+@config_keys.declare(SOURCES, "tfds")
+def tfds_corpus(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer):
+    """A TensorFlow Datasets corpus (config.data.tfds_name, its split and text key)."""
+    if not config.tfds_name:
+        raise sources.CorpusError("config.data.tfds_name is empty: give e.g. "
+                                  "--config.data.tfds_name=wikipedia/20230601.en")
+    docs = sources.read_tfds_corpus(
+        config.tfds_name, split=config.tfds_split, data_dir=config.tfds_data_dir or None,
+        text_key=config.text_key, max_documents=config.max_documents or None)
+    return _tokenized_with_held_out(config, tokenizer, docs)
+
+
+@config_keys.declare(SOURCES, "hf", streaming=BOOLEAN)
+def hub_corpus(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer):
+    """A Hugging Face Hub dataset: read as it streams (streaming, no max_documents), or read into memory."""
+    if config.get("streaming", False) and not config.max_documents:
         return _streamed_corpus(config, tokenizer)
-    if config.source == "text":
-        if not config.path:
-            raise sources.CorpusError("config.data.path is empty: give --config.data.path=FILE "
-                                      "(one sentence per line, blank lines between documents)")
-        docs = sources.read_text_corpus(config.path)
-    elif config.source == "tfds":
-        if not config.tfds_name:
-            raise sources.CorpusError("config.data.tfds_name is empty: give e.g. "
-                                      "--config.data.tfds_name=wikipedia/20230601.en")
-        docs = sources.read_tfds_corpus(
-            config.tfds_name, split=config.tfds_split, data_dir=config.tfds_data_dir or None,
-            text_key=config.text_key, max_documents=config.max_documents or None)
-    elif config.source == "hf":
-        docs = _hub_documents(config)
-    else:
-        raise sources.CorpusError(f"config.data.source={config.source!r} is unknown; use 'text', 'raw_text', "
-                                  "'tfds', 'hf' or 'prepared'")
+    return _tokenized_with_held_out(config, tokenizer, _hub_documents(config))
+
+
+def _tokenized_with_held_out(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer,
+                             docs: list[sources.Document]) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
+    """The first max_documents (if set) tokenized; the last `eval_documents` of them held out."""
     if config.max_documents:
         docs = docs[:config.max_documents]
     tokenized = sources.tokenize_documents(docs, tokenizer)
@@ -93,7 +110,8 @@ def _streamed_corpus(config: ml_collections.ConfigDict, tokenizer: tokenizers.To
     return corpus, sources.tokenize_documents(list(itertools.islice(held_out, config.eval_documents)), tokenizer)
 
 
-def _prepared_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
+@config_keys.declare(SOURCES, "prepared")
+def prepared_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
                         ) -> tuple[prepared.PreparedCorpus, prepared.PreparedCorpus | list]:
     """A directory of pretrain.tools.prepare_corpus: its train split, and its eval split if it has one. Both are
     read by random access; neither is loaded into memory."""
@@ -113,8 +131,12 @@ def _prepared_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers
     return train, []
 
 
-def _raw_text_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
-                        ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
+@config_keys.declare(SOURCES, "raw_text", eval_fraction=number(0, 1, high_open=True, what="a number in [0, 1)"))
+def raw_text_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
+                       ) -> tuple[list[list[np.ndarray]], list[list[np.ndarray]]]:
+    """The files verbatim (newlines included) as one character stream, the way nanoGPT prepares a corpus;
+    `eval_fraction` holds out the stream's last characters (nanoGPT: 0.1), and train and eval are then one
+    document each."""
     fraction = config.get("eval_fraction", 0.0)
     if not 0.0 <= fraction < 1.0:
         raise sources.CorpusError(f"config.data.eval_fraction={fraction} must be in [0, 1) (nanoGPT holds out 0.1)")

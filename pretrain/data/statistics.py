@@ -45,24 +45,25 @@ def _sample(n: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, min(n, SAMPLE_DOCUMENTS)).astype(np.int64))
 
 
-def tokens_per_run(config: ml_collections.ConfigDict) -> int:
+def tokens_per_run(config: ml_collections.ConfigDict, steps: int, long_seq_start_step: int) -> int:
     """Token positions the run's batches hold (padding included): steps x batch x sequence length per phase."""
-    data, steps = config.data, config.num_train_steps
+    data = config.data
     long_len = data.get("long_seq_length", 0)
-    long_steps = max(0, steps - data.get("long_seq_start_step", 0)) if long_len else 0
+    long_steps = max(0, steps - long_seq_start_step) if long_len else 0
     return config.batch_size * ((steps - long_steps) * data.max_seq_length + long_steps * long_len)
 
 
-def report(stats: CorpusStatistics, config: ml_collections.ConfigDict) -> None:
-    """One line of statistics, and a warning when the unknown share is high."""
+def report(stats: CorpusStatistics, config: ml_collections.ConfigDict, steps: int, long_seq_start_step: int) -> None:
+    """One line of statistics, and a warning when the unknown share is high. steps, long_seq_start_step: the run's
+    (its StepPlan's, pretrain/loops/budget.py)."""
     parts = [f"{stats.documents:,} documents"]
     if stats.sentences is not None:
         parts.append(f"{stats.sentences:,} sentences")
     parts.append(f"{stats.tokens:,} tokens")
     if stats.unknown_share is not None:
         parts.append(f"{stats.unknown_share:.2%} unknown")
-    epochs = tokens_per_run(config) / max(stats.tokens, 1)
-    print(f"Corpus: {', '.join(parts)}; {config.num_train_steps:,} steps of {config.batch_size} sequences cover "
+    epochs = tokens_per_run(config, steps, long_seq_start_step) / max(stats.tokens, 1)
+    print(f"Corpus: {', '.join(parts)}; {steps:,} steps of {config.batch_size} sequences cover "
           f"about {epochs:.3g} epochs of it")
     if stats.unknown_share is not None and stats.unknown_share > HIGH_UNKNOWN_SHARE:
         print(f"warning: {stats.unknown_share:.1%} of the corpus's tokens are unknown to the tokenizer "

@@ -17,7 +17,6 @@ is written.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import json
 import os
@@ -54,11 +53,10 @@ from pretrain.workdir.metric_writers import MetricWriter
 def make_optimizer(config, params, steps_per_epoch: int, finetuner, fresh: Collection[str] = ()):
     """-> (tx, schedule, each parameter's first training step, the PEFT trainable mask or None). fresh: the body's
     weights the pretrained checkpoint lacks, which train from the start (freezing.train_fresh)."""
-    total = config.num_epochs * steps_per_epoch
-    opt = copy.deepcopy(config.optimizer)
-    if opt.warmup_steps < 0:
-        opt.warmup_steps = int(round(config.warmup_fraction * total))
-    schedule = optimizers.learning_rate_schedule(opt, total)
+    total, opt = config.num_epochs * steps_per_epoch, config.optimizer
+    # Built once, and given to the optimizer and the step (which logs it). config.optimizer.learning_rate's path to
+    # optax: this call, then pretrain/training/optimizers.py.
+    schedule = optimizers.learning_rate_schedule(opt, total, warmup_steps(config, total))
     tx = optimizers.make_optimizer(opt, total, schedule=schedule)
     if config.get("head_learning_rate", 0.0) > 0:
         tx = optimizers.with_head_learning_rate(tx, params, config.head_learning_rate, opt.learning_rate)
@@ -73,6 +71,14 @@ def make_optimizer(config, params, steps_per_epoch: int, finetuner, fresh: Colle
                                           steps_per_epoch=steps_per_epoch)
     unfreeze_at = freezing.train_fresh(unfreeze_at, fresh)
     return freezing.freeze(tx, unfreeze_at), schedule, unfreeze_at, None
+
+
+def warmup_steps(config, total: int) -> int:
+    """config.optimizer.warmup_steps, or where it is -1 the config.warmup_fraction of the run's `total` steps (a
+    value of this run, never written back into the config)."""
+    if config.optimizer.warmup_steps >= 0:
+        return config.optimizer.warmup_steps
+    return int(round(config.warmup_fraction * total))
 
 
 @dataclasses.dataclass

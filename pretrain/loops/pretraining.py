@@ -48,21 +48,25 @@ def training_data(config: ml_collections.ConfigDict
     return objective, train_data, held_out.get("eval")
 
 
-def data_streams(config: ml_collections.ConfigDict, extra_held_out: Mapping[str, Sequence] | None = None
+def data_streams(config: ml_collections.ConfigDict, extra_held_out: Mapping[str, Sequence] | None = None,
+                 plan: budget.StepPlan | None = None
                  ) -> tuple[objectives.Objective, streaming.StreamingData, dict[str, streaming.StreamingData]]:
     """(objective, training batches, {metric prefix: held-out batches}): the corpus's own held-out documents as
     'eval' where it has some, then `extra_held_out`'s ({prefix: tokenized documents} of another text: pretrain.adapt
-    measures on the init's own corpus how much continued pretraining forgets), each batched as 'eval' is."""
+    measures on the init's own corpus how much continued pretraining forgets), each batched as 'eval' is. `plan`: the
+    run's steps (when the long sequences start); by default the config's."""
+    plan = plan or budget.StepPlan.of(config)
     tokenizer = tokenizers.from_config(config.tokenizer)
     _check_tokenizer(config, tokenizer)
     objective = objectives.build_objective(config.objective, tokenizer)
     train_docs, eval_docs = documents.load_documents(config.data, tokenizer)
     streamed = isinstance(train_docs, hub.StreamedCorpus)  # read as it streams: nothing to count beforehand
     if not streamed:
-        statistics.report(statistics.of_corpus(train_docs, tokenizer), config)
+        statistics.report(statistics.of_corpus(train_docs, tokenizer), config, plan.num_train_steps,
+                          plan.long_seq_start_step)
     data_kw = dict(objective=objective, max_seq_length=config.data.max_seq_length,
                    long_seq_length=config.data.get("long_seq_length", 0),
-                   long_seq_start_step=config.data.get("long_seq_start_step", 0))
+                   long_seq_start_step=plan.long_seq_start_step)
     data_kw.update(batch_size=config.batch_size, window_documents=config.data.window_documents,
                    streams=config.data.streams, process_index=jax.process_index(), process_count=jax.process_count())
     reader = streamed_data.StreamedData if streamed else streaming.StreamingData
@@ -112,9 +116,11 @@ def load_teacher(config: ml_collections.ConfigDict) -> pretrained.Pretrained | N
 
 def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpoints.Checkpointer,
                      train_data: streaming.StreamingData, held_out: Mapping[str, streaming.StreamingData],
-                     teacher: pretrained.Pretrained | None = None) -> Start:
+                     teacher: pretrained.Pretrained | None = None, recorded: ml_collections.ConfigDict | None = None
+                     ) -> Start:
     """The fresh state (a distillation run's from its teacher; with config.init, the init's weights), or the latest
-    checkpoint's, whatever config.init says. A checkpoint of another run is refused before it is read."""
+    checkpoint's, whatever config.init says. A checkpoint of another run is refused before it is read: its
+    config.json against `recorded` (the config with the run's plan, by default `config`)."""
     if ckpt.latest_step() is None:
         state = trainer.init_state()
         if teacher is not None:
@@ -123,7 +129,7 @@ def _restore_or_init(config, workdir: str, trainer: setup.Trainer, ckpt: checkpo
         if config.get("init"):
             state = _from_init(config, state, trainer.shardings)
         return Start(state)
-    workdirs.check_resume(workdir, config)  # before reading the checkpoint: name what differs
+    workdirs.check_resume(workdir, recorded or config)  # before reading the checkpoint: name what differs
     abstract_state = checkpoints.abstract_with_shardings(trainer.abstract_state, trainer.shardings)
     state, data_position, step = ckpt.restore(abstract_state)
     # data.streams=0 takes the checkpoint's stream count (any process count that divides it resumes); the
@@ -202,8 +208,8 @@ class _MetricWindow:
     """Training metrics, fetched one step late and averaged over `log_every` steps: metrics.jsonl, TensorBoard and
     the progress bar. A non-finite update stops the run where it is fetched (guards), unless it is skipped."""
 
-    def __init__(self, config, writer: MetricWriter, progress, skipped_total: int):
-        self.config, self.writer, self.progress = config, writer, progress
+    def __init__(self, config, last_step: int, writer: MetricWriter, progress, skipped_total: int):
+        self.config, self.last_step, self.writer, self.progress = config, last_step, writer, progress
         self.skipped_total = skipped_total  # over the whole run, resumes included
         self.pending: tuple[int, Any] | None = None
         self.last_logged: dict[str, float] = {}
@@ -240,7 +246,7 @@ class _MetricWindow:
                 self.sums[k] = self.sums.get(k, 0.0) + float(v)
         self.steps += 1
         self.progress.update(1)
-        if step % self.config.log_every == 0 or step == self.config.num_train_steps:
+        if step % self.config.log_every == 0 or step == self.last_step:
             self._log(step)
 
     def _log(self, step: int) -> None:
@@ -273,56 +279,59 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
     """
     validation.validate(config)
     workdir = workdirs.prepare(workdir)
-    config, budget_deadline = budget.fit(config, workdir, train_and_evaluate)  # config.budget_minutes: loops/budget.py
+    plan, budget_deadline = budget.fit(config, workdir, train_and_evaluate)  # the steps: pretrain/loops/budget.py
     deadline = min(filter(None, (deadline, budget_deadline)), default=None)
     # From here a SIGTERM stops the set-up at once (nothing to save yet); from the first step on it saves first.
     with preemption.Watcher(deadline=deadline, setting_up=os.path.join(workdir, "checkpoints")) as watcher:
-        return _train(config, workdir, watcher, extra_held_out)
+        return _train(config, plan, workdir, watcher, extra_held_out)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str, watcher: preemption.Watcher,
+def _train(config: ml_collections.ConfigDict, plan: budget.StepPlan, workdir: str, watcher: preemption.Watcher,
            extra_held_out: Mapping[str, Sequence] | None = None) -> dict[str, float]:
-    """train_and_evaluate's set-up and steps, inside its preemption watcher."""
+    """train_and_evaluate's set-up and steps over `plan`'s steps, inside its preemption watcher. WORKDIR/config.json
+    records the config with the plan's counts (plan.record): what a resumed run is compared with."""
     teacher = load_teacher(config)  # before the tokenizer: it may be the teacher's
-    objective, train_data, held_out = data_streams(config, extra_held_out)
-    trainer = setup.pretraining_trainer(config, objective)
+    objective, train_data, held_out = data_streams(config, extra_held_out, plan)
+    trainer = setup.pretraining_trainer(config, objective, plan=plan)
+    recorded = plan.record(config)
     with contextlib.ExitStack() as stack:  # unwinds in reverse: the profiler, the writers, Orbax, Grain, the lock
         stack.enter_context(workdir_lock.hold(workdir))  # one writer per workdir
         stack.callback(train_data.close)  # Grain's worker processes
-        ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=config.checkpoint_every,
+        ckpt = checkpoints.Checkpointer(os.path.join(workdir, "checkpoints"), save_every=plan.checkpoint_every,
                                         keep=config.keep_checkpoints)
         ckpt.close_when_unwound(stack)
-        start = _restore_or_init(config, workdir, trainer, ckpt, train_data, held_out, teacher)
+        start = _restore_or_init(config, workdir, trainer, ckpt, train_data, held_out, teacher, recorded)
         print(f"Model {config.model.name}: {train_state.count_params(start.state.params):,} parameters; "
               f"mesh {dict(trainer.mesh.shape)}; workdir {storage.absolute(workdir)}")
-        if start.step >= config.num_train_steps:
+        if start.step >= plan.num_train_steps:
             print(f"Nothing to do: the checkpoint at step {start.step} already reaches "
-                  f"config.num_train_steps={config.num_train_steps} (raise it to train further)")
+                  f"config.num_train_steps={plan.num_train_steps} (raise it to train further)")
             return {}
         if distributed.is_primary():
-            workdirs.save_config(workdir, config)  # validated, and fits the checkpoint it resumes
-        writer = stack.enter_context(contextlib.closing(MetricWriter(workdir, resume_step=start.step, config=config)))
-        progress = stack.enter_context(tqdm(total=config.num_train_steps, initial=start.step, desc="train",
+            workdirs.save_config(workdir, recorded)  # validated, and fits the checkpoint it resumes
+        writer = stack.enter_context(contextlib.closing(MetricWriter(workdir, resume_step=start.step, config=recorded)))
+        progress = stack.enter_context(tqdm(total=plan.num_train_steps, initial=start.step, desc="train",
                                             unit="step", dynamic_ncols=True, mininterval=1.0,
                                             disable=not distributed.is_primary()))
-        metrics = _MetricWindow(config, writer, progress, (start.data_position or {}).get("skipped_updates_total", 0))
+        metrics = _MetricWindow(config, plan.num_train_steps, writer, progress,
+                                (start.data_position or {}).get("skipped_updates_total", 0))
         evaluate = _evaluators(config, held_out, trainer, writer)
         profiler = profiling.StepProfiler(config.get("profile_steps", ""), workdir,
                                           config.get("profile_all_processes", False))
         stack.callback(profiler.stop)  # a run stopped inside the range keeps the trace of the steps it ran
         with trainer.mesh, watcher.steps():
-            stopped = _run_steps(config, trainer, start, train_data, ckpt, metrics, evaluate, watcher, profiler)
+            stopped = _run_steps(config, plan, trainer, start, train_data, ckpt, metrics, evaluate, watcher, profiler)
     if stopped is not None:
         raise preemption.Preempted(stopped[0], ckpt.directory, stopped[1])
     return metrics.last_logged
 
 
-def _run_steps(config, trainer: setup.Trainer, start: Start, train_data: streaming.StreamingData,
+def _run_steps(config, plan: budget.StepPlan, trainer: setup.Trainer, start: Start, train_data: streaming.StreamingData,
                ckpt: checkpoints.Checkpointer, metrics: _MetricWindow, evaluate: Callable | None,
                watcher: preemption.Watcher, profiler: profiling.StepProfiler) -> tuple[int, str] | None:
     """The steps from `start` on: train, log one step late, save, evaluate; -> (step, reason) of a stop
-    (preemption, time budget), or None at config.num_train_steps."""
-    last_step, state, mesh = config.num_train_steps, start.state, trainer.mesh
+    (preemption, time budget), or None at the plan's last step."""
+    last_step, state, mesh = plan.num_train_steps, start.state, trainer.mesh
     if evaluate is not None and start.step == 0 and config.get("init"):
         evaluate(state, 0)  # the init's own held-out numbers: where a continued pretraining's curves start
         metrics.reset_clock()
@@ -347,7 +356,7 @@ def _run_steps(config, trainer: setup.Trainer, start: Start, train_data: streami
                 evaluate(state, done)  # a run ended by its time budget is a finished run: its held-out numbers
             ckpt.wait()  # complete on disk before the exit status says so
             return done, watcher.reason
-        if evaluate is not None and ((config.eval_every and done % config.eval_every == 0) or done == last_step):
+        if evaluate is not None and ((plan.eval_every and done % plan.eval_every == 0) or done == last_step):
             metrics.flush()
             evaluated = time.time()
             evaluate(state, done)

@@ -26,6 +26,7 @@ from jax.sharding import Mesh
 import models
 import objectives
 from objectives.interface import StepObjective
+from pretrain.loops import budget
 from pretrain.loops.steps import eval_step, shard_map_train_step, train_step
 from pretrain.runtime import partitioning
 from pretrain.runtime.errors import ConfigError
@@ -82,19 +83,22 @@ def build_trainer(config: ml_collections.ConfigDict, *, model: nn.Module, object
 
 
 def pretraining_trainer(config: ml_collections.ConfigDict, objective: objectives.Objective | None = None,
-                        devices: Sequence | None = None) -> Trainer:
+                        devices: Sequence | None = None, plan: budget.StepPlan | None = None) -> Trainer:
     """The trainer of a pretraining config (model and optimizer by name) on a mesh of `devices` (default: this
     host's), shaped config.mesh_shape. `objective`: the one the data is made with; by default the config's,
-    over a StandInTokenizer (ahead-of-time compilation, benchmarks: no tokenizer file is read)."""
+    over a StandInTokenizer (ahead-of-time compilation, benchmarks: no tokenizer file is read). `plan`: the steps
+    the schedule spans (a budget's, pretrain/loops/budget.py); by default the config's."""
     objective = objective or objectives.build_objective(config.objective, StandInTokenizer.of(config))
-    schedule = optimizers.learning_rate_schedule(config.optimizer, config.num_train_steps)
+    plan = plan or budget.StepPlan.of(config)
+    # config.optimizer.learning_rate's path to optax: this call, then pretrain/training/optimizers.py.
+    schedule = optimizers.learning_rate_schedule(config.optimizer, plan.num_train_steps, plan.warmup_steps)
     init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
     mesh = partitioning.create_mesh(config.mesh_shape, devices)
     dropout_rng = prng.dropout_key(dropout_rng, config.get("prng_impl", "auto"), mesh.devices.flat[0].platform)
     return build_trainer(config, model=models.build_model(config.model), objective=objective,
                          example_rows=example_rows(config, objective),
                          tx=freezing.without_subtrees(  # a distillation teacher (models/families.py: frozen)
-                             optimizers.make_optimizer(config.optimizer, config.num_train_steps, schedule=schedule),
+                             optimizers.make_optimizer(config.optimizer, plan.num_train_steps, schedule=schedule),
                              models.family(config.model.name).frozen),
                          schedule=schedule, init_rng=init_rng, dropout_rng=dropout_rng,
                          mesh=mesh)

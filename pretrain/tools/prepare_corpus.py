@@ -47,7 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--streaming", action="store_true",
                         help="read the Hub dataset as a stream (no Arrow copy of the split on disk)")
     parser.add_argument("--tokenizer", required=True, help="the tokenizer file (as --config.tokenizer.path)")
-    parser.add_argument("--tokenizer_kind", choices=tokenizers.KINDS, default="sentencepiece")
+    parser.add_argument("--tokenizer_kind", choices=tokenizers.TOKENIZERS.names(), default="sentencepiece")
     parser.add_argument("--lowercase", action=argparse.BooleanOptionalAction, default=True,
                         help="as --config.tokenizer.lowercase (sentencepiece, wordpiece)")
     parser.add_argument("--extra_ids", type=int, default=0, help="as --config.tokenizer.extra_ids (T5: 100)")

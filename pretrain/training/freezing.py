@@ -22,7 +22,7 @@ them either): a frozen parameter stays bitwise unchanged.
 """
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -34,11 +34,14 @@ import optax
 # A fine-tuning model's top-level subtree -> the pretrained body it is (its family registers the key, the
 # embedding blocks and the blocks above the top layer), or None: a new task head, which always trains.
 from models.families import Body, body
+from models.registry import Registry
 from models.stack import LOOPED, SHARED
 from pretrain.runtime.errors import ConfigError
+from pretrain.training import config_keys
+from pretrain.training.config_keys import BOOLEAN, NON_NEGATIVE, POSITIVE
 
 NEVER = 2**31 - 1
-STRATEGIES = ("none", "head_only", "lowest", "gradual")
+StartStep = Callable[[str, Body], int]  # (a body block's name, the body) -> the step it trains from
 
 
 def path_names(path) -> list[str]:
@@ -51,29 +54,61 @@ def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers
     """params {'bert': {embeddings, layer_i (or shared_layer), pooler}, 'head': ...} or {'gpt': {token_embedding,
     position_embedding, layer_i, final_norm}, 'score': ...} -> same tree of int step numbers.
 
-    config = config.freezing: strategy, num_frozen_layers, freeze_embeddings, unfreeze_every_epochs.
+    config = config.freezing: strategy (one of FREEZING) and the keys it declares.
     """
-    _check(config, num_layers, shared=any(SHARED in params[k] for k in params if body(k) is not None))
-    every = max(1, config.get("unfreeze_every_epochs", 1)) * steps_per_epoch
+    shared = any(SHARED in params[k] for k in params if body(k) is not None)
+    start_of = FREEZING.get(config.strategy)(config, num_layers=num_layers, shared=shared,
+                                             steps_per_epoch=steps_per_epoch)
 
     def start_step(path, _) -> int:
         names = path_names(path)
         pretrained = body(names[0])
-        if pretrained is None or config.strategy == "none":
+        if pretrained is None:
             return 0                                   # the task head always trains
-        if config.strategy == "head_only":
-            return NEVER
-        part = names[1]
-        # Shared weights are every layer, so they train once any of their layers would: the top one, which both
-        # lowest (freezing from the bottom) and gradual (thawing from the top) let train first.
-        layer = num_layers - 1 if part == SHARED else _layer_index(part)
-        if config.strategy == "lowest":
-            if part in pretrained.embeddings:
-                return NEVER if config.freeze_embeddings else 0
-            return NEVER if layer is not None and layer < config.num_frozen_layers else 0
-        return depth_from_top(part, pretrained, num_layers) * every  # gradual: one more block down every `every`
+        return start_of(names[1], pretrained)
 
     return jax.tree_util.tree_map_with_path(start_step, params)
+
+
+# A strategy: (config.freezing, num_layers=, shared=, steps_per_epoch=) -> (body block, its Body) -> first step.
+# `layer_by_layer`: it freezes single layers, which a scanned stack holds as one weight (validation refuses that).
+FREEZING = config_keys.chosen_by("freezing.strategy", Registry("freezing strategy", "config.freezing.strategy",
+                                                               ConfigError))
+
+
+@config_keys.declare(FREEZING, "none", {"layer_by_layer": False})
+def train_everything(config, *, num_layers: int, shared: bool, steps_per_epoch: int) -> StartStep:
+    """Everything trains from step 0."""
+    return lambda part, pretrained: 0
+
+
+@config_keys.declare(FREEZING, "head_only", {"layer_by_layer": False})
+def train_the_head_only(config, *, num_layers: int, shared: bool, steps_per_epoch: int) -> StartStep:
+    """Only the new task head trains; the whole pretrained body (pooler included) is frozen."""
+    return lambda part, pretrained: NEVER
+
+
+@config_keys.declare(FREEZING, "lowest", {"layer_by_layer": True}, num_frozen_layers=NON_NEGATIVE,
+                     freeze_embeddings=BOOLEAN)
+def freeze_the_lowest(config, *, num_layers: int, shared: bool, steps_per_epoch: int) -> StartStep:
+    """The embeddings (if freeze_embeddings) and the lowest `num_frozen_layers` layers are frozen. Shared weights
+    are every layer, so they train once any of theirs would: the top one, which freezing from the bottom keeps."""
+    frozen = config.num_frozen_layers
+    _check_frozen_layers(frozen, num_layers, shared)
+
+    def start(part: str, pretrained: Body) -> int:
+        if part in pretrained.embeddings:
+            return NEVER if config.freeze_embeddings else 0
+        layer = num_layers - 1 if part == SHARED else _layer_index(part)
+        return NEVER if layer is not None and layer < frozen else 0
+    return start
+
+
+@config_keys.declare(FREEZING, "gradual", {"layer_by_layer": True}, unfreeze_every_epochs=POSITIVE)
+def unfreeze_gradually(config, *, num_layers: int, shared: bool, steps_per_epoch: int) -> StartStep:
+    """ULMFiT's gradual unfreezing: one more block from the top down every `unfreeze_every_epochs` epochs."""
+    every = max(1, config.get("unfreeze_every_epochs", 1)) * steps_per_epoch
+    return lambda part, pretrained: depth_from_top(part, pretrained, num_layers) * every
 
 
 def depth_from_top(part: str, pretrained: Body, num_layers: int) -> int:
@@ -86,13 +121,8 @@ def depth_from_top(part: str, pretrained: Body, num_layers: int) -> int:
     return num_layers - 1 - layer if layer is not None else num_layers
 
 
-def _check(config: ml_collections.ConfigDict, num_layers: int, shared: bool) -> None:
-    """The strategy's name and, under lowest, a count of frozen layers the model can have."""
-    if config.strategy not in STRATEGIES:
-        raise ConfigError(f"config.freezing.strategy={config.strategy!r} is unknown; use one of {STRATEGIES}")
-    if config.strategy != "lowest":
-        return
-    frozen = config.num_frozen_layers
+def _check_frozen_layers(frozen: int, num_layers: int, shared: bool) -> None:
+    """A count of frozen layers the model can have."""
     if not 0 <= frozen <= num_layers:
         raise ConfigError(f"config.freezing.num_frozen_layers={frozen} must be in [0, {num_layers}] "
                           f"(the encoder has {num_layers} layers)")

@@ -2,7 +2,9 @@
 
 `validate(config)` runs for pretrain.train and pretrain.finetune right after the flags are parsed. It
 checks each key a config has against the range table below (sizes positive, probabilities in their
-interval, names among the known ones), then the relations of the model family (heads dividing the
+interval, names among the known ones); the keys of a registered thing (an optimizer, a schedule, a freezing
+strategy, a tokenizer, a data source) against the ranges that thing declares (pretrain/training/config_keys.py),
+its name against its registry's names; then the relations of the model family (heads dividing the
 width, the sequence within the positions) and the mesh against the visible devices. Each failure is
 one ConfigError naming the key, the value and what is allowed, e.g.
 
@@ -10,43 +12,19 @@ one ConfigError naming the key, the value and what is allowed, e.g.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import ml_collections
 
 from pretrain.runtime import profiling
-from pretrain.training import prng
+from pretrain.training import config_keys, prng
 from pretrain.runtime.errors import ConfigError
+from pretrain.training.config_keys import (DROPOUT, NON_NEGATIVE, NON_NEGATIVE_FLOAT, POSITIVE, POSITIVE_FLOAT,
+                                           PROBABILITY, SHARE, choice, integer, number)
 
 DTYPES = ("float32", "bfloat16", "float16")
-
-
-def _int(low: int) -> tuple[Callable[[Any], bool], str]:
-    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low,
-            "a positive integer" if low == 1 else f"an integer >= {low}")
-
-
-def _float(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = False, what: str = ""):
-    def ok(v) -> bool:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            return False
-        return (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    return ok, what or (f"a finite number {'>' if low_open else '>='} {low:g}" if high == math.inf
-                        else f"a number in {interval}")
-
-
-POSITIVE, NON_NEGATIVE = _int(1), _int(0)
-POSITIVE_FLOAT, NON_NEGATIVE_FLOAT = _float(0, low_open=True), _float(0)
-PROBABILITY = _float(0, 1, low_open=True, high_open=True, what="a probability in (0, 1)")
-SHARE = _float(0, 1, what="a number in [0, 1]")
-DROPOUT = _float(0, 1, high_open=True, what="a dropout rate in [0, 1)")
-
-
-def _choice(*names: str):
-    return (lambda v: v in names), "one of " + ", ".join(map(repr, names))
+_int, _float, _choice = integer, number, choice  # the range table's short names
 
 
 def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
@@ -66,18 +44,9 @@ def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
     if kind == "masking":
         from objectives import bert_pretraining
         return _choice(*bert_pretraining.MASKINGS)
-    if kind == "optimizer":
-        from pretrain.training import optimizers
-        return _choice(*optimizers.OPTIMIZERS)
-    if kind == "schedule":
-        from pretrain.training import optimizers
-        return _choice(*optimizers.SCHEDULES)
     if kind == "peft":
         from models import peft
         return _choice(*peft.METHODS)
-    if kind == "freezing":
-        from pretrain.training import freezing
-        return _choice(*freezing.STRATEGIES)
     raise KeyError(kind)
 
 
@@ -91,18 +60,6 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "warmup_fraction": SHARE, "budget_minutes": NON_NEGATIVE_FLOAT, "budget_steps": NON_NEGATIVE, "z_loss": NON_NEGATIVE_FLOAT, "head_learning_rate": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
     "prng_impl": _choice(*prng.IMPLEMENTATIONS),
     "init": (lambda v: isinstance(v, str), "a path (a pretrain.train workdir or a Hugging Face directory) or ''"),
-    # optimizer
-    "optimizer.name": "optimizer", "optimizer.schedule": "schedule",
-    "optimizer.learning_rate": POSITIVE_FLOAT, "optimizer.end_learning_rate": NON_NEGATIVE_FLOAT,
-    "optimizer.warmup_steps": _int(-1), "optimizer.b1": _float(0, 1, high_open=True),
-    "optimizer.b2": _float(0, 1, high_open=True), "optimizer.eps": POSITIVE_FLOAT,
-    "optimizer.weight_decay": NON_NEGATIVE_FLOAT, "optimizer.grad_clip_norm": NON_NEGATIVE_FLOAT,
-    "optimizer.clipping_threshold": NON_NEGATIVE_FLOAT, "optimizer.decay_rate": _float(0, 1, low_open=True),
-    "optimizer.decay_fraction": SHARE,  # warmup_stable_decay: the steps that decay
-    "optimizer.ramp_accumulation": POSITIVE, "optimizer.ramp_fraction": SHARE,
-    # slanted_triangular (ULMFiT): the share of the steps that rise, and peak / lowest rate
-    "optimizer.cut_frac": _float(0, 1, low_open=True, high_open=True, what="a fraction in (0, 1)"),
-    "optimizer.ratio": _float(1, what="a number >= 1"),
     # model (every family's field names)
     "model.name": "model", "model.dtype": _choice(*DTYPES), "model.param_dtype": _choice(*DTYPES),
     **{f"model.{k}": POSITIVE for k in (
@@ -136,14 +93,9 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "data.max_documents": NON_NEGATIVE, "data.long_seq_length": NON_NEGATIVE,
     "data.long_seq_start_step": NON_NEGATIVE, "data.max_train_examples": NON_NEGATIVE,
     "data.validation_examples": NON_NEGATIVE,
-    "data.eval_fraction": _float(0, 1, high_open=True, what="a number in [0, 1)"),
-    "data.source": _choice("text", "raw_text", "tfds", "hf", "prepared", "dir"),
-    "tokenizer.extra_ids": NON_NEGATIVE,  # tokenizer.kind: pretrain/data/tokenizers names the kinds it loads
     # fine-tuning
     "init_weights": _choice("pretrained", "random"),
     "discriminative_factor": _float(1, what="a number >= 1 (1: every layer at the same rate; ULMFiT: 2.6)"),
-    "freezing.strategy": "freezing", "freezing.num_frozen_layers": NON_NEGATIVE,
-    "freezing.unfreeze_every_epochs": POSITIVE,
     "peft.method": "peft", "peft.adapters.size": POSITIVE, "peft.adapters.placement": _choice("houlsby", "pfeiffer"),
     "peft.adapters.train_norms": _choice(True, False), "peft.lora.rank": POSITIVE, "peft.lora.alpha": POSITIVE_FLOAT,
     "peft.lora.dropout": DROPOUT, "peft.prefix.length": POSITIVE, "peft.prefix.hidden_size": NON_NEGATIVE,
@@ -161,12 +113,13 @@ def _flatten(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, A
     return out
 
 
-def _fail(key: str, value: Any, allowed: str) -> ConfigError:
-    return ConfigError(f"config.{key}={value!r} is invalid: it must be {allowed} (--config.{key}=...)")
+_fail = config_keys.fail
 
 
 def check_ranges(config: ml_collections.ConfigDict) -> None:
-    """Every key of `config` that RANGES knows, against its range."""
+    """Every key of `config` that RANGES knows, against its range; then the registered things the config chooses
+    and the keys they declare (this room's optimizers, schedules and freezing strategies, and those of the rooms
+    above that announced theirs on import: tokenizers, data sources)."""
     for key, value in _flatten(config).items():
         rule = RANGES.get(key)
         if rule is None:
@@ -174,6 +127,8 @@ def check_ranges(config: ml_collections.ConfigDict) -> None:
         ok, allowed = _known(rule) if isinstance(rule, str) else rule
         if not ok(value):
             raise _fail(key, value, allowed)
+    from pretrain.training import freezing, optimizers  # noqa: F401 (announce their registries)
+    config_keys.check_chosen(config)
 
 
 # ----- The relations within one model family (config.model.name), as models/families.py registers them. -----
@@ -288,8 +243,9 @@ def _fused_attention_without_dropout(config) -> None:
 
 
 def _layerwise_freezing_needs_looped_layers(config) -> None:
+    from pretrain.training.freezing import FREEZING
     freezing = config.get("freezing")
-    if freezing is not None and freezing.strategy in ("lowest", "gradual") and config.model.get("scan_layers"):
+    if freezing is not None and config.model.get("scan_layers") and FREEZING.get(freezing.strategy).layer_by_layer:
         raise ConfigError(f"config.freezing.strategy={freezing.strategy!r} freezes layer by layer, which a scanned "
                           "stack (config.model.scan_layers=True) holds as one weight: set --config.model.scan_layers"
                           "=False")

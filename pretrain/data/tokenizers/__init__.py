@@ -3,8 +3,10 @@ characters and GPT-2's byte-level BPE (gpt.py), Hugging Face tokenizer.json file
 (hf_json.py), and the one factory every entry point uses.
 
 `from_config(config.tokenizer)` is how pretraining, fine-tuning and the language-model tools build
-a tokenizer; `load_tokenizer(kind, path, ...)` is the same with explicit arguments. `fingerprint` names
-what decides a tokenizer's ids, so that ids stored on disk (a prepared corpus) are never read with another.
+a tokenizer; `load_tokenizer(kind, path, ...)` is the same with explicit arguments. A kind is a Tokenizer class
+registered in TOKENIZERS beside its definition (config_keys.declare), with its capabilities (`honours_case`) as
+attributes. `fingerprint` names what decides a tokenizer's ids, so that ids stored on disk (a prepared corpus) are
+never read with another.
 """
 from __future__ import annotations
 
@@ -15,17 +17,17 @@ import os
 import ml_collections
 
 from objectives.interface import eos_id_or_none
-from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, MissingTokenError, Tokenizer, TokenizerError,
-                                           UnknownTextError)
-from pretrain.data.tokenizers.gpt import GPT2_EOS, CharTokenizer, GPT2BPETokenizer
-from pretrain.data.tokenizers.hf_json import HFJsonTokenizer, special_tokens, tokenizer_json
+from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, TOKENIZERS, MissingTokenError, Tokenizer,
+                                           TokenizerError, UnknownTextError)
+# Imported in the order --help lists the kinds (each registers its own, beside its class).
 from pretrain.data.tokenizers.subword import SentencePieceTokenizer, WordPieceTokenizer
+from pretrain.data.tokenizers.hf_json import HFJsonTokenizer, special_tokens, tokenizer_json
+from pretrain.data.tokenizers.gpt import GPT2_EOS, CharTokenizer, GPT2BPETokenizer
 
-KINDS = ("sentencepiece", "wordpiece", "char", "gpt2_bpe", "hf_json")
-__all__ = ["CLS", "EOS", "GPT2_EOS", "KINDS", "MASK", "SEP", "CharTokenizer", "GPT2BPETokenizer", "HFJsonTokenizer",
-           "MissingTokenError", "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "UnknownTextError",
-           "WordPieceTokenizer", "eos_id_or_none", "fingerprint", "from_config", "load_tokenizer", "special_tokens",
-           "tokenizer_json"]
+__all__ = ["CLS", "EOS", "GPT2_EOS", "MASK", "SEP", "CharTokenizer", "GPT2BPETokenizer", "HFJsonTokenizer",
+           "MissingTokenError", "SentencePieceTokenizer", "TOKENIZERS", "Tokenizer", "TokenizerError",
+           "UnknownTextError", "WordPieceTokenizer", "eos_id_or_none", "fingerprint", "from_config", "load_tokenizer",
+           "special_tokens", "tokenizer_json"]
 
 
 def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: int = 0) -> Tokenizer:
@@ -40,36 +42,13 @@ def load_tokenizer(kind: str, path: str, *, lowercase: bool = True, extra_ids: i
     A SentencePiece model trained by pretrain.tools.train_tokenizer with its default --lowercase already
     case-folds. `extra_ids`: sentinel ids appended after the vocabulary (T5: 100).
     """
-    tokenizer = _load(kind, path, lowercase=lowercase, extra_ids=extra_ids)
+    tokenizer_class = TOKENIZERS.get(kind)
+    tokenizer = tokenizer_class.load(os.path.expanduser(path), lowercase=lowercase, extra_ids=extra_ids)
     # What fingerprint() needs of it: lowercase changes ids only where the kind honours it.
-    honours_case = kind in ("sentencepiece", "wordpiece")
-    tokenizer.load_options = {"kind": kind, "path": path, "lowercase": bool(lowercase) if honours_case else None,
+    tokenizer.load_options = {"kind": kind, "path": path,
+                              "lowercase": bool(lowercase) if tokenizer_class.honours_case else None,
                               "extra_ids": int(extra_ids)}
     return tokenizer
-
-
-def _load(kind: str, path: str, *, lowercase: bool, extra_ids: int) -> Tokenizer:
-    path = os.path.expanduser(path)
-    if kind == "sentencepiece":
-        if not os.path.isfile(path) and os.path.isfile(path + ".model"):
-            path += ".model"  # accept the --model_prefix given to train_tokenizer.py
-        if not os.path.isfile(path):
-            raise TokenizerError(
-                f"sentencepiece model not found: {path} (train one with"
-                " python -m pretrain.tools.train_tokenizer or fix --config.tokenizer.path)"
-            )
-        return SentencePieceTokenizer(path, lowercase=lowercase, extra_ids=extra_ids)
-    if kind == "wordpiece":
-        return WordPieceTokenizer(path, lowercase=lowercase, extra_ids=extra_ids)
-    if kind == "char":
-        return CharTokenizer(path, extra_ids=extra_ids)
-    if kind == "gpt2_bpe":
-        return GPT2BPETokenizer(path, extra_ids=extra_ids)
-    if kind == "hf_json":
-        return HFJsonTokenizer(path, extra_ids=extra_ids)
-    raise TokenizerError(
-        f"unknown tokenizer kind {kind!r} (use one of {', '.join(KINDS)} in --config.tokenizer.kind)"
-    )
 
 
 def from_config(config: ml_collections.ConfigDict | dict, path: str | None = None) -> Tokenizer:

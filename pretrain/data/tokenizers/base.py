@@ -19,7 +19,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from models.registry import Registry
 from pretrain.runtime.errors import UserError
+from pretrain.training import config_keys
+from pretrain.training.config_keys import NON_NEGATIVE
 
 CLS, SEP, MASK, EOS = "[CLS]", "[SEP]", "[MASK]", "</s>"
 
@@ -35,6 +38,14 @@ class MissingTokenError(TokenizerError, LookupError):
 
 class UnknownTextError(TokenizerError):
     """Text with a character the vocabulary cannot encode (the char tokenizer has no unknown id)."""
+
+
+# config.tokenizer.kind -> a Tokenizer class, registered beside it with config_keys.declare; every kind reads
+# extra_ids. `load_tokenizer` builds one with `cls.load(path, lowercase=, extra_ids=)`.
+TOKENIZERS = config_keys.chosen_by("tokenizer.kind", Registry("tokenizer", "config.tokenizer.kind", TokenizerError),
+                                   extra_ids=NON_NEGATIVE)
+
+
 _SENTINEL = re.compile(r"<extra_id_(\d+)>")
 
 
@@ -45,6 +56,7 @@ class Tokenizer:
     and implement `_encode_plain`, `_decode_plain`, `_piece`; `_finish` completes the tables.
     """
 
+    honours_case = False  # whether `lowercase` changes the ids (fingerprint counts it only then)
     vocab_size: int  # including the num_extra_ids sentinels
     num_extra_ids: int  # sentinel ids after the model's own pieces (T5: 100)
     pad_id: int
@@ -56,6 +68,13 @@ class Tokenizer:
     _path: str
     _sentinel_separator = ""  # between decoded sentinels and the text around them
     _missing_special_fix = "train one with python -m pretrain.tools.train_tokenizer, which adds [CLS] [SEP] [MASK]"
+
+    @classmethod
+    def load(cls, path: str, *, lowercase: bool, extra_ids: int) -> "Tokenizer":
+        """The tokenizer of the file(s) at `path`; `lowercase` reaches only the kinds that honour case."""
+        if cls.honours_case:
+            return cls(path, lowercase=lowercase, extra_ids=extra_ids)
+        return cls(path, extra_ids=extra_ids)
 
     # ---- ids of special pieces: a model may lack the BERT ones (a T5 model has no [MASK]) --------
 

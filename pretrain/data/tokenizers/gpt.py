@@ -10,14 +10,16 @@ import os
 
 import numpy as np
 
-from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, MissingTokenError, Tokenizer, TokenizerError,
-                                           UnknownTextError)
+from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, TOKENIZERS, MissingTokenError, Tokenizer,
+                                           TokenizerError, UnknownTextError)
 from pretrain.data.tokenizers.hf_json import PipelineTokenizer, read_tokenizer_json
+from pretrain.training import config_keys
 
 _BYTE_LEVEL_SPACE = "\u0120"  # 'Ġ': GPT-2's byte-level alphabet writes the space byte as it
 GPT2_EOS = "<|endoftext|>"  # GPT-2's only special token (id 50256): ends documents, also its unk and bos
 
 
+@config_keys.declare(TOKENIZERS, "char")
 class CharTokenizer(Tokenizer):
     """One id per character, the vocabulary being the sorted distinct characters of a text file: nanoGPT's
     data/shakespeare_char/prepare.py (`chars = sorted(list(set(data)))`; tinyshakespeare gives 65).
@@ -75,6 +77,7 @@ class CharTokenizer(Tokenizer):
         return f"CharTokenizer({self._path}, vocab_size={self.vocab_size}, extra_ids={self.num_extra_ids})"
 
 
+@config_keys.declare(TOKENIZERS, "gpt2_bpe")  # cased: its vocabulary has both cases, lowering would lose them
 class GPT2BPETokenizer(PipelineTokenizer):
     """GPT-2's byte-level BPE (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners" §2.2;
     openai/gpt-2 src/encoder.py), built as transformers' GPT2Tokenizer builds it: models.BPE over vocab.json +

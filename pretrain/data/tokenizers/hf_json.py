@@ -14,7 +14,9 @@ import os
 
 import numpy as np
 
-from pretrain.data.tokenizers.base import CLS, EOS, MASK, SEP, MissingTokenError, Tokenizer, TokenizerError
+from pretrain.data.tokenizers.base import (CLS, EOS, MASK, SEP, TOKENIZERS, MissingTokenError, Tokenizer,
+                                           TokenizerError)
+from pretrain.training import config_keys
 
 PAD, UNK = "[PAD]", "[UNK]"
 TOKENIZER_JSON = "tokenizer.json"
@@ -45,6 +47,7 @@ class PipelineTokenizer(Tokenizer):
         return self._tok.id_to_token(i)
 
 
+@config_keys.declare(TOKENIZERS, "hf_json")  # the file's normalizer decides the case
 class HFJsonTokenizer(PipelineTokenizer):
     """A tokenizer.json (or a directory holding one) with the [PAD] special token, and [CLS] [SEP] [MASK] where
     BERT objectives need them. `unk_id` is [UNK], else the model's unk token (a byte-level BPE never produces it).

@@ -6,15 +6,28 @@ import re
 
 import numpy as np
 
-from pretrain.data.tokenizers.base import CLS, EOS, MASK, SEP, Tokenizer, TokenizerError
+from pretrain.data.tokenizers.base import CLS, EOS, MASK, SEP, TOKENIZERS, Tokenizer, TokenizerError
+from pretrain.training import config_keys
+from pretrain.training.config_keys import BOOLEAN
 
 _SPM_WORD_PREFIX = "\u2581"  # '▁': SentencePiece marks a word's first piece with it
 _BRACKETED = re.compile(r"^\[[^\[\]]+\]$")  # [PAD], [unused17], ...: BERT vocab control tokens
 
 
+@config_keys.declare(TOKENIZERS, "sentencepiece", {"honours_case": True}, lowercase=BOOLEAN)
 class SentencePieceTokenizer(Tokenizer):
     """A model from pretrain.tools.train_tokenizer (pad=0, unk=1, [CLS]=2, [SEP]=3, [MASK]=4, no </s>) or
     a T5-style one (pad=0, </s>=1, unk=2, no [CLS] [SEP] [MASK]: BERT objectives then raise)."""
+
+    @classmethod
+    def load(cls, path: str, *, lowercase: bool, extra_ids: int) -> "SentencePieceTokenizer":
+        """Also accepts the --model_prefix given to train_tokenizer.py (the path without .model)."""
+        if not os.path.isfile(path) and os.path.isfile(path + ".model"):
+            path += ".model"
+        if not os.path.isfile(path):
+            raise TokenizerError(f"sentencepiece model not found: {path} (train one with"
+                                 " python -m pretrain.tools.train_tokenizer or fix --config.tokenizer.path)")
+        return cls(path, lowercase=lowercase, extra_ids=extra_ids)
 
     def __init__(self, path: str, *, lowercase: bool = True, extra_ids: int = 0):
         import sentencepiece as spm
@@ -98,6 +111,7 @@ class SentencePieceTokenizer(Tokenizer):
         return pipeline
 
 
+@config_keys.declare(TOKENIZERS, "wordpiece", {"honours_case": True}, lowercase=BOOLEAN)
 class WordPieceTokenizer(Tokenizer):
     """A BERT vocab.txt, tokenized as BERT does (BertNormalizer + BertPreTokenizer + WordPiece)."""
 

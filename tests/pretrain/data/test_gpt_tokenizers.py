@@ -155,7 +155,7 @@ def test_specials_follow_gpt2(ours, hf, gpt2_dir):
     want_word_start[ours.eos_id] = True
     np.testing.assert_array_equal(ours.word_start, want_word_start)
     assert 10 < want_word_start.sum() < ours.vocab_size - 10  # both kinds of piece exist
-    assert "gpt2_bpe" in tokenizers.KINDS and f"{EOS}={VOCAB_SIZE}" in repr(ours)
+    assert "gpt2_bpe" in tokenizers.TOKENIZERS.names() and f"{EOS}={VOCAB_SIZE}" in repr(ours)
 
 
 def test_lowercase_flag_is_ignored(gpt2_dir, hf):

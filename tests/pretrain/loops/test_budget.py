@@ -1,5 +1,5 @@
 """pretrain/loops/budget.py: a pretraining run fitted to a wall-clock budget (config.budget_minutes): the steps that
-fit, the schedule stretched over them, the plan a resumed run keeps, and config.budget_steps replaying it; the
+fit (a StepPlan, the config left as given), the schedule stretched over them, the plan a resumed run keeps, and config.budget_steps replaying it; the
 held-out batches at their own masking rate (objective.eval_mask_prob), and held-out evaluations spending none of a
 budget. End to end through the loop: tests/scripts/test_cram.py."""
 from __future__ import annotations
@@ -27,11 +27,20 @@ def test_plan_steps_fits_what_is_left_of_the_budget():
 
 
 def test_stretch_keeps_the_schedule_shape_over_the_new_steps():
-    stretched = budget.stretch(schedule_config(), 4321)
+    stretched = budget.stretch(schedule_config(), 4321)  # the config a finished run records (StepPlan.record)
     assert stretched.num_train_steps == 4321
     assert stretched.optimizer.warmup_steps == 432  # 10% of the steps, as 100 of 1000
     assert stretched.eval_every == 108 and stretched.checkpoint_every == 1080  # 40 evaluations, 4 checkpoints
     assert stretched.log_every == 20 and stretched.data.long_seq_start_step == 0  # not tied to the schedule; unset
+
+
+def test_a_plan_stretches_the_counts_tied_to_the_schedule_and_leaves_the_config_alone():
+    config = schedule_config()
+    plan = budget.StepPlan.of(config).stretched(4321)
+    assert plan == budget.StepPlan(num_train_steps=4321, warmup_steps=432, eval_every=108, checkpoint_every=1080,
+                                   long_seq_start_step=0)
+    assert config.num_train_steps == 1000 and config.optimizer.warmup_steps == 100  # derived values live in the plan
+    assert budget.StepPlan.of(plan.record(config)) == plan
 
 
 def fake_training(step_time: float, calls: list):
@@ -47,30 +56,31 @@ def fake_training(step_time: float, calls: list):
 def test_a_budget_times_a_calibration_run_and_writes_the_plan(tmp_path):
     calls = []
     started = time.time()
-    config, deadline = budget.fit(schedule_config(budget_minutes=2.0), str(tmp_path), fake_training(0.1, calls))
+    fitted, deadline = budget.fit(schedule_config(budget_minutes=2.0), str(tmp_path), fake_training(0.1, calls))
     (calibration,) = calls
     assert calibration.num_train_steps == budget.CALIBRATION_STEPS and calibration.budget_minutes == 0
     assert calibration.data.eval_documents == 0  # the calibration holds nothing out and evaluates nothing
     assert started + 120 <= deadline <= time.time() + 120
     plan = json.loads((tmp_path / budget.PLAN_FILE).read_text())
     assert plan["timed_step_sec"] == pytest.approx(0.1)  # the steps after TIMED_FROM, not the compiling first window
-    assert config.num_train_steps == plan["planned_steps"]
+    assert fitted.num_train_steps == plan["planned_steps"]
     assert abs(plan["planned_steps"] - budget.plan_steps(120.0, 0.1, plan["setup_sec"])) <= 2  # less the seconds spent
-    assert config.optimizer.warmup_steps == round(0.1 * config.num_train_steps)
+    assert fitted.warmup_steps == round(0.1 * fitted.num_train_steps)
 
 
 def test_a_workdir_with_a_plan_resumes_it_without_a_clock(tmp_path):
     (tmp_path / budget.PLAN_FILE).write_text(json.dumps({"planned_steps": 777}))
     calls = []
-    config, deadline = budget.fit(schedule_config(budget_minutes=2.0), str(tmp_path), fake_training(0.1, calls))
-    assert calls == [] and deadline is None and config.num_train_steps == 777
+    fitted, deadline = budget.fit(schedule_config(budget_minutes=2.0), str(tmp_path), fake_training(0.1, calls))
+    assert calls == [] and deadline is None and fitted.num_train_steps == 777
 
 
 def test_budget_steps_replays_a_plan_and_no_budget_changes_nothing(tmp_path):
-    config, deadline = budget.fit(schedule_config(budget_steps=500, budget_minutes=20.0), str(tmp_path), None)
-    assert deadline is None and config.num_train_steps == 500 and config.optimizer.warmup_steps == 50
+    fitted, deadline = budget.fit(schedule_config(budget_steps=500, budget_minutes=20.0), str(tmp_path), None)
+    assert deadline is None and fitted.num_train_steps == 500 and fitted.warmup_steps == 50
     plain = schedule_config()
-    assert budget.fit(plain, str(tmp_path), None) == (plain, None)
+    assert budget.fit(plain, str(tmp_path), None) == (budget.StepPlan.of(plain), None)
+    assert plain == schedule_config()  # nothing written into the config
 
 
 def test_extending_the_deadline_moves_a_budget_and_leaves_no_budget_alone():
