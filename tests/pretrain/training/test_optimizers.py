@@ -233,7 +233,7 @@ def test_adamw_is_unchanged_and_names_are_checked():
         finals.append(ours[-1])
     for name in shapes:  # the second case's values change every parameter's path: the comparison can fail
         assert np.abs(finals[0][name] - finals[1][name]).max() > 1e-5, name
-    for key, value, needle in [("name", "sgd", "adamw, adafactor, lamb"), ("schedule", "cosine", "rsqrt")]:
+    for key, value, needle in [("name", "sgd", "'adamw', 'adafactor', 'lamb'"), ("schedule", "cosine", "rsqrt")]:
         with pytest.raises(UserError) as e:
             optimizers.make_optimizer(adafactor_config(**{key: value}), 10)
         assert needle in str(e.value) and repr(value) in str(e.value) and "\n" not in str(e.value)
