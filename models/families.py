@@ -203,4 +203,4 @@ register(ModelFamily(  # ModernBERT (models/modernbert.py): pre-norm, RoPE, GeGL
     # the whole tree: the MLM's prediction head is the fine-tuning heads' too, as in Hugging Face's classes
     width_key="hidden_size", positions_key="max_position_embeddings",
     body=Body("modernbert", embeddings=("embeddings",), top=("final_norm",)),
-    finetuners=ENCODER_FINETUNERS, task_model="models.modernbert:ModernBertForFineTuning"))
+    finetuners=ENCODER_FINETUNERS, task_model="models.modernbert_tasks:ModernBertForFineTuning"))

@@ -9,7 +9,8 @@ initializer_range); num_labels = 1 is regression (STS-B). GPT-1 also drops out t
 input (clf_pdrop 0.1 in openai/finetune-transformer-lm); HF does not: `classifier_dropout` (0 = HF).
 
 The body sits under `gpt` with exactly models/gpt.py's parameter tree, so a pretrained GPT (a
-pretrain.train workdir or an imported GPT-2) drops into params['gpt'] unchanged; `score` is new.
+pretrain.train workdir or an imported GPT-2) drops into params['gpt'] unchanged; `score` is new. A
+PEFT method (its own config) attaches to the body from outside it (models/peft/model.py `attach`), under `gpt`.
 Rows are right-padded; the last real token is found from `input_mask`, never from a pad id (the
 char tokenizer's pad is a real character and GPT-2's is its EOS, which may end a real input).
 """
@@ -20,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from models import heads, layers, ops
+from models import peft as parameter_efficient
 from models.gpt import GPT, GPTConfig
 
 
@@ -35,10 +37,11 @@ class GPTForSequenceClassification(nn.Module):
     config: GPTConfig
     num_labels: int                 # classes (1 for regression)
     classifier_dropout: float = 0.0
+    peft: parameter_efficient.PeftConfig = parameter_efficient.NONE  # a PEFT method attached to the body
 
     def setup(self):
         c = self.config
-        self.gpt = GPT(c)
+        self.gpt = parameter_efficient.attach(GPT(c), self.peft)
         self.score = layers.Dense(self.num_labels, ("embed", "classes"), use_bias=False, kernel_init=c.init(),
                                   **c.kwargs)
         self.dropout = ops.Dropout(self.classifier_dropout)

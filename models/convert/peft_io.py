@@ -101,17 +101,18 @@ def _keys(tree) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # peft directories
 # ---------------------------------------------------------------------------------------------
-def save_peft_bert(directory: str, params: dict, config: BertConfig, *, base: str | None = None) -> None:
-    """params {'bert' (base + PEFT weights), 'head'} of a LoRA / prefix / prompt run -> a peft directory.
+def save_peft_bert(directory: str, params: dict, config: BertConfig, spec: peft.PeftConfig, *,
+                   base: str | None = None) -> None:
+    """params {'bert' (base + PEFT weights), 'head'} of a LoRA / prefix / prompt run (`spec`) -> a peft directory.
 
     `base` (a Hugging Face directory) goes into base_model_name_or_path, which AutoPeftModel* loads;
     PeftModel.from_pretrained takes the base model itself and ignores it."""
-    method = config.peft.method
+    method = spec.method
     writers = {"lora": _lora, "prefix": _prefix, "prompt": _prompt}
     if method not in writers:
         raise ModelInputError(f"peft.method={method!r} has no peft library format (it has {', '.join(writers)})")
     params = hf_layout(flax.core.meta.unbox(params))  # a scanned run's stacked layers: one per HF layer
-    tensors, adapter_config = writers[method](params["bert"], config)
+    tensors, adapter_config = writers[method](params["bert"], config, spec)
     head_prefix = "base_model.model." if method == "lora" else "base_model."  # prompt learning wraps no .model
     tensors.update(classifier_tensors(params["head"], head_prefix))
     adapter_config.update(task_type="SEQ_CLS", modules_to_save=["classifier"], inference_mode=True,
@@ -119,9 +120,9 @@ def save_peft_bert(directory: str, params: dict, config: BertConfig, *, base: st
     _write_peft(_peft_target(directory), adapter_config, tensors)
 
 
-def _lora(bert: dict, config: BertConfig) -> tuple[dict, dict]:
+def _lora(bert: dict, config: BertConfig, spec: peft.PeftConfig) -> tuple[dict, dict]:
     """Each targeted projection's A [*in, r] -> lora_A.weight [r, in], B [r, *out] -> lora_B.weight [out, r]."""
-    spec, tensors = config.peft, {}
+    tensors = {}
     for i in range(config.num_layers):
         for target in spec.lora_targets:
             ours, hf = LORA_MODULES[target]
@@ -146,10 +147,9 @@ def _prompt_learning(config: BertConfig, peft_type: str, length: int) -> dict:
             "num_transformer_submodules": 1}
 
 
-def _prefix(bert: dict, config: BertConfig) -> tuple[dict, dict]:
+def _prefix(bert: dict, config: BertConfig, spec: peft.PeftConfig) -> tuple[dict, dict]:
     """The prefix our PrefixEncoder computes, [L, 2, P, H, K] -> peft's table [P, 2 * L * D] (what peft saves,
     the MLP's output included), so peft loads it without a projection."""
-    spec = config.peft
     encoder = peft.PrefixEncoder(spec.prefix_length, config.num_layers, config.num_heads,
                                  config.hidden_size // config.num_heads, config.hidden_size, spec.prefix_hidden_size)
     prefix = encoder.apply({"params": bert["prefix_encoder"]})                     # [L, 2, P, H, K]
@@ -159,9 +159,9 @@ def _prefix(bert: dict, config: BertConfig) -> tuple[dict, dict]:
     return {"prompt_embeddings": np.asarray(table, np.float32)}, settings
 
 
-def _prompt(bert: dict, config: BertConfig) -> tuple[dict, dict]:
+def _prompt(bert: dict, config: BertConfig, spec: peft.PeftConfig) -> tuple[dict, dict]:
     """Prompt tuning's embeddings [P, D] as they are."""
-    settings = _prompt_learning(config, "PROMPT_TUNING", config.peft.prompt_length)
+    settings = _prompt_learning(config, "PROMPT_TUNING", spec.prompt_length)
     settings.update(prompt_tuning_init="RANDOM")  # only used to initialize; loading reads the saved table
     return {"prompt_embeddings": np.asarray(bert["prompt"]["embedding"], np.float32)}, settings
 

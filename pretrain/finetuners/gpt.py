@@ -18,7 +18,7 @@ import ml_collections
 from models.gpt_heads import GPTForSequenceClassification
 from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data, tokenizers
-from pretrain.finetuners.base import merge_pretrained, model_config
+from pretrain.finetuners.base import merge_pretrained, model_config, peft_config
 from pretrain.finetuners.bert import BertFinetuner
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import ClassificationTask, Example
@@ -90,7 +90,7 @@ class GPTFinetuner(BertFinetuner):
 
     def build_model(self) -> GPTForSequenceClassification:
         return GPTForSequenceClassification(model_config(self.config), self.task.num_labels,
-                                            self.config.model.classifier_dropout)
+                                            self.config.model.classifier_dropout, peft=peft_config(self.config))
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
         """The whole pretrained GPT into params['gpt']; `score` (and nothing else, for a GPT of the same

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
-from models import qkv_layout, stack
+from models import peft, qkv_layout, stack
 from models.gpt import GPT, GPTConfig
 from pretrain.data import tokenizers
 from pretrain.runtime.errors import UserError
@@ -50,12 +50,12 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
         raise UserError(f"{flag}={path} holds a {init.family} model; this needs a decoder-only GPT "
                         "(a configs/gpt2.py workdir or a Hugging Face GPT-2 directory)")
     config = models.model_config({**init.model, "name": "gpt"}, dropout_rate=0.0, attention_dropout_rate=0.0,
-                                 dtype=dtype, peft=parameter_efficient.peft_config(peft_run or {}))
+                                 dtype=dtype)
     try:
         tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)
     except tokenizers.TokenizerError as e:  # the tokenizer names training's option; these tools have their own
         raise tokenizers.TokenizerError(str(e).replace("--config.tokenizer.path", "--tokenizer_path")) from None
-    model = GPT(config)
+    model = peft.attach(GPT(config), parameter_efficient.peft_config(peft_run or {}))  # a PEFT run's method
     if part is None:
         params = qkv_layout.to_qkv_layout(stack.to_layout(init.params, scan=config.scan_layers), config.fused_qkv)
     else:  # the base + the trained weights of the fine-tuned body (its task head is left out)

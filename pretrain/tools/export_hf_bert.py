@@ -202,15 +202,15 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
         base = None
     else:
         params, base, step = with_base(config, task, workdir, step)
-    model = model_config(config)  # BertConfig, PEFT method included
+    model, spec = model_config(config), parameter_efficient.peft_config(config)  # BertConfig, PeftConfig
     if peft:
-        peft_io.save_peft_bert(output, params, model, base=base)
+        peft_io.save_peft_bert(output, params, model, spec, base=base)
         where = repr(base) if base else f"an export of its base ({config.init}, with this script)"
         return (f"exported {workdir} step {step} ({method} + classifier, unmerged) to {output}: load it with "
                 f"PeftModel.from_pretrained(BertForSequenceClassification.from_pretrained({where}, "
                 f"num_labels={task.num_labels}), {output!r})")
     if method == "lora":
-        params = peft_modules.merge_lora(hf_layout(params), model.peft.lora_alpha / model.peft.lora_rank)
+        params = peft_modules.merge_lora(hf_layout(params), spec.lora_alpha / spec.lora_rank)
     vocab, lowercase = _vocab(config.tokenizer.to_dict())
     peft_io.save_hf_bert_classifier(output, params, model, getattr(task, "labels", ()), architecture=head.hf_class,
                                     vocab_file=vocab, lowercase=lowercase)

@@ -78,7 +78,7 @@ def test_bad_modernbert_config_is_one_line(fields, message):
 # ----- Fine-tuning: PEFT attaches at the generic extension points, in either layout -----
 def task_model(method: str = "none", scan: bool = False, pooling: str = "cls", **peft_fields):
     from models import peft
-    from models.modernbert import ModernBertForFineTuning
+    from models.modernbert_tasks import ModernBertForFineTuning
     from objectives.task_heads import head_kind
     config = dataclasses.replace(CONFIG, scan_layers=scan, classifier_pooling=pooling,
                                  peft=peft.PeftConfig(method=method, **peft_fields))
