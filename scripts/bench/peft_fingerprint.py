@@ -45,15 +45,18 @@ METHODS = {  # name -> config.peft changes
     "prefix_table": dict(method="prefix", prefix=dict(length=3, hidden_size=0)),
     "prompt": dict(method="prompt", prompt=dict(length=3, init="random")),
 }
-HEAD_TASKS = {  # head kind -> (configs module, config string, the task's kind and labels)
-    "classification": ("glue", "task=mrpc", "classification", 2),
-    "tagging": ("tagging", "", "tagging", 5),
-    "qa": ("qa", "", "qa", 2),
-}
+# (the head's name in a configuration's name, configs module, config string, the task's labels); a head's task is
+# configs/<module>.py's, so the head kind comes from the finetuner's task (the registry picks it, not this table)
+HEAD_TASKS = (("classification", "glue", "task=mrpc", 2), ("tagging", "tagging", "", 5), ("qa", "qa", "", 2))
+
+
+def head_task(head: str) -> tuple[str, str, int]:
+    """-> (configs module, config string, labels) of the configurations named `head`."""
+    return next(task[1:] for task in HEAD_TASKS if task[0] == head)
 
 
 def configurations() -> list[tuple[str, str, str, bool, bool]]:
-    """(family, head, method, scan_layers, fused_qkv) for every configuration fingerprinted (68)."""
+    """(family, head, method, scan_layers, fused_qkv) for every configuration fingerprinted (72)."""
     out = [(family, "classification", method, scan, False) for family in TINY_MODELS
            for method in METHODS if method != "lora_all" for scan in (False, True)]
     out += [(family, "classification", method, False, True) for family in TINY_MODELS
@@ -80,7 +83,7 @@ class StubTokenizer:
 
 def build_config(family: str, head: str, method: str, scan: bool, fused: bool):
     import importlib
-    module, arg, _, _ = HEAD_TASKS[head]
+    module, arg, _ = head_task(head)
     config = importlib.import_module(f"configs.{module}").get_config(
         ",".join(filter(None, [arg, f"model={family}", "size=tiny" if family in ("gpt", "modernbert") else ""])))
     config.model.update(dict(TINY_MODELS[family], scan_layers=scan, fused_qkv=fused))
@@ -117,8 +120,8 @@ def fingerprint(family: str, head: str, method: str, scan: bool, fused: bool) ->
     from pretrain.finetuners import registry
     from pretrain.training import peft as parameter_efficient
     config = build_config(family, head, method, scan, fused)
-    _, _, kind, num_labels = HEAD_TASKS[head]
-    task = types.SimpleNamespace(name=config.task, kind=kind, num_labels=num_labels, labels=("no", "yes"),
+    _, _, num_labels = head_task(head)
+    task = types.SimpleNamespace(name=config.task, kind=head, num_labels=num_labels, labels=("no", "yes"),
                                  is_regression=False, is_pair=True, version_2=False)
     finetuner = registry.for_config(config, task, StubTokenizer())
     model = finetuner.build_model()
