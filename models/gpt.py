@@ -130,7 +130,7 @@ class GPT(nn.Module):
                       decode: bool = False, leading: jax.Array | None = None,
                       keys_values: jax.Array | None = None) -> jax.Array:
         """The final LayerNorm's output [B, L, D] in `dtype` (GPT2Model's last_hidden_state), arguments as
-        `__call__`. Task heads read it (models/gpt_heads.py) without paying for the [B, L, V] vocabulary
+        `__call__`. Task heads read it (models/gpt_tasks.py) without paying for the [B, L, V] vocabulary
         projection; the parameters are the same, so a pretrained GPT's tree serves both.
 
         Leading tokens: keys and values [layers, 2, P, H, K] (as Hugging Face's past_key_values) enter every layer

@@ -25,10 +25,11 @@ from pretrain.training import pretrained
 
 @dataclasses.dataclass
 class LanguageModel:
-    model: GPT
+    model: GPT | peft.PeftModel    # a PEFT run's GPT with its method attached
     params: dict
     tokenizer: tokenizers.Tokenizer
     source: str                    # 'orbax:<dir>/<step>' or 'huggingface:<dir>'
+    peft: peft.PeftConfig = peft.NONE  # the PEFT method a fine-tuning run trained (none: a pretrained GPT)
 
     @property
     def config(self) -> GPTConfig:
@@ -55,7 +56,8 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
         tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)
     except tokenizers.TokenizerError as e:  # the tokenizer names training's option; these tools have their own
         raise tokenizers.TokenizerError(str(e).replace("--config.tokenizer.path", "--tokenizer_path")) from None
-    model = peft.attach(GPT(config), parameter_efficient.peft_config(peft_run or {}))  # a PEFT run's method
+    method = parameter_efficient.peft_config(peft_run or {})
+    model = peft.attach(GPT(config), method)
     if part is None:
         params = qkv_layout.to_qkv_layout(stack.to_layout(init.params, scan=config.scan_layers), config.fused_qkv)
     else:  # the base + the trained weights of the fine-tuned body (its task head is left out)
@@ -63,7 +65,7 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
             return pretrained.merge_params(blank, init.params, init.source)
         params = parameter_efficient.rebuild(model, {"input_ids": jnp.zeros((1, 8), jnp.int32)}, part["gpt"], init,
                                              merge)
-    return LanguageModel(model, jax.tree.map(jnp.asarray, params), tokenizer, init.source)
+    return LanguageModel(model, jax.tree.map(jnp.asarray, params), tokenizer, init.source, method)
 
 
 @functools.partial(jax.jit, static_argnums=0)

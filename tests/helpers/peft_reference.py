@@ -18,7 +18,7 @@ from models.convert.hf_gpt2 import gpt_params_from_hf, hf_config_to_gpt
 from models.convert.hf_t5 import hf_config_to_t5, t5_params_from_hf
 from models.bert_tasks import BertForFineTuning
 from objectives.task_heads import head_kind
-from models.gpt_heads import GPTForSequenceClassification
+from models.gpt_tasks import GPTForFineTuning
 from models.peft import NONE, PeftConfig, attach, is_peft_path
 from models.t5 import T5
 
@@ -83,12 +83,12 @@ def ours_bert(hf, peft: PeftConfig | None) -> tuple[BertForFineTuning, dict]:
     return BertForFineTuning(config, head_kind("classification"), LABELS, peft=peft or NONE), params
 
 
-def ours_gpt2(hf, peft: PeftConfig | None) -> tuple[GPTForSequenceClassification, dict]:
+def ours_gpt2(hf, peft: PeftConfig | None) -> tuple[GPTForFineTuning, dict]:
     config = hf_config_to_gpt(hf.config.to_dict())
     state = numpy_state(hf)
     score = state.pop("score.weight")
-    return GPTForSequenceClassification(config, LABELS, peft=peft or NONE), {"gpt": gpt_params_from_hf(state, config),
-                                                          "score": {"kernel": score.T}}
+    model = GPTForFineTuning(config, head_kind("classification"), LABELS, peft=peft or NONE)
+    return model, {"gpt": gpt_params_from_hf(state, config), "score": {"kernel": score.T}}
 
 
 def ours_t5(hf, peft: PeftConfig | None) -> tuple[T5, dict]:

@@ -21,7 +21,7 @@ from models.bert import BertConfig, BertModel
 from models.bert_tasks import BertForFineTuning
 from models.errors import ModelInputError
 from models.gpt import GPT, GPTConfig, init_cache, make_tokens_to_logits
-from models.gpt_heads import GPTForSequenceClassification
+from models.gpt_tasks import GPTForFineTuning
 from objectives.task_heads import head_kind
 from tests.helpers.states import with_base
 
@@ -48,7 +48,7 @@ def gpt(method="none", fused_qkv=False, **kw):
 
 
 def gpt_classifier(method="none", **kw):
-    return GPTForSequenceClassification(GPT_CONFIG, 3, peft=peft.PeftConfig(method=method, **kw))
+    return GPTForFineTuning(GPT_CONFIG, head_kind("classification"), 3, peft=peft.PeftConfig(method=method, **kw))
 
 
 def t5_model(method="none", fused_qkv=False, **kw):
