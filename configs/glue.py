@@ -55,7 +55,7 @@ Section 4.1 "Fine-tuning details", and the defaults of its code, openai/finetune
 train.py): learning rate 6.25e-5, batch 32, 3 epochs, linear warmup over 0.2% of training then linear
 decay, dropout 0.1 in the model and on the classifier's input, Adam b1 0.9 b2 0.999 eps 1e-8,
 weight decay 0.01, gradient clipping 1.0; a linear head on the last token (pretrain/finetuners/gpt.py,
-models/gpt_heads.py). The paper also adds the LM loss with weight 0.5 (lambda); this loop does not.
+models/gpt_tasks.py). The paper also adds the LM loss with weight 0.5 (lambda); this loop does not.
 max_seq_length 128 (at most the model's n_positions).
 """
 import os

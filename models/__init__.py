@@ -1,10 +1,11 @@
 """Model families, built by name from `config.model`: the one place a config becomes a module.
 
 `model_config(config.model)` turns the config's fields into the family's frozen dataclass (BertConfig,
-T5Config, GPTConfig); `build_model(config.model)` wraps it in the pretraining module. Fine-tuning
-modules (models/bert_tasks.py, models/gpt_heads.py) take the same dataclass. The families themselves,
-with everything else of models/ that differs per family, are registered in models/families.py (FAMILIES, a
-models/registry.py Registry); what the layers above add per family registers in their own rooms.
+T5Config, GPTConfig); `build_model(config.model)` wraps it in the pretraining module. The fine-tuning modules
+(models/bert_tasks.py, models/modernbert_tasks.py, models/gpt_tasks.py: one constructor, config + head kind + labels +
+options + PEFT method) take the same dataclass. The families themselves, with everything else of models/ that differs
+per family, are registered in models/families.py (FAMILIES, a models/registry.py Registry); what the layers above
+add per family registers in their own rooms.
 """
 from __future__ import annotations
 

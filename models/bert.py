@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, extension, heads, layers, ops, stack
+from models import attention, heads, layers, ops, stack
 from models.config_base import Dims, ModelConfig
 from models.errors import ModelInputError
 
@@ -87,9 +87,9 @@ class BertEmbeddings(nn.Module):
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array,  # [B, L] each
                  deterministic: bool, leading: jax.Array | None = None,  # [B, P, D]: leading embeddings
                  first_position: int = 0) -> jax.Array:                  # -> [B, P + L, E]
-        """Leading embeddings (models/extension.py) go first, with token type 0, at positions 0..P-1 (as a
-        Hugging Face BERT given them as inputs_embeds). Leading keys and values start the positions at P
-        (`first_position`), as a Hugging Face BERT given them as past keys and values does."""
+        """Leading embeddings go first, with token type 0, at positions 0..P-1 (as a Hugging Face BERT given them
+        as inputs_embeds). Leading keys and values start the positions at P (`first_position`), as a Hugging Face
+        BERT given them as past keys and values does."""
         words = self.word_embeddings(input_ids)
         if leading is not None:
             words = jnp.concatenate([leading.astype(words.dtype), words], axis=1)
@@ -106,7 +106,7 @@ class BertEmbeddings(nn.Module):
         return self.dropout(self.norm(x), deterministic=deterministic)
 
 
-class BertLayer(extension.Sublayers):
+class BertLayer(layers.Sublayers):
     """Post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), dropout before each residual add. With `pre_norm`
     the norms move inside the residual branches, x = x + Attn(LN(x)); x = x + FFN(LN(x)), and BertModel adds a final
     LN: the residual stream is never normalised, which keeps early gradients sane at high learning rates.
@@ -115,7 +115,7 @@ class BertLayer(extension.Sublayers):
 
     @nn.compact
     def __call__(self, x: jax.Array, mask: jax.Array, deterministic: bool,
-                 extra_keys_values: jax.Array | None = None,  # [2, P, H, K] (models/extension.py)
+                 extra_keys_values: jax.Array | None = None,  # [2, P, H, K]: this layer's leading keys and values
                  return_internals: bool = False) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
         c = self.config
         init = layers.truncated_normal(c.initializer_range)
@@ -138,7 +138,7 @@ class BertLayer(extension.Sublayers):
         return (x, {"hidden": x, **internals}) if return_internals else x
 
 
-class BertModel(extension.Leading):
+class BertModel(nn.Module):
     """Encoder + pooler. Returns (sequence_output [B, L, D], pooled_output [B, D])."""
     config: BertConfig
 
@@ -155,14 +155,18 @@ class BertModel(extension.Leading):
         if c.pooler:
             self.pooler = layers.Dense(c.hidden_size, ("embed", "embed_out"), kernel_init=init, **c.kwargs)
 
-    @extension.attached
     def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array,
-                 deterministic: bool = True, embedded: jax.Array | None = None, return_internals: bool = False
+                 deterministic: bool = True, embedded: jax.Array | None = None, return_internals: bool = False,
+                 leading: jax.Array | None = None,      # [B, P, D]: embeddings in front of the input
+                 keys_values: jax.Array | None = None,  # [layers, 2, P, H, K]: past keys and values of every layer
                  ) -> tuple[jax.Array, jax.Array | None] | tuple[jax.Array, jax.Array | None, dict[str, jax.Array]]:
         """-> sequence [B, L, D] (the input's positions), pooled [B, D] (position 0: [CLS], or with leading
         embeddings the first of them, as Hugging Face's BERT classifiers read it; None without a pooler).
         embedded [B, L, E]: another model's embedding output in place of this one's (ELECTRA's generator
         shares the discriminator's tables).
+        leading: embeddings that join every row's tokens in front (Hugging Face's inputs_embeds with them
+        prepended); keys_values: P keys and values each layer attends to first (Hugging Face's past_key_values),
+        the tokens then numbered from P.
         return_internals (distillation, models/distillation/model.py): a third result, {'embeddings' [B, L, D] (the first
         layer's input: Hugging Face's hidden_states[0]), and per layer, stacked [N, ...]: 'hidden' [N, B, L, D] (its
         output), 'scores' and 'probs' [N, B, H, L, L] (scaled q.k before the mask; the softmax before dropout),
@@ -171,7 +175,6 @@ class BertModel(extension.Leading):
         alike."""
         c = self.config
         valid = input_mask.astype(jnp.int32)  # padding as segment ids: 1 = the row's tokens, 0 = padding
-        leading, keys_values = self.leading_tokens(input_ids.shape[0])
         if leading is not None:  # they join every row's tokens
             valid = jnp.pad(valid, ((0, 0), (leading.shape[1], 0)), constant_values=1)
         first_position = 0 if keys_values is None else keys_values.shape[2]

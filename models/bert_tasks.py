@@ -3,7 +3,8 @@
 The encoder sits under the same `bert` name as in BertForPreTraining, so a pretraining checkpoint
 (or a Hugging Face import) drops into `params['bert']` unchanged; the new task layer is `head`. Which head,
 what it reads and what it returns is the head kind's (objectives/task_heads/: given here as an object, so
-this module knows no kind by name).
+this module knows no kind by name). A PEFT method (models/peft/) comes as its own config and attaches to the
+encoder from outside it (models/peft/model.py `attach`), its parameters under `bert` as before.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Protocol
 import flax.linen as nn
 import jax
 
+from models import peft as parameter_efficient
 from models.bert import BertConfig, BertModel
 
 
@@ -33,10 +35,11 @@ class BertForFineTuning(nn.Module):
     num_labels: int                # classes (1 for regression; unused for QA)
     classifier_dropout: float = 0.1
     head_options: tuple[tuple[str, Any], ...] = ()  # the kind's options, e.g. a span head's boundaries and summary
+    peft: parameter_efficient.PeftConfig = parameter_efficient.NONE  # a PEFT method attached to the encoder
 
     def setup(self):
         c = self.config
-        self.bert = BertModel(c)
+        self.bert = parameter_efficient.attach(BertModel(c), self.peft)
         self.head = self.kind.head(self.num_labels, self.classifier_dropout, dict(self.head_options),
                                    initializer_range=c.initializer_range, **c.kwargs)
 

@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import bert, heads, layers, peft
+from models import bert, heads, layers
 from models.errors import ModelInputError
 
 _BERT_FIELDS = tuple(f.name for f in dataclasses.fields(bert.BertConfig))
@@ -62,7 +62,7 @@ class ElectraConfig(bert.BertConfig):
         return dataclasses.replace(
             self.discriminator(), hidden_size=self.generator_hidden_size, num_heads=self.generator_num_heads,
             intermediate_size=self.generator_intermediate_size,
-            num_layers=self.generator_num_layers or self.num_layers, peft=peft.NONE)
+            num_layers=self.generator_num_layers or self.num_layers)
 
 
 class DiscriminatorHead(nn.Module):

@@ -189,6 +189,6 @@ register(ModelFamily(  # ModernBERT (models/modernbert.py): pre-norm, RoPE, GeGL
     # the whole tree: the MLM's prediction head is the fine-tuning heads' too, as in Hugging Face's classes
     width_key="hidden_size", positions_key="max_position_embeddings",
     body=Body("modernbert", embeddings=("embeddings",), top=("final_norm",)),
-    task_model="models.modernbert:ModernBertForFineTuning"))
+    task_model="models.modernbert_tasks:ModernBertForFineTuning"))
 register_checkpoint(HfCheckpoint("modernbert", "ModernBERT", "modernbert",
                                  "models.convert.hf_modernbert:load_hf_modernbert", _tokenizer_json))

@@ -28,7 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, extension, layers, ops, stack
+from models import attention, layers, ops, stack
 from models.config_base import Dims, ModelConfig
 from models.errors import ModelInputError
 
@@ -67,7 +67,7 @@ class GPTConfig(ModelConfig):  # + dtype, param_dtype, attention, scan_layers, f
         return nn.initializers.normal(self.initializer_range * scale)
 
 
-class GPTBlock(extension.Sublayers):
+class GPTBlock(layers.Sublayers):
     """Pre-LN block: x += Drop(Attn(LN(x))); x += Drop(MLP(LN(x)))."""
     config: GPTConfig
 
@@ -75,7 +75,7 @@ class GPTBlock(extension.Sublayers):
     def __call__(self, x: jax.Array,              # [B, L, D]
                  mask: jax.Array | None,          # [B|1, 1, L, L] (None in decode: the cache masks)
                  deterministic: bool = True, decode: bool = False,
-                 extra_keys_values: jax.Array | None = None) -> jax.Array:  # [2, P, H, K] (models/extension.py)
+                 extra_keys_values: jax.Array | None = None) -> jax.Array:  # [2, P, H, K]: leading keys, values
         c = self.config
         dropout = ops.Dropout(c.dropout_rate)
         h = layers.LayerNorm(c.layer_norm_eps, name="attention_norm", use_bias=c.use_bias, **c.kwargs)(x)
@@ -92,7 +92,7 @@ class GPTBlock(extension.Sublayers):
         return x + self.sublayer_output("mlp", dropout(h, deterministic=deterministic))
 
 
-class GPT(extension.Leading):
+class GPT(nn.Module):
     """GPT2LMHeadModel: token ids -> next-token logits."""
     config: GPTConfig
 
@@ -106,40 +106,49 @@ class GPT(extension.Leading):
         self.dropout = ops.Dropout(c.dropout_rate)
         self.decode_position = DecodePosition()
 
-    @extension.attached
     def __call__(self, input_ids: jax.Array,                     # [B, L] int
                  segment_ids: jax.Array | None = None,           # [B, L]: 0 = padding, 1..n = packed documents
                  positions: jax.Array | None = None,             # [B, L]: restart at 0 per document
                  prefix_lengths: jax.Array | None = None,        # [B]: the first n tokens of a row are its prefix
                  bidirectional_mask: jax.Array | None = None,    # [B, L] bool: True = inside a prefix
-                 deterministic: bool = True, decode: bool = False) -> dict[str, jax.Array]:
+                 deterministic: bool = True, decode: bool = False,
+                 leading: jax.Array | None = None,               # [B, P, D]: embeddings in front of the input
+                 keys_values: jax.Array | None = None,           # [layers, 2, P, H, K]: past keys and values
+                 ) -> dict[str, jax.Array]:
         """-> {"logits": [B, L, V] float32}. decode=True: one token per call ([B, 1]) against the 'cache'
         collection (build it with `init_cache`); the cache keeps each row's position, so segment ids,
         positions and prefixes must be None (prefill a prefix-LM prompt is not supported)."""
         x = self.hidden_states(input_ids, segment_ids, positions, prefix_lengths, bidirectional_mask,
-                               deterministic=deterministic, decode=decode)
+                               deterministic=deterministic, decode=decode, leading=leading,
+                               keys_values=keys_values)
         logits = self.token_embedding.attend(x)   # tied output layer (GPT-2)
         return {"logits": logits.astype(jnp.float32)}
 
-    @extension.attached
     def hidden_states(self, input_ids: jax.Array, segment_ids: jax.Array | None = None,
                       positions: jax.Array | None = None, prefix_lengths: jax.Array | None = None,
                       bidirectional_mask: jax.Array | None = None, deterministic: bool = True,
-                      decode: bool = False) -> jax.Array:
+                      decode: bool = False, leading: jax.Array | None = None,
+                      keys_values: jax.Array | None = None) -> jax.Array:
         """The final LayerNorm's output [B, L, D] in `dtype` (GPT2Model's last_hidden_state), arguments as
-        `__call__`. Task heads read it (models/gpt_heads.py) without paying for the [B, L, V] vocabulary
+        `__call__`. Task heads read it (models/gpt_tasks.py) without paying for the [B, L, V] vocabulary
         projection; the parameters are the same, so a pretrained GPT's tree serves both.
 
-        Leading tokens (models/extension.py): keys and values enter every layer and the tokens' positions start
-        at P; P embeddings go first at positions 0..P-1, in the row's first segment (and its prefix, for a
-        prefix LM), and only the input's own positions come out."""
+        Leading tokens: keys and values [layers, 2, P, H, K] (as Hugging Face's past_key_values) enter every layer
+        and the tokens' positions start at P; P embeddings [B, P, D] go first at positions 0..P-1, in the row's
+        first segment (and its prefix, for a prefix LM), and only the input's own positions come out. The cache
+        holds no leading embeddings: with decode=True only keys and values may lead."""
         c = self.config
         if decode and any(a is not None for a in (segment_ids, positions, prefix_lengths, bidirectional_mask)):
             raise ValueError("decode=True decodes one causal document per row: pass no segment ids, positions, "
                              "prefix_lengths or bidirectional_mask")
-        leading, keys_values = self.leading_tokens(input_ids.shape[0], decode)
-        shift = extension.leading_count(leading, keys_values)
+        if decode and leading is not None:
+            raise ModelInputError("decode=True with leading embeddings is not supported: the cache does not hold "
+                                  "them (give leading keys and values instead)")
+        shift = leading.shape[1] if leading is not None else 0 if keys_values is None else keys_values.shape[2]
         if decode:
+            if shift + input_ids.shape[1] > c.n_positions:  # the sizing pass: [B, max_length] after P positions
+                raise ValueError(f"max_length={input_ids.shape[1]} exceeds the model's n_positions={c.n_positions} "
+                                 f"less its {shift} leading positions (generate fewer tokens or shorten the prompt)")
             positions, mask = shift + self.decode_position(input_ids), None
         else:
             if positions is None and input_ids.shape[1] + shift > c.n_positions:
@@ -150,7 +159,7 @@ class GPT(extension.Leading):
             if leading is None:  # after leading keys and values, the tokens are numbered from P
                 positions = positions + shift
             else:  # leading embeddings come first and join the row's first segment and its prefix
-                positions = extension.prepend_positions(positions, shift)
+                positions = ops.prepend_positions(positions, shift)
                 pad = lambda a, value: None if a is None else jnp.pad(a, ((0, 0), (shift, 0)),  # noqa: E731
                                                                       constant_values=value)
                 segment_ids, bidirectional_mask = pad(segment_ids, 1), pad(bidirectional_mask, True)
@@ -208,11 +217,9 @@ def attention_mask(length: int, segment_ids: jax.Array | None = None, prefix_len
 def init_cache(model: GPT, params, batch_size: int, max_length: int) -> dict:
     """An empty cache for `batch_size` rows of up to `max_length` tokens (prompt included); every leaf has
     a leading batch axis. One sizing pass on zeros, compiled once per model and shape."""
-    leading = model.config.leading_positions
-    if max_length + leading > model.config.n_positions:
-        raise ValueError(f"max_length={max_length} exceeds the model's n_positions={model.config.n_positions}"
-                         + (f" less its {leading} leading positions" if leading else "")
-                         + " (generate fewer tokens or shorten the prompt)")
+    if max_length > model.config.n_positions:  # (leading keys and values: the sizing pass checks P more)
+        raise ValueError(f"max_length={max_length} exceeds the model's n_positions={model.config.n_positions} "
+                         "(generate fewer tokens or shorten the prompt)")
     return _sizing_pass(model, params, batch_size, max_length)
 
 

@@ -42,11 +42,20 @@ def stacked_init(inits: tuple[Initializer, ...], axis: int) -> Initializer:
     return init
 
 
+class Sublayers(nn.Module):
+    """A layer passing each sub-layer's output [B, L, D] (dropped out, before the residual add) through
+    `sublayer_output(name, h)`, the identity: a named point for a caller's Flax method interceptor (name: "attention",
+    "cross_attention", "mlp")."""
+
+    def sublayer_output(self, name: str, h: jax.Array) -> jax.Array:  # [B, L, D] -> [B, L, D]
+        return h
+
+
 class Dense(nn.Module):
     """y = x . kernel + bias over the `axis` input dimensions; kernel and bias carry logical axes.
 
     kernel: [*x.shape[axis], *features], e.g. [D, H, K] for an attention projection. `deterministic` is for what
-    intercepts a Dense (models/extension.py) and drops out; the layer itself has no dropout.
+    intercepts a Dense (a Flax method interceptor installed by its caller) and drops out; the layer has no dropout.
     """
     features: int | tuple[int, ...]
     kernel_axes: tuple[str | None, ...]
@@ -158,14 +167,11 @@ causal_mask = attention.causal_mask
 
 def relative_position_bucket(relative_position: jax.Array, bidirectional: bool = True, num_buckets: int = 32,
                              max_distance: int = 128) -> jax.Array:
-    """T5's bucketing of relative positions (Mesh TensorFlow `_relative_position_bucket`).
-
-    relative_position = key position - query position (ints, any shape) -> bucket ids in
-    [0, num_buckets). Bidirectional: separate halves for keys before and after the query.
-    Unidirectional (causal decoder): every key after the query falls in bucket 0 (it is masked).
-    Within a half, the first half of the buckets are the exact distances 0, 1, ...; the rest are
-    logarithmically wider bins up to max_distance, beyond which all distances share the last bucket.
-    """
+    """T5's bucketing of relative positions (Mesh TensorFlow `_relative_position_bucket`): relative_position =
+    key position - query position (ints, any shape) -> bucket ids in [0, num_buckets). Bidirectional: separate halves
+    for keys before and after the query. Unidirectional (causal decoder): every key after the query falls in bucket 0
+    (it is masked). Within a half, the first half of the buckets are the exact distances 0, 1, ...; the rest are
+    logarithmically wider bins up to max_distance, beyond which all distances share the last bucket."""
     buckets = jnp.zeros(relative_position.shape, jnp.int32)
     if bidirectional:
         num_buckets //= 2
@@ -183,12 +189,10 @@ def relative_position_bucket(relative_position: jax.Array, bidirectional: bool =
 
 
 class RelativePositionBias(nn.Module):
-    """T5's learned relative position bias (Raffel et al. 2020, Section 2.1): a scalar per head and bucket.
-
-    The [buckets, H] table belongs to a whole stack: call this once and give the bias to every
-    layer, as T5 does. It takes positions rather than indices so that packed rows, whose positions
-    restart at 0 for each example, bucket by the distance inside their example.
-    """
+    """T5's learned relative position bias (Raffel et al. 2020, Section 2.1): a scalar per head and bucket. The
+    [buckets, H] table belongs to a whole stack: call this once and give the bias to every layer, as T5 does. It takes
+    positions rather than indices so that packed rows, whose positions restart at 0 for each example, bucket by the
+    distance inside their example."""
     num_heads: int
     num_buckets: int = 32
     max_distance: int = 128
@@ -241,7 +245,7 @@ class MultiHeadAttention(nn.Module):
                  bias: jax.Array | None = None,      # [B|1, H, L, S] additive (relative positions)
                  deterministic: bool = True,
                  decode: bool = False,
-                 extra_keys_values: jax.Array | None = None,  # [2, P, H, K]: attended to first (models/extension.py)
+                 extra_keys_values: jax.Array | None = None,  # [2, P, H, K]: attended to first (past keys and values)
                  return_weights: bool = False,
                  rotary: tuple[jax.Array, jax.Array] | None = None,  # cos, sin [B|1, L, K]: RoPE on q and k
                  ) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:

@@ -31,8 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import attention, extension, heads, layers, ops, stack
-from models.bert_tasks import TaskHead
+from models import attention, heads, layers, ops, stack
 from models.config_base import Dims, ModelConfig
 from models.errors import ModelInputError
 
@@ -40,7 +39,7 @@ POOLINGS = ("cls", "mean")
 
 
 @dataclasses.dataclass(frozen=True)
-class ModernBertConfig(ModelConfig):  # + the compute fields and the extension (models/config_base.py)
+class ModernBertConfig(ModelConfig):  # + the compute fields (models/config_base.py)
     vocab_size: int = 50368
     hidden_size: int = 768
     num_layers: int = 22
@@ -135,7 +134,7 @@ def select(is_global, global_: Attention, local: Attention
     return chosen.mask, chosen.rotary
 
 
-class ModernBertLayer(extension.Sublayers):
+class ModernBertLayer(layers.Sublayers):
     """x + Attn(LN(x)), then x + GeGLU(LN(x)); `first`: no attention norm (the embeddings' LN precedes it)."""
     config: ModernBertConfig
     first: bool = False
@@ -143,7 +142,7 @@ class ModernBertLayer(extension.Sublayers):
     @nn.compact
     def __call__(self, x: jax.Array,                       # [B, L, D]
                  global_: Attention, local: Attention, deterministic: bool,
-                 extra_keys_values: jax.Array | None = None,  # [2, P, H, K] (models/extension.py)
+                 extra_keys_values: jax.Array | None = None,  # [2, P, H, K]: this layer's leading keys and values
                  is_global: bool | jax.Array = True) -> jax.Array:
         c = self.config
         mask, rotary = select(is_global, global_, local)
@@ -180,7 +179,7 @@ class ModernBertEmbeddings(nn.Module):
         return self.dropout(self.norm(words), deterministic=deterministic)
 
 
-class ModernBertModel(extension.Leading):
+class ModernBertModel(nn.Module):
     """Embeddings -> layers -> final LN. Returns the sequence [B, L, D] (the input's positions)."""
     config: ModernBertConfig
 
@@ -192,21 +191,24 @@ class ModernBertModel(extension.Leading):
                                    static_argnums=(3,), per_layer_argnums=(4, 5), first_index=1, config=c)
         self.final_norm = layers.LayerNorm(c.norm_eps, use_bias=False, **c.kwargs)
 
-    @extension.attached
     def __call__(self, input_ids: jax.Array,                   # [B, L]
                  input_mask: jax.Array,                        # [B, L] 0 = padding; 1..n = packed examples
                  deterministic: bool = True,
-                 positions: jax.Array | None = None) -> jax.Array:  # [B, L] inside each example; None: 0..L-1
+                 positions: jax.Array | None = None,           # [B, L] inside each example; None: 0..L-1
+                 leading: jax.Array | None = None,             # [B, P, D]: embeddings in front of the input
+                 keys_values: jax.Array | None = None,         # [layers, 2, P, H, K]: past keys and values
+                 ) -> jax.Array:
+        """-> [B, L, D]. Leading embeddings lead every row (its first segment, positions 0..P-1, normalised with the
+        words as Hugging Face's inputs_embeds); leading keys and values are attended to first by each layer."""
         c = self.config
         if input_ids.shape[1] > c.max_position_embeddings:
             raise ModelInputError(f"{input_ids.shape[1]} tokens exceed the model's max_position_embeddings="
                                   f"{c.max_position_embeddings}: shorten the input")
         segments = input_mask.astype(jnp.int32)
         positions = jnp.arange(input_ids.shape[1])[None, :] if positions is None else positions
-        leading, keys_values = self.leading_tokens(input_ids.shape[0])
         if leading is not None:  # they lead every row: segment 1's, at positions 0..P-1
             segments = jnp.pad(segments, ((0, 0), (leading.shape[1], 0)), constant_values=1)
-            positions = extension.prepend_positions(positions, leading.shape[1])
+            positions = ops.prepend_positions(positions, leading.shape[1])
         x = self.embeddings(input_ids, deterministic, leading)
         global_, local = (Attention(attention.SegmentMask(segments, segments, window=window),
                                     layers.rotary_embedding(positions, c.head_dim, theta))
@@ -260,36 +262,3 @@ class ModernBertForMaskedLM(nn.Module):
         if self.config.decoder_bias:
             out = out + self.decoder_bias.astype(jnp.float32)
         return {"mlm_logits": out}
-
-
-class ModernBertForFineTuning(nn.Module):
-    """ModernBERT with a task head, as Hugging Face's ModernBertFor{SequenceClassification, TokenClassification,
-    QuestionAnswering} build it: the prediction head (pretrained with the MLM, `prediction_head`) on the pooled
-    vector ([CLS] or the mean, config.classifier_pooling) or on every token, then the head kind's dropout and
-    classifier (`head`). The same arguments as models/bert_tasks.BertForFineTuning."""
-    config: ModernBertConfig
-    kind: TaskHead                 # a registered head kind (objectives.task_heads.head_kind(name))
-    num_labels: int
-    classifier_dropout: float = 0.0
-    head_options: tuple = ()
-
-    def setup(self):
-        c = self.config
-        self.modernbert = ModernBertModel(c)
-        self.prediction_head = PredictionHead(c)
-        self.head = self.kind.head(self.num_labels, self.classifier_dropout, dict(self.head_options),
-                                   initializer_range=c.hidden_size ** -0.5, **c.kwargs)
-
-    def __call__(self, input_ids: jax.Array, segment_ids: jax.Array, input_mask: jax.Array,  # [B, L]
-                 deterministic: bool = True, **inputs: jax.Array) -> dict[str, jax.Array]:
-        del segment_ids
-        sequence = self.modernbert(input_ids, input_mask, deterministic)
-        if self.config.classifier_pooling == "cls":
-            pooled = sequence[:, 0]
-        else:
-            weights = (input_mask > 0).astype(jnp.float32)[..., None]
-            # max(., 1): a batch's padding rows (no token at all) pool to zeros, not 0/0, whose gradient is NaN
-            count = jnp.maximum(jnp.sum(weights, 1), 1.0)
-            pooled = (jnp.sum(sequence.astype(jnp.float32) * weights, 1) / count).astype(sequence.dtype)
-        return self.kind.outputs(self.head, self.prediction_head(sequence), self.prediction_head(pooled), inputs,
-                                 deterministic)

@@ -125,3 +125,10 @@ def _fmix32(h: jax.Array) -> jax.Array:
     h = (h ^ (h >> 16)) * jnp.uint32(0x85EBCA6B)
     h = (h ^ (h >> 13)) * jnp.uint32(0xC2B2AE35)
     return h ^ (h >> 16)
+
+
+def prepend_positions(positions: jax.Array, length: int) -> jax.Array:
+    """[B|1, L] positions -> [B|1, P + L]: P leading positions 0..P-1 first (embeddings or past keys in front of
+    the input), the input's moved up by P."""
+    leading = jnp.broadcast_to(jnp.arange(length, dtype=positions.dtype), positions.shape[:1] + (length,))
+    return jnp.concatenate([leading, positions + length], axis=1)

@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import attention, extension, layers, ops, stack
+from models import attention, layers, ops, stack
 from models.config_base import Dims, ModelConfig
 from models.errors import ModelInputError
 
@@ -62,7 +62,7 @@ class T5Config(ModelConfig):  # + dtype, param_dtype, attention, scan_layers, fu
         return nn.initializers.normal(self.initializer_factor * fan_in ** -0.5)
 
 
-class T5Block(extension.Sublayers):
+class T5Block(layers.Sublayers):
     """Pre-norm layer: x += Drop(SelfAttn(Norm(x))) [+= Drop(CrossAttn(Norm(x), encoded))] += Drop(FFN(Norm(x)))."""
     config: T5Config
     cross_attention: bool = False  # decoder layers
@@ -123,7 +123,7 @@ class T5Stack(nn.Module):
             query_positions, key_positions = self._decode_positions(x)
         if extra_keys_values is not None:  # as a Hugging Face T5 given them as past keys: positions 0..P-1
             query_positions = query_positions + extra_keys_values.shape[2]
-            key_positions = extension.prepend_positions(key_positions, extra_keys_values.shape[2])
+            key_positions = ops.prepend_positions(key_positions, extra_keys_values.shape[2])
         self_bias = layers.RelativePositionBias(
             c.num_heads, c.relative_attention_num_buckets, c.relative_attention_max_distance,
             bidirectional=not self.is_decoder, embedding_init=c.normal(c.d_model), name="relative_position_bias",
@@ -156,7 +156,7 @@ class T5Stack(nn.Module):
         return position[:, None], keys.value
 
 
-class T5(extension.Leading):
+class T5(nn.Module):
     """T5ForConditionalGeneration: `__call__` (teacher forcing), `encode`, `decode` (incremental with decode=True)."""
     config: T5Config
 
@@ -169,44 +169,47 @@ class T5(extension.Leading):
             self.lm_head = layers.Dense(c.vocab_size, ("embed", "vocab"), use_bias=False,
                                         kernel_init=c.normal(c.d_model), **c.kwargs)
 
-    @extension.attached
     def __call__(self, encoder_input_ids: jax.Array,              # [B, S] int
                  decoder_input_ids: jax.Array,                    # [B, L] int (targets shifted right, 0 first)
                  encoder_segment_ids: jax.Array | None = None,    # [B, S]
                  decoder_segment_ids: jax.Array | None = None,    # [B, L]
                  encoder_positions: jax.Array | None = None,      # [B, S]
                  decoder_positions: jax.Array | None = None,      # [B, L]
-                 deterministic: bool = True, decode: bool = False) -> dict[str, jax.Array]:
-        encoded = self.encode(encoder_input_ids, encoder_segment_ids, encoder_positions, deterministic)
-        encoder_segments = encoder_segments_of(self.config, encoder_input_ids, encoder_segment_ids)
+                 deterministic: bool = True, decode: bool = False,
+                 leading: jax.Array | None = None,                # [B, P, D]: the encoder's leading embeddings
+                 keys_values: jax.Array | None = None,            # [layers, 2, P, H, K]: the decoder's past ones
+                 ) -> dict[str, jax.Array]:
+        encoded = self.encode(encoder_input_ids, encoder_segment_ids, encoder_positions, deterministic, leading)
+        encoder_segments = encoder_segments_of(encoder_input_ids, encoder_segment_ids,
+                                               0 if leading is None else leading.shape[1])
         logits = self.decode(encoded, encoder_segments, decoder_input_ids, decoder_segment_ids, decoder_positions,
-                             deterministic=deterministic, decode=decode)
+                             deterministic=deterministic, decode=decode, keys_values=keys_values)
         return {"logits": logits}
 
-    @extension.attached
     def encode(self, encoder_input_ids: jax.Array, encoder_segment_ids: jax.Array | None = None,
-               encoder_positions: jax.Array | None = None, deterministic: bool = True) -> jax.Array:
+               encoder_positions: jax.Array | None = None, deterministic: bool = True,
+               leading: jax.Array | None = None) -> jax.Array:  # [B, P, D]
         """[B, S] ids -> [B, S, D] encoder states (in the compute dtype); with leading embeddings [B, P + S, D],
-        those first (at positions 0..P-1, in the row's first segment): the decoder reads them too. (Leading keys
-        and values go to the decoder.)"""
-        segments = encoder_segments_of(self.config, encoder_input_ids, encoder_segment_ids)
+        those first (at positions 0..P-1, in the row's first segment): the decoder reads them too."""
+        segments = encoder_segments_of(encoder_input_ids, encoder_segment_ids,
+                                       0 if leading is None else leading.shape[1])
         positions = _positions_or_indices(encoder_input_ids, encoder_positions)
         x = self.shared(encoder_input_ids)
-        leading, _ = self.leading_tokens(x.shape[0])
         if leading is not None:
             x = jnp.concatenate([leading.astype(x.dtype), x], axis=1)
-            positions = extension.prepend_positions(positions, leading.shape[1])
+            positions = ops.prepend_positions(positions, leading.shape[1])
         return self.encoder(x, positions, attention.SegmentMask(segments, segments), deterministic=deterministic)
 
-    @extension.attached
     def decode(self, encoded: jax.Array,                          # [B, S, D]
                encoder_segment_ids: jax.Array,                    # [B, S]: 0 = padding (a 0/1 mask if unpacked)
                decoder_input_ids: jax.Array,                      # [B, L] ([B, 1] with decode=True)
                decoder_segment_ids: jax.Array | None = None,      # [B, L]; None = one example per row
                decoder_positions: jax.Array | None = None,        # [B, L]
-               deterministic: bool = True, decode: bool = False) -> jax.Array:  # [B, L, V] float32 logits
+               deterministic: bool = True, decode: bool = False,
+               keys_values: jax.Array | None = None) -> jax.Array:  # [layers, 2, P, H, K] -> [B, L, V] float32 logits
         """Decoder + output layer. decode=True: one token per call against the 'cache' collection
         (build it with `init_cache`); segment ids and positions then come from the cache and must be None.
+        keys_values: P keys and values every self-attention layer attends to first (past_key_values).
         """
         length = decoder_input_ids.shape[1]
         if decode and (decoder_segment_ids is not None or decoder_positions is not None):
@@ -220,7 +223,6 @@ class T5(extension.Leading):
             self_mask = attention.SegmentMask(decoder_segment_ids, decoder_segment_ids, causal=True)
             cross_mask = attention.SegmentMask(decoder_segment_ids, encoder_segment_ids)
         positions = _positions_or_indices(decoder_input_ids, decoder_positions)
-        _, keys_values = self.leading_tokens(decoder_input_ids.shape[0])  # (leading embeddings lead the encoder's)
         x = self.decoder(self.shared(decoder_input_ids), positions, self_mask, encoded, cross_mask,
                          deterministic=deterministic, decode=decode, extra_keys_values=keys_values)
         if self.config.tie_word_embeddings:  # Mesh TF rescales before reusing the embedding (Raffel et al. 2020)
@@ -235,12 +237,12 @@ def _segments_or_padding(input_ids: jax.Array, segment_ids: jax.Array | None) ->
     return (input_ids != 0).astype(jnp.int32) if segment_ids is None else segment_ids
 
 
-def encoder_segments_of(config: T5Config, input_ids: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
-    """The segment ids of the encoder's states [B, S] ([B, P + S] with leading embeddings: they join the row's
+def encoder_segments_of(input_ids: jax.Array, segment_ids: jax.Array | None, leading: int = 0) -> jax.Array:
+    """The segment ids of the encoder's states [B, S] ([B, P + S] after `leading` P embeddings: they join the row's
     first segment), from the given ones or from the padding (id 0)."""
     segments = _segments_or_padding(input_ids, segment_ids)
-    if config.leading_embeddings:
-        segments = jnp.pad(segments, ((0, 0), (config.leading_embeddings, 0)), constant_values=1)
+    if leading:
+        segments = jnp.pad(segments, ((0, 0), (leading, 0)), constant_values=1)
     return segments
 
 
@@ -266,7 +268,7 @@ def _sizing_pass(model: T5, params, batch_size: int, max_decode_len: int) -> dic
     encoded = jnp.zeros((batch_size, 1, model.config.d_model), jnp.dtype(model.config.dtype))
     _, variables = model.apply({"params": params}, encoded, jnp.ones((batch_size, 1), jnp.int32),
                                jnp.zeros((batch_size, max_decode_len), jnp.int32), decode=True,
-                               mutable=["cache"], method=T5.decode)
+                               mutable=["cache"], method="decode")
     return variables["cache"]
 
 
@@ -280,7 +282,7 @@ def make_tokens_to_logits(model: T5, params, encoded: jax.Array, encoder_mask: j
     def tokens_to_logits(token_ids: jax.Array, cache, step):
         del step
         logits, variables = model.apply({"params": params, "cache": cache}, encoded, encoder_mask.astype(jnp.int32),
-                                        token_ids, decode=True, mutable=["cache"], method=T5.decode)
+                                        token_ids, decode=True, mutable=["cache"], method="decode")
         return logits[:, 0], variables["cache"]
     return tokens_to_logits
 
@@ -292,8 +294,8 @@ def generate(model: T5, params, encoder_input_ids: jax.Array, max_length: int, e
     length penalty alpha, as t5x). A row ends with EOS, then pads with 0. Jittable."""
     from models import decoding  # the generic loops; imported here so that models.t5 stands alone
     batch = encoder_input_ids.shape[0]
-    encoded = model.apply({"params": params}, encoder_input_ids, method=T5.encode)
-    mask = encoder_segments_of(model.config, encoder_input_ids, None) != 0
+    encoded = model.apply({"params": params}, encoder_input_ids, method="encode")  # a wrapper's encode too
+    mask = encoder_segments_of(encoder_input_ids, None, encoded.shape[1] - encoder_input_ids.shape[1]) != 0
     start = jnp.zeros((batch,), jnp.int32)
     if beam_size == 1:
         step = make_tokens_to_logits(model, params, encoded, mask)

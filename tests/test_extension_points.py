@@ -274,7 +274,7 @@ def name_switches(path: str, source: str, kinds: list[Names]) -> list[str]:
 
 # The registries' own modules: they spell the names they register.
 REGISTRIES = ("models/registry.py", "models/families.py", "objectives/registry.py", "objectives/task_heads/",
-              "pretrain/tasks/registry.py", "pretrain/finetuners/registry.py")
+              "pretrain/tasks/registry.py", "pretrain/finetuners/registry.py", "models/peft/methods.py")
 FAMILY_AND_PEFT = frozenset({"model family", "PEFT method"})
 # path prefix -> the extension points whose names it may still switch on, and why
 EXEMPT = {
@@ -284,9 +284,6 @@ EXEMPT = {
     # scripts drive the project from outside, as a user does, and build the peers' side (transformers models, the
     # peft library's configs, synthetic batches per config file) per name: no registered thing of ours holds that
     "scripts/": FAMILY_AND_PEFT,
-    # the PEFT methods' switches move into a PEFT method registry in another change (house-b2), which removes these
-    "models/peft/": frozenset({"PEFT method"}), "pretrain/training/peft.py": frozenset({"PEFT method"}),
-    "models/convert/peft_io.py": frozenset({"PEFT method"}),
 }
 
 
@@ -317,8 +314,7 @@ def test_no_switch_on_a_registered_name_outside_the_registries():
 def test_an_exempt_file_is_exempt_from_its_points_only():
     kinds = registered_names()
     assert {kind.what for kind in checked_names("configs/glue.py", kinds)} == {"objective", "head kind"}
-    assert {kind.what for kind in checked_names("models/peft/lora.py", kinds)} == {"model family", "objective",
-                                                                                  "head kind"}
+    assert {kind.what for kind in checked_names("scripts/bench/bench_glue.py", kinds)} == {"objective", "head kind"}
     assert len(checked_names("pretrain/loops/adaptation.py", kinds)) == 4
 
 

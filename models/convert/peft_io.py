@@ -16,8 +16,10 @@ when trained through an MLP): slot 2l is layer l's keys, 2l + 1 its values, each
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from typing import Callable
 
 import flax.core.meta
 import jax.numpy as jnp
@@ -29,6 +31,7 @@ from models.convert.hf_bert import bert_config_to_hf, hf_state_dict_from_bert
 from models.convert.hf_io import bert_tokenizer_files, check_export_target, replace_directory, write_export
 from models.errors import ModelInputError
 from models.qkv_layout import hf_layout
+from models.registry import Registry
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 # our LoRA target -> (its path in a BERT layer of ours, the Hugging Face module in encoder.layer.{i})
@@ -101,27 +104,37 @@ def _keys(tree) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # peft directories
 # ---------------------------------------------------------------------------------------------
-def save_peft_bert(directory: str, params: dict, config: BertConfig, *, base: str | None = None) -> None:
-    """params {'bert' (base + PEFT weights), 'head'} of a LoRA / prefix / prompt run -> a peft directory.
+def save_peft_bert(directory: str, params: dict, config: BertConfig, spec: peft.PeftConfig, *,
+                   base: str | None = None) -> None:
+    """params {'bert' (base + PEFT weights), 'head'} of a LoRA / prefix / prompt run (`spec`) -> a peft directory.
 
     `base` (a Hugging Face directory) goes into base_model_name_or_path, which AutoPeftModel* loads;
     PeftModel.from_pretrained takes the base model itself and ignores it."""
-    method = config.peft.method
-    writers = {"lora": _lora, "prefix": _prefix, "prompt": _prompt}
-    if method not in writers:
-        raise ModelInputError(f"peft.method={method!r} has no peft library format (it has {', '.join(writers)})")
+    form = PEFT_FORMATS.get(spec.method)
     params = hf_layout(flax.core.meta.unbox(params))  # a scanned run's stacked layers: one per HF layer
-    tensors, adapter_config = writers[method](params["bert"], config)
-    head_prefix = "base_model.model." if method == "lora" else "base_model."  # prompt learning wraps no .model
-    tensors.update(classifier_tensors(params["head"], head_prefix))
+    tensors, adapter_config = form.write(params["bert"], config, spec)
+    tensors.update(classifier_tensors(params["head"], form.head_prefix))
     adapter_config.update(task_type="SEQ_CLS", modules_to_save=["classifier"], inference_mode=True,
                           base_model_name_or_path=base)
     _write_peft(_peft_target(directory), adapter_config, tensors)
 
 
-def _lora(bert: dict, config: BertConfig) -> tuple[dict, dict]:
+@dataclasses.dataclass(frozen=True)
+class PeftFormat:
+    """A PEFT method's form in the peft library's directories."""
+    # (params['bert'], config, spec) -> (tensors, adapter_config.json's settings)
+    write: Callable[[dict, BertConfig, peft.PeftConfig], tuple[dict, dict]]
+    head_prefix: str  # where the classifier's tensors go: LoRA wraps the model (.model), prompt learning does not
+
+
+# peft.method -> its peft library format; the methods the library lacks (adapters) have none
+PEFT_FORMATS: Registry[PeftFormat] = Registry("PEFT method with a peft library format", key="peft.method",
+                                              error=ModelInputError)
+
+
+def _lora(bert: dict, config: BertConfig, spec: peft.PeftConfig) -> tuple[dict, dict]:
     """Each targeted projection's A [*in, r] -> lora_A.weight [r, in], B [r, *out] -> lora_B.weight [out, r]."""
-    spec, tensors = config.peft, {}
+    tensors = {}
     for i in range(config.num_layers):
         for target in spec.lora_targets:
             ours, hf = LORA_MODULES[target]
@@ -146,10 +159,9 @@ def _prompt_learning(config: BertConfig, peft_type: str, length: int) -> dict:
             "num_transformer_submodules": 1}
 
 
-def _prefix(bert: dict, config: BertConfig) -> tuple[dict, dict]:
+def _prefix(bert: dict, config: BertConfig, spec: peft.PeftConfig) -> tuple[dict, dict]:
     """The prefix our PrefixEncoder computes, [L, 2, P, H, K] -> peft's table [P, 2 * L * D] (what peft saves,
     the MLP's output included), so peft loads it without a projection."""
-    spec = config.peft
     encoder = peft.PrefixEncoder(spec.prefix_length, config.num_layers, config.num_heads,
                                  config.hidden_size // config.num_heads, config.hidden_size, spec.prefix_hidden_size)
     prefix = encoder.apply({"params": bert["prefix_encoder"]})                     # [L, 2, P, H, K]
@@ -159,9 +171,9 @@ def _prefix(bert: dict, config: BertConfig) -> tuple[dict, dict]:
     return {"prompt_embeddings": np.asarray(table, np.float32)}, settings
 
 
-def _prompt(bert: dict, config: BertConfig) -> tuple[dict, dict]:
+def _prompt(bert: dict, config: BertConfig, spec: peft.PeftConfig) -> tuple[dict, dict]:
     """Prompt tuning's embeddings [P, D] as they are."""
-    settings = _prompt_learning(config, "PROMPT_TUNING", config.peft.prompt_length)
+    settings = _prompt_learning(config, "PROMPT_TUNING", spec.prompt_length)
     settings.update(prompt_tuning_init="RANDOM")  # only used to initialize; loading reads the saved table
     return {"prompt_embeddings": np.asarray(bert["prompt"]["embedding"], np.float32)}, settings
 
@@ -184,3 +196,8 @@ def _write_peft(directory: str, adapter_config: dict, tensors: dict[str, np.ndar
             json.dump(adapter_config, f, indent=2)
         safetensors.numpy.save_file(tensors, os.path.join(tmp, ADAPTER_WEIGHTS), metadata={"format": "pt"})
     replace_directory(directory, fill)
+
+
+PEFT_FORMATS.register("lora", PeftFormat(_lora, head_prefix="base_model.model."))
+PEFT_FORMATS.register("prefix", PeftFormat(_prefix, head_prefix="base_model."))
+PEFT_FORMATS.register("prompt", PeftFormat(_prompt, head_prefix="base_model."))

@@ -9,31 +9,26 @@ from outside.
   reparameterization MLP during training.
 - prompt (models/peft/virtual_tokens.py): P trainable input embeddings before the token embeddings.
 
-The families name none of them (tests/models/test_peft.py checks): a model config carries one frozen `PeftConfig`
-(its `peft` field, models/config_base.py), and the model's entry methods run under `interceptor(peft)`
-(models/extension.py `attached`), a Flax method interceptor that adds the method's modules at the models' generic
-extension points: the projections (layers.Dense under attention and MLP, by name), each layer's sub-layer
-outputs and the model's leading tokens. The parameters are where the families once created them themselves
-(layer_i/attention/query/lora_a, layer_i/mlp_adapter, prefix_encoder, prompt), so checkpoints and the
-converters (models/convert/peft_io.py) see the same tree. Which parameters train is decided by name
-(`is_peft_path`), so a fine-tuning loop can freeze the rest and store only these.
+Each registers a `PeftMethod` in PEFT_METHODS (models/peft/methods.py) beside its definition; readers ask its
+attributes. The families name none of them (tests/models/test_peft.py checks): a fine-tuning model takes the
+model config and, separately, one frozen `PeftConfig`, and builds its body as `attach(base, peft)`
+(models/peft/model.py): a wrapper in the base model's own scope that feeds the base's explicit optional inputs
+(leading embeddings, leading keys and values) from the method's prompt / prefix_encoder, and runs it under the
+method's Flax method interceptor (LoRA at the projections, adapters at each layer's sub-layer outputs). The
+parameters are where the families once created them themselves (layer_i/attention/query/lora_a,
+layer_i/mlp_adapter, prefix_encoder, prompt), so checkpoints and the converters (models/convert/peft_io.py) see
+the same tree. Which parameters train is decided by name (`is_peft_path`), so a fine-tuning loop can freeze the
+rest and store only these.
 Shapes: B batch, L length, D width, H heads, K head dim, P virtual tokens, r rank, m bottleneck.
 """
 from __future__ import annotations
 
-from typing import Callable
-
-from models.peft.adapters import Adapter, AdapterInterceptor
-from models.peft.config import (LORA_TARGETS, METHODS, NONE, PEFT_NAMES, PLACEMENTS, PeftConfig,  # noqa: F401
+from models.peft.methods import PEFT_METHODS, PeftMethod  # noqa: F401 ("none" registers here)
+from models.peft.adapters import Adapter, AdapterInterceptor  # noqa: F401 (registers "adapters")
+from models.peft.config import (LORA_TARGETS, NONE, PEFT_NAMES, PLACEMENTS, PeftConfig,  # noqa: F401
                                 check_fits, is_peft_path)
-from models.peft.lora import LoraInterceptor, LoraSpec, merge_lora  # noqa: F401
-from models.peft.virtual_tokens import PrefixEncoder, Prompt, VirtualTokenInterceptor, sample_vocabulary  # noqa: F401
+from models.peft.lora import LoraInterceptor, LoraSpec, merge_lora  # noqa: F401 (registers "lora")
+from models.peft.virtual_tokens import PrefixEncoder, Prompt, sample_vocabulary  # noqa: F401 (prefix, prompt)
+from models.peft.model import PeftModel, attach  # noqa: F401
 
-INTERCEPTORS = {"adapters": AdapterInterceptor, "lora": LoraInterceptor, "prefix": VirtualTokenInterceptor,
-                "prompt": VirtualTokenInterceptor}
-
-
-def interceptor(peft: PeftConfig) -> Callable | None:
-    """The Flax method interceptor that attaches `peft`'s method to a model (None: method 'none'). Equal configs
-    give equal interceptors (models/extension.py installs one once, however its entry methods nest)."""
-    return INTERCEPTORS[peft.method](peft) if peft.method in INTERCEPTORS else None
+METHODS = PEFT_METHODS.names()  # none, adapters, lora, prefix, prompt

@@ -4,8 +4,9 @@ attention (and cross-attention) and one after the feed-forward block, "pfeiffer"
 second. As the paper's code (google-research/adapter-bert): GELU, both projections N(0, 1e-3) truncated, zero
 biases, so an adapter starts as the identity; the layer norms train with them.
 
-`AdapterInterceptor` attaches them at each layer's sub-layer outputs (models/extension.py `Sublayers`): the
-adapter after sub-layer `name` is the layer's child `{name}_adapter` (attention_adapter, mlp_adapter, ...).
+`AdapterInterceptor` attaches them (installed around the base model's call, models/peft/model.py) at each layer's
+sub-layer outputs (models/layers.py `Sublayers`): the adapter after sub-layer `name` is the layer's child
+`{name}_adapter` (attention_adapter, mlp_adapter, ...).
 """
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import extension
+from models import layers
+from models.errors import ModelInputError
 from models.layers import Dense
+from models.peft.methods import PEFT_METHODS, PeftMethod
 
 
 class Adapter(nn.Module):
@@ -40,12 +43,27 @@ class AdapterInterceptor:
     peft: Any  # models.peft.PeftConfig
 
     def __call__(self, next_fun, args, kwargs, context):
-        if not extension.intercepts(context, extension.SUBLAYER_OUTPUT, extension.Sublayers):
+        if context.method_name != "sublayer_output" or not isinstance(context.module, layers.Sublayers):
             return next_fun(*args, **kwargs)
-        name, h = extension.sublayer_output_inputs(*args, **kwargs)
+        name, _ = _sublayer_output_inputs(*args, **kwargs)
         h = next_fun(*args, **kwargs)
-        placed = self.peft.adapters_after_mlp if name == "mlp" else self.peft.adapters_after_attention
-        if not placed:
+        if name != "mlp" and self.peft.adapter_placement != "houlsby":  # pfeiffer: after the feed-forward block only
             return h
         # Created inside the layer's own call: the adapter is its child, layer_i/{name}_adapter.
         return Adapter(self.peft.adapter_size, name=f"{name}_adapter", **context.module.config.kwargs)(h)
+
+
+def _sublayer_output_inputs(name: str, h: jax.Array) -> tuple[str, jax.Array]:
+    """A `sublayer_output` call's arguments, however they were passed."""
+    return name, h
+
+
+def check_size(peft, dims) -> None:
+    """A bottleneck wider than the model is none."""
+    if peft.adapter_size > dims.width:
+        raise ModelInputError(f"peft.adapter_size={peft.adapter_size} is wider than the model ({dims.width}): a "
+                              f"bottleneck must be at most {dims.width}")
+
+
+# Houlsby et al. train the layer norms with the adapters (config.peft.adapters.train_norms).
+PEFT_METHODS.register("adapters", PeftMethod(interceptor=AdapterInterceptor, check=check_size, trains_norms=True))

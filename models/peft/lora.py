@@ -2,7 +2,7 @@
 on the targeted projections (query and value by default); A [in, r] as peft initializes it (Kaiming-uniform:
 U(-1/sqrt(in), 1/sqrt(in))), B [r, out] zeros, so the model is unchanged at step 0.
 
-`LoraInterceptor` attaches it: each targeted layers.Dense of an attention layer (query, key, value, out) or a
+`LoraInterceptor` attaches it (installed around the base model's call, models/peft/model.py): each targeted layers.Dense of an attention layer (query, key, value, out) or a
 feed-forward block (intermediate, output) gets `lora_a`, `lora_b` beside its kernel (as peft's query.lora_A), and
 adds the update to its output; a fused projection (qkv, models/qkv_layout.py) gets one update per part.
 """
@@ -16,7 +16,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import extension, layers, ops
+from models import layers, ops
+from models.errors import ModelInputError
+from models.peft.methods import PEFT_METHODS, PeftMethod
 
 PROJECTIONS = {layers.MultiHeadAttention: ("query", "key", "value", "out"), layers.MLP: ("intermediate", "output")}
 FUSED = "qkv"  # models/layers.py: self-attention's query, key and value as one Dense
@@ -40,7 +42,7 @@ class LoraInterceptor:
 
     def __call__(self, next_fun, args, kwargs, context):
         dense = context.module
-        if not extension.intercepts(context, "__call__", layers.Dense):
+        if context.method_name != "__call__" or not isinstance(dense, layers.Dense):
             return next_fun(*args, **kwargs)
         y = next_fun(*args, **kwargs)  # the kernel and bias first: the same parameter order, the same sums
         x, deterministic = _dense_inputs(*args, **kwargs)
@@ -135,3 +137,23 @@ def merge_lora(params: Any, scale: float) -> Any:
         update = jnp.tensordot(a, b, axes=1).reshape(kernel.shape) * scale
         out["kernel"] = (jnp.asarray(kernel, jnp.float32) + update).astype(kernel.dtype)
     return out
+
+
+def projection_ranks(dims) -> dict[str, int]:
+    """The rank of each projection LoRA may target (dims: models.config_base.Dims): the smaller of its input and
+    output widths (width D, attention H * K, feed-forward d_ff)."""
+    attention_rank, mlp_rank = min(dims.width, dims.heads * dims.head_dim), min(dims.width, dims.mlp_width)
+    return {**dict.fromkeys(("query", "key", "value", "out"), attention_rank), "intermediate": mlp_rank,
+            "output": mlp_rank}
+
+
+def check_rank(peft, dims) -> None:
+    """A LoRA rank above a targeted projection's rank is no low-rank update."""
+    ranks = projection_ranks(dims)
+    for target in peft.lora_targets:  # PeftConfig checked the names
+        if peft.lora_rank > ranks[target]:
+            raise ModelInputError(f"peft.lora_rank={peft.lora_rank} exceeds the {target} projection's rank "
+                                  f"{ranks[target]}: use a rank of at most {ranks[target]}")
+
+
+PEFT_METHODS.register("lora", PeftMethod(interceptor=LoraInterceptor, check=check_rank))

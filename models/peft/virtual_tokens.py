@@ -7,13 +7,12 @@
 - prompt (Lester et al. 2021, "The Power of Scale for Parameter-Efficient Prompt Tuning"): P trainable
   input embeddings before the token embeddings; the rest of the model sees a longer input.
 
-`VirtualTokenInterceptor` attaches either at a model's `leading_tokens` (models/extension.py `Leading`): the
-model's child `prefix_encoder` gives the keys and values, its child `prompt` the embeddings; the model
-does the rest (positions, segments, masks: models/bert.py, gpt.py, t5.py).
+Each is a module built beside the base model, in its scope (models/peft/model.py): `prefix_encoder` gives the keys
+and values the base model takes as `keys_values` (past keys and values), `prompt` the embeddings it takes as `leading`
+(inputs_embeds in front); the model does the rest (positions, segments, masks: models/bert.py, gpt.py, t5.py).
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -21,9 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import extension
-from models.errors import ModelInputError
 from models.layers import Dense
+from models.peft.methods import PEFT_METHODS, PeftMethod
 
 
 class PrefixEncoder(nn.Module):
@@ -44,7 +42,7 @@ class PrefixEncoder(nn.Module):
     param_dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self) -> jax.Array:
+    def __call__(self, batch: int | None = None) -> jax.Array:  # the same keys and values for every row
         out = self.num_layers * 2 * self.num_heads * self.head_dim
         init = nn.initializers.normal(1.0)  # torch.nn.Embedding's init, as peft's
         if self.hidden_size:
@@ -77,30 +75,25 @@ class Prompt(nn.Module):
         return jnp.broadcast_to(jnp.asarray(table, self.dtype)[None], (batch, self.length, self.width))
 
 
-@dataclasses.dataclass(frozen=True)
-class VirtualTokenInterceptor:
-    """The method interceptor (flax.linen.intercept_methods) of a PeftConfig with method 'prefix' or 'prompt'."""
-    peft: Any  # models.peft.PeftConfig
-
-    def __call__(self, next_fun, args, kwargs, context):
-        if not extension.intercepts(context, extension.LEADING_TOKENS, extension.Leading):
-            return next_fun(*args, **kwargs)
-        next_fun(*args, **kwargs)  # the model's own: none
-        batch, decode = extension.leading_tokens_inputs(*args, **kwargs)
-        config, peft = context.module.config, self.peft
-        dims, kwargs = config.dims, config.kwargs
-        # Created inside the model's own call: its children prefix_encoder and prompt, as peft names them.
-        if peft.method == "prefix":
-            return None, PrefixEncoder(peft.prefix_length, dims.layers, dims.heads, dims.head_dim, dims.width,
-                                       peft.prefix_hidden_size, name="prefix_encoder", **kwargs)()
-        if decode:
-            raise ModelInputError("decode=True with prompt tuning is not supported: its virtual tokens are not in "
-                                  "the cache (use prefix-tuning or LoRA for generation)")
-        return Prompt(peft.prompt_length, dims.width, name="prompt", **kwargs)(batch), None
-
-
 def sample_vocabulary(embedding: np.ndarray, length: int, seed: int) -> np.ndarray:
     """[V, D] embedding table -> [length, D]: the rows of `length` distinct token ids drawn uniformly (peft's
     SAMPLE_VOCAB; Lester et al. drew from the 5,000 most common tokens, which a vocabulary file does not say)."""
     rows = np.random.default_rng(seed).choice(embedding.shape[0], size=length, replace=False)
     return np.asarray(embedding)[rows]
+
+
+def prefix_encoder(peft, dims, kwargs: dict) -> PrefixEncoder:
+    """Every self-attention layer's P keys and values (T5: the decoder's), from the reparameterization."""
+    return PrefixEncoder(peft.prefix_length, dims.layers, dims.heads, dims.head_dim, dims.width,
+                         peft.prefix_hidden_size, **kwargs)
+
+
+def prompt(peft, dims, kwargs: dict) -> Prompt:
+    return Prompt(peft.prompt_length, dims.width, **kwargs)
+
+
+# The names are peft's (prefix_encoder, prompt), under the base model's own: its checkpoints load as they are.
+PEFT_METHODS.register("prefix", PeftMethod(tokens=prefix_encoder, tokens_name="prefix_encoder", feeds="keys_values",
+                                           length_field="prefix_length"))
+PEFT_METHODS.register("prompt", PeftMethod(tokens=prompt, tokens_name="prompt", feeds="leading",
+                                           length_field="prompt_length", prompt_from_vocabulary=True))

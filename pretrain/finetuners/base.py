@@ -83,8 +83,13 @@ def one_per_example(predictions: np.ndarray, data, examples: list) -> np.ndarray
 
 
 def model_config(config) -> Any:
-    """config.model (+ config.peft) -> the family's model config dataclass, PEFT method included."""
-    return models.model_config(config.model, peft=parameter_efficient.peft_config(config))
+    """config.model -> the family's model config dataclass."""
+    return models.model_config(config.model)
+
+
+def peft_config(config) -> Any:
+    """config.peft -> the PEFT method's PeftConfig (models/peft/), which the fine-tuning model attaches."""
+    return parameter_efficient.peft_config(config)
 
 
 merge_pretrained = pretrained.merge_params  # pretrained weights into a fresh tree (core/pretrained.py)

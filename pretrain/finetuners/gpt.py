@@ -1,4 +1,4 @@
-"""GPT fine-tuned on GLUE with a linear head on the last token (models/gpt_heads.py).
+"""GPT fine-tuned on GLUE with a linear head on the last token (models/gpt_tasks.py).
 
 The input is GPT-1's "traversal-style" sequence without its learned start/delimiter/extract tokens,
 which a pretrained GPT-2 does not have (Radford et al. 2018, Section 3.3): text_a, for a pair task a
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import ml_collections
 
-from models.gpt_heads import GPTForSequenceClassification
+from models.gpt_tasks import GPTForFineTuning
 from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data, tokenizers
-from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config
+from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config, peft_config
 from pretrain.finetuners.bert import BertFinetuner
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import ClassificationTask, Example
@@ -91,9 +91,9 @@ class GPTFinetuner(BertFinetuner):
         return finetune_data.FineTuningData(self.features(examples), {"label": labels}, batch_size,
                                             self.tokenizer.pad_id, **finetune_data.padding(self.config.data))
 
-    def build_model(self) -> GPTForSequenceClassification:
-        return GPTForSequenceClassification(model_config(self.config), self.task.num_labels,
-                                            self.config.model.classifier_dropout)
+    def build_model(self) -> GPTForFineTuning:
+        return GPTForFineTuning(model_config(self.config), self.objective.head, self.objective.num_labels,
+                                self.config.model.classifier_dropout, peft=peft_config(self.config))
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
         """The whole pretrained GPT into params['gpt']; `score` (and nothing else, for a GPT of the same

@@ -12,10 +12,10 @@ import jax
 import ml_collections
 import numpy as np
 
-from models import t5
+from models import peft, t5
 from objectives.denoising import denoising_loss
 from pretrain.data import finetune_data
-from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config, one_per_example
+from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config, one_per_example, peft_config
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import ClassificationTask, Example
 from pretrain.tasks.glue import text_to_text
@@ -87,8 +87,9 @@ class T5Finetuner:
         return finetune_data.Seq2SeqData(features, fields, batch_size, self.tokenizer.pad_id,
                                          **finetune_data.padding(self.config.data), targets_length=self.targets_length)
 
-    def build_model(self) -> t5.T5:
-        return t5.T5(model_config(self.config))
+    def build_model(self) -> t5.T5 | peft.PeftModel:
+        """T5, with a PEFT method attached from outside (its parameters where T5's own are: the tree's root)."""
+        return peft.attach(t5.T5(model_config(self.config)), peft_config(self.config))
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
         return merge_pretrained(params, init.params, init.source)

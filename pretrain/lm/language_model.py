@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import models
-from models import qkv_layout, stack
+from models import peft, qkv_layout, stack
 from models.gpt import GPT, GPTConfig
 from pretrain.data import tokenizers
 from pretrain.runtime.errors import UserError
@@ -25,10 +25,11 @@ from pretrain.training import pretrained
 
 @dataclasses.dataclass
 class LanguageModel:
-    model: GPT
+    model: GPT | peft.PeftModel    # a PEFT run's GPT with its method attached
     params: dict
     tokenizer: tokenizers.Tokenizer
     source: str                    # 'orbax:<dir>/<step>' or 'huggingface:<dir>'
+    peft: peft.PeftConfig = peft.NONE  # the PEFT method a fine-tuning run trained (none: a pretrained GPT)
 
     @property
     def config(self) -> GPTConfig:
@@ -51,12 +52,13 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
         raise UserError(f"{flag}={path} holds a {init.family} model; this needs a decoder-only GPT "
                         "(a configs/gpt2.py workdir or a Hugging Face GPT-2 directory)")
     config = models.model_config({**init.model, "name": family.name}, dropout_rate=0.0, attention_dropout_rate=0.0,
-                                 dtype=dtype, peft=parameter_efficient.peft_config(peft_run or {}))
+                                 dtype=dtype)
     try:
         tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)
     except tokenizers.TokenizerError as e:  # the tokenizer names training's option; these tools have their own
         raise tokenizers.TokenizerError(str(e).replace("--config.tokenizer.path", "--tokenizer_path")) from None
-    model = family.model_cls()(config)
+    method = parameter_efficient.peft_config(peft_run or {})
+    model = peft.attach(family.model_cls()(config), method)
     if part is None:
         params = qkv_layout.to_qkv_layout(stack.to_layout(init.params, scan=config.scan_layers), config.fused_qkv)
     else:  # the base + the trained weights of the fine-tuned body (its task head is left out)
@@ -64,7 +66,7 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
             return pretrained.merge_params(blank, init.params, init.source)
         example = {"input_ids": jnp.zeros((1, 8), jnp.int32)}
         params = parameter_efficient.rebuild(model, example, part[family.body.key], init, merge)
-    return LanguageModel(model, jax.tree.map(jnp.asarray, params), tokenizer, init.source)
+    return LanguageModel(model, jax.tree.map(jnp.asarray, params), tokenizer, init.source, method)
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -102,22 +102,22 @@ def exporter(name: str, peft: bool = False):
 class PeftExport:
     """The forms a fine-tuning run of one PEFT method exports as: merged into plain transformers weights (without
     --peft) and as a peft library directory (--peft); `refused` says why, where the flag asks for a missing one."""
-    merge: Callable[[dict, object], dict] | None = None  # (params, model config) -> the weights with its own merged
+    merge: Callable[[dict, object], dict] | None = None  # (params, PEFT config) -> the weights with its own merged
     unmerged: bool = False                               # a peft directory (--peft)
     full: bool = False                                   # every weight trained: the checkpoint is the whole model
     note: str = ""                                       # what the merged export's message adds
     refused: str = ""                                    # "{workdir} trained ..." where a form is missing
 
 
-def _merge_lora(params: dict, model) -> dict:
+def _merge_lora(params: dict, spec) -> dict:
     """W + alpha / r * A B in every LoRA target, in the layout the converters read."""
-    return peft_modules.merge_lora(hf_layout(params), model.peft.lora_alpha / model.peft.lora_rank)
+    return peft_modules.merge_lora(hf_layout(params), spec.lora_alpha / spec.lora_rank)
 
 
 VIRTUAL_TOKENS = ("{workdir} trained peft.method={method}, which adds virtual tokens rather than weight updates and "
                   "cannot be merged into BERT: export it with --peft")
 PEFT_EXPORTS: Registry[PeftExport] = Registry("PEFT method", key="peft.method", error=errors.UserError)
-PEFT_EXPORTS.register("none", PeftExport(merge=lambda params, model: params, full=True, refused=(
+PEFT_EXPORTS.register("none", PeftExport(merge=lambda params, spec: params, full=True, refused=(
     "--peft exports a parameter-efficient run; {workdir} fine-tuned every weight (peft.method=none): export it "
     "without --peft")))
 PEFT_EXPORTS.register("lora", PeftExport(merge=_merge_lora, unmerged=True, note=" (LoRA merged)"))
@@ -264,14 +264,14 @@ def export_finetuned(workdir: str, config: ml_collections.ConfigDict, output: st
         base = None
     else:
         params, base, step = with_base(config, task, workdir, step)
-    model = model_config(config)  # BertConfig, PEFT method included
+    model, spec = model_config(config), parameter_efficient.peft_config(config)  # BertConfig, PeftConfig
     if peft:
-        peft_io.save_peft_bert(output, params, model, base=base)
+        peft_io.save_peft_bert(output, params, model, spec, base=base)
         where = repr(base) if base else f"an export of its base ({config.init}, with this script)"
         return (f"exported {workdir} step {step} ({method} + classifier, unmerged) to {output}: load it with "
                 f"PeftModel.from_pretrained(BertForSequenceClassification.from_pretrained({where}, "
                 f"num_labels={task.num_labels}), {output!r})")
-    params = form.merge(params, model)
+    params = form.merge(params, spec)
     vocab, lowercase = _vocab(config.tokenizer.to_dict())
     peft_io.save_hf_bert_classifier(output, params, model, getattr(task, "labels", ()), architecture=head.hf_class,
                                     vocab_file=vocab, lowercase=lowercase)

@@ -50,11 +50,16 @@ def peft_config(config: ml_collections.ConfigDict | dict) -> peft_modules.PeftCo
         raise ConfigError(f"config.{e}") from None
 
 
+def method_of(config: ml_collections.ConfigDict) -> peft_modules.PeftMethod:
+    """The registered PEFT method config.peft.method names (models/peft/methods.py): what it does, as attributes."""
+    return peft_modules.PEFT_METHODS.get(peft_config(config).method)
+
+
 def trainable(params: Any, family: str, config: ml_collections.ConfigDict) -> Any:
     """-> a tree of bools like `params`: the PEFT parameters, the task head (every top-level subtree but the
     pretrained body) and, for adapters with train_norms, the layer norms. A family without a body in the table
     (T5: text to text) is its whole tree pretrained, with no head."""
-    norms = config.peft.method == "adapters" and config.peft.adapters.train_norms
+    norms = method_of(config).trains_norms and config.peft.adapters.train_norms
     has_head = models.family(family).body is not None
 
     def trains(path, _) -> bool:
@@ -94,7 +99,7 @@ def settle_pretrained(config, params: dict, fresh: list[str]) -> tuple[dict, lis
     """Pretrained weights just filled a fresh model: PEFT's own weights are not reported as fresh (new by design,
     as the head), and prompt tuning's prompt starts from vocabulary embeddings with config.peft.prompt.init=vocab."""
     fresh = [name for name in fresh if not peft_modules.is_peft_path(name.split("/"))]
-    if config.peft.method == "prompt" and config.peft.prompt.init == "vocab":
+    if method_of(config).prompt_from_vocabulary and config.peft.prompt.init == "vocab":
         params = prompt_from_vocabulary(params, config.seed)
     return params, fresh
 

@@ -3,7 +3,6 @@ them, the weight copies between peft's layouts and ours, and the inputs (see tha
 mapping)."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import flax.core.meta
@@ -19,8 +18,8 @@ from models.convert.hf_gpt2 import gpt_params_from_hf, hf_config_to_gpt
 from models.convert.hf_t5 import hf_config_to_t5, t5_params_from_hf
 from models.bert_tasks import BertForFineTuning
 from objectives.task_heads import head_kind
-from models.gpt_heads import GPTForSequenceClassification
-from models.peft import PeftConfig, is_peft_path
+from models.gpt_tasks import GPTForFineTuning
+from models.peft import NONE, PeftConfig, attach, is_peft_path
 from models.t5 import T5
 
 VOCAB, WIDTH, HEADS, HEAD_DIM, LABELS = 99, 32, 4, 8, 3
@@ -77,24 +76,25 @@ def numpy_state(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 def ours_bert(hf, peft: PeftConfig | None) -> tuple[BertForFineTuning, dict]:
     """(our model, the HF model's base weights and head in our tree) for a BertForSequenceClassification."""
-    config = dataclasses.replace(hf_config_to_bert(hf.config.to_dict()), peft=peft)
+    config = hf_config_to_bert(hf.config.to_dict())
     state = numpy_state(hf)
     params = bert_params_from_hf(state, config)
     params["head"] = {"classifier": {"kernel": state["classifier.weight"].T, "bias": state["classifier.bias"]}}
-    return BertForFineTuning(config, head_kind("classification"), LABELS), params
+    return BertForFineTuning(config, head_kind("classification"), LABELS, peft=peft or NONE), params
 
 
-def ours_gpt2(hf, peft: PeftConfig | None) -> tuple[GPTForSequenceClassification, dict]:
-    config = dataclasses.replace(hf_config_to_gpt(hf.config.to_dict()), peft=peft)
+def ours_gpt2(hf, peft: PeftConfig | None) -> tuple[GPTForFineTuning, dict]:
+    config = hf_config_to_gpt(hf.config.to_dict())
     state = numpy_state(hf)
     score = state.pop("score.weight")
-    return GPTForSequenceClassification(config, LABELS), {"gpt": gpt_params_from_hf(state, config),
-                                                          "score": {"kernel": score.T}}
+    model = GPTForFineTuning(config, head_kind("classification"), LABELS, peft=peft or NONE)
+    return model, {"gpt": gpt_params_from_hf(state, config), "score": {"kernel": score.T}}
 
 
 def ours_t5(hf, peft: PeftConfig | None) -> tuple[T5, dict]:
-    config = dataclasses.replace(hf_config_to_t5(hf.config.to_dict(), untied_lm_head=False), peft=peft)
-    return T5(config), t5_params_from_hf(numpy_state(hf), config)
+    """(T5 with the PEFT method attached from outside, the HF model's weights in our tree)."""
+    config = hf_config_to_t5(hf.config.to_dict(), untied_lm_head=False)
+    return attach(T5(config), peft or NONE), t5_params_from_hf(numpy_state(hf), config)
 
 
 def peft_configs(method: str, task: TaskType, *, rank: int = 8, alpha: float = 8.0):

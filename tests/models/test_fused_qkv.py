@@ -75,10 +75,11 @@ def _lora_model(family: str, targets: tuple[str, ...], fused: bool):
     spec = peft.PeftConfig(method="lora", lora_targets=targets, lora_rank=4, lora_alpha=8.0)
     if family == "bert":
         config = BertConfig(vocab_size=101, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
-                            max_position_embeddings=32, peft=spec, fused_qkv=fused)
-        return BertForFineTuning(config, head_kind("classification"), 3), (IDS, IDS * 0, (IDS != 0).astype(jnp.int32))
-    model, args = build("t5", peft=spec, fused_qkv=fused)
-    return model, args
+                            max_position_embeddings=32, fused_qkv=fused)
+        return (BertForFineTuning(config, head_kind("classification"), 3, peft=spec),
+                (IDS, IDS * 0, (IDS != 0).astype(jnp.int32)))
+    model, args = build("t5", fused_qkv=fused)
+    return peft.attach(model, spec), args
 
 
 def _random_lora_b(params):
@@ -109,8 +110,8 @@ def test_peft_export_of_a_fused_lora_run_writes_the_separate_runs_tensors(tmp_pa
     separate, args = _lora_model("bert", ("query", "key", "value"), fused=False)
     params = _random_lora_b(nn.unbox(separate.init(jax.random.key(0), *args))["params"])
     fused_config = dataclasses.replace(separate.config, fused_qkv=True)
-    peft_io.save_peft_bert(str(tmp_path / "separate"), params, separate.config)
-    peft_io.save_peft_bert(str(tmp_path / "fused"), qkv_layout.fuse_qkv(params), fused_config)
+    peft_io.save_peft_bert(str(tmp_path / "separate"), params, separate.config, separate.peft)
+    peft_io.save_peft_bert(str(tmp_path / "fused"), qkv_layout.fuse_qkv(params), fused_config, separate.peft)
     written = [safetensors.numpy.load_file(str(tmp_path / name / peft_io.ADAPTER_WEIGHTS))
                for name in ("separate", "fused")]
     assert sorted(written[0]) == sorted(written[1]) and any("lora_A" in name for name in written[0])

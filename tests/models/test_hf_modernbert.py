@@ -21,7 +21,8 @@ from models.convert.hf_io import read_hf_config, read_weights
 from models.convert.hf_modernbert import (config_from_hf, hf_state_dict, load_hf_modernbert, params_from_hf,
                                           save_hf_modernbert)
 from models.errors import ModelInputError
-from models.modernbert import ModernBertConfig, ModernBertForFineTuning, ModernBertForMaskedLM
+from models.modernbert import ModernBertConfig, ModernBertForMaskedLM
+from models.modernbert_tasks import ModernBertForFineTuning
 from objectives.task_heads import head_kind
 from tests.helpers.modernbert import write_modernbert_tokenizer
 

@@ -75,14 +75,14 @@ def test_bad_modernbert_config_is_one_line(fields, message):
     assert "\n" not in str(info.value)
 
 
-# ----- Fine-tuning: PEFT attaches at the generic extension points, in either layout -----
+# ----- Fine-tuning: PEFT attaches from outside (models/peft/model.py), in either layout -----
 def task_model(method: str = "none", scan: bool = False, pooling: str = "cls", **peft_fields):
     from models import peft
-    from models.modernbert import ModernBertForFineTuning
+    from models.modernbert_tasks import ModernBertForFineTuning
     from objectives.task_heads import head_kind
-    config = dataclasses.replace(CONFIG, scan_layers=scan, classifier_pooling=pooling,
-                                 peft=peft.PeftConfig(method=method, **peft_fields))
-    return ModernBertForFineTuning(config, head_kind("classification"), 3)
+    config = dataclasses.replace(CONFIG, scan_layers=scan, classifier_pooling=pooling)
+    return ModernBertForFineTuning(config, head_kind("classification"), 3,
+                                   peft=peft.PeftConfig(method=method, **peft_fields))
 
 
 IDS = jnp.array([[5, 6, 7, 8, 9, 10, 11, 12, 13, 1, 0, 0], [3, 4, 5, 6, 7, 8, 9, 1, 3, 4, 5, 6]], jnp.int32)

@@ -1,4 +1,4 @@
-"""GPT fine-tuning with a linear head on the last token (models/gpt_heads.py, pretrain/finetuners/gpt.py):
+"""GPT fine-tuning with a linear head on the last token (models/gpt_tasks.py, pretrain/finetuners/gpt.py):
 parity with transformers' GPT2ForSequenceClassification, which token the head reads, the input format,
 merging a pretrained GPT, freezing, and the real `pretrain.finetune` command on SST-2."""
 from __future__ import annotations
@@ -17,7 +17,8 @@ import transformers
 from configs import glue as glue_config
 from models.convert.hf_gpt2 import hf_state_dict_from_gpt
 from models.gpt import GPT, GPTConfig
-from models.gpt_heads import GPTForSequenceClassification
+from models.gpt_tasks import GPTForFineTuning
+from objectives.task_heads import head_kind
 from pretrain.data.tokenizers import CharTokenizer
 from pretrain.finetuners import registry
 from pretrain.finetuners.gpt import GPTFinetuner, LastTokenObjective
@@ -57,7 +58,7 @@ def _params(num_labels: int, seed: int = 0) -> dict:
 
 
 def _forward(num_labels: int):
-    model = GPTForSequenceClassification(CONFIG, num_labels)
+    model = GPTForFineTuning(CONFIG, head_kind("regression" if num_labels == 1 else "classification"), num_labels)
     return jax.jit(lambda params, ids, mask: model.apply({"params": params}, ids, mask)["logits"])
 
 
@@ -276,7 +277,7 @@ def test_lora_finetuned_gpt_loads_as_a_language_model(tmp_path, tiny_gpt_workdir
     finetuning.finetune(config, str(workdir))
 
     adapted, base = load_language_model(str(workdir)), load_language_model(tiny_gpt_workdir)
-    assert adapted.config.peft.method == "lora" and base.config.peft.method == "none"
+    assert adapted.peft.method == "lora" and base.peft.method == "none"
     lora_b = [x for path, x in jax.tree_util.tree_flatten_with_path(adapted.params)[0] if "lora_b" in str(path)]
     assert len(lora_b) == 3 and all(np.any(np.asarray(b)) for b in lora_b)  # trained, so the scores move
     ids = jnp.asarray([adapted.tokenizer.encode("it is a good film, and a fine one.")])

@@ -193,7 +193,7 @@ def test_a_modernbert_fine_tuning_run_exports_as_the_class_of_its_head(kind, cls
     import transformers
 
     from configs import modernbert
-    from models.modernbert import ModernBertForFineTuning
+    from models.modernbert_tasks import ModernBertForFineTuning
     from objectives.task_heads import head_kind
     from pretrain.tasks import registry as task_registry
     from pretrain.training.train_state import unbox

@@ -72,11 +72,12 @@ def _inputs(base: str, tokenizer: str | None = None) -> dict[str, np.ndarray]:
                           return_tensors="np"))
 
 
-def _ours(params: dict, model_config, inputs: dict) -> np.ndarray:
-    """Our fine-tuned model's logits [B, C]."""
+def _ours(params: dict, model_config, inputs: dict, peft_config=None) -> np.ndarray:
+    """Our fine-tuned model's logits [B, C] (with peft_config's method attached)."""
+    from models import peft as peft_modules
     from models.bert_tasks import BertForFineTuning
     from objectives.task_heads import head_kind
-    model = BertForFineTuning(model_config, head_kind("classification"), 2)
+    model = BertForFineTuning(model_config, head_kind("classification"), 2, peft=peft_config or peft_modules.NONE)
     out = model.apply({"params": params}, np.asarray(inputs["input_ids"], np.int32),
                       np.asarray(inputs["token_type_ids"], np.int32), np.asarray(inputs["attention_mask"], np.int32))
     return np.asarray(out["logits"])
@@ -109,7 +110,7 @@ def test_lora_run_exports_merged_and_as_peft(lora_run, base_dir, tmp_path):
 
     from pretrain.data import tokenizers
     from pretrain.finetuners import registry
-    from pretrain.finetuners.base import model_config
+    from pretrain.finetuners.base import model_config, peft_config
     from pretrain.loops import evaluation
     from pretrain.tasks import registry as task_registry
     from pretrain.tools import export_hf_bert
@@ -122,9 +123,10 @@ def test_lora_run_exports_merged_and_as_peft(lora_run, base_dir, tmp_path):
     lora_b = [np.asarray(x) for p, x in jax.tree_util.tree_leaves_with_path(params) if "lora_b" in str(p)]
     assert len(lora_b) == 4 and all(np.abs(b).max() > 1e-3 for b in lora_b)  # B trained away from zero
     inputs = _inputs(base_dir)
-    ours = _ours(params, model_config(config), inputs)
+    ours = _ours(params, model_config(config), inputs, peft_config(config))
     zero_b = jax.tree_util.tree_map_with_path(lambda p, x: x * 0 if "lora_b" in str(p) else x, params)
-    assert np.abs(_ours(zero_b, model_config(config), inputs) - ours).max() > 10 * TOLERANCE  # LoRA matters
+    assert np.abs(_ours(zero_b, model_config(config), inputs, peft_config(config)) - ours).max() > 10 * TOLERANCE
+    # (zero B: LoRA matters)
 
     merged = str(tmp_path / "merged")
     print(export_hf_bert.export(lora_run, merged))
@@ -189,8 +191,6 @@ def test_lora_export_errors_are_one_line(lora_run, tmp_path):
 def test_peft_directories_give_our_logits(base_dir, tmp_path, method, settings):
     """peft_io.save_peft_bert on random PEFT weights and head over the tiny base: every LoRA target's module
     name and layout, the prefix table's slot order (with and without the MLP) and the prompt's embeddings."""
-    import dataclasses
-
     import peft
 
     from models import peft as peft_modules
@@ -199,20 +199,20 @@ def test_peft_directories_give_our_logits(base_dir, tmp_path, method, settings):
     from objectives.task_heads import head_kind
     from pretrain.training import peft as parameter_efficient
     config, base = load_hf_bert(base_dir)
-    config = dataclasses.replace(config, peft=peft_modules.PeftConfig(method=method, **settings))
+    spec = peft_modules.PeftConfig(method=method, **settings)
     inputs = _inputs(base_dir)
     ids = np.asarray(inputs["input_ids"], np.int32)
-    params = BertForFineTuning(config, head_kind("classification"), 2).init(jax.random.key(1), ids, ids, ids)["params"]
+    params = BertForFineTuning(config, head_kind("classification"), 2, peft=spec).init(jax.random.key(1), ids, ids, ids)["params"]
     params = parameter_efficient.overlay(jax.tree.map(np.asarray, flax.core.meta.unbox(params)), {"bert": base["bert"]})
     rng = np.random.default_rng(0)
     moved = re.compile("lora_b|prefix_encoder|head")  # B away from zero, a prefix MLP and a head of some weight
     params = jax.tree_util.tree_map_with_path(
         lambda p, x: rng.normal(0, 0.3, x.shape).astype(x.dtype) if moved.search(str(p)) else x, params)
-    ours = _ours(params, config, inputs)
-    without = _ours(_without_peft(params), dataclasses.replace(config, peft=peft_modules.NONE), inputs)
+    ours = _ours(params, config, inputs, spec)
+    without = _ours(_without_peft(params), config, inputs)
     assert np.abs(without - ours).max() > 100 * TOLERANCE  # the PEFT weights matter
 
     out = str(tmp_path / method)
-    peft_io.save_peft_bert(out, params, config)
+    peft_io.save_peft_bert(out, params, config, spec)
     loaded = peft.PeftModel.from_pretrained(_hf_classifier(base_dir), out)
     np.testing.assert_allclose(_theirs(loaded, inputs), ours, atol=TOLERANCE)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from configs import glue
-from models import modernbert
+from models import modernbert, modernbert_tasks
 from models.bert import BertConfig
 from models.bert_tasks import BertForFineTuning
 from objectives.task_heads import head_kind
@@ -32,7 +32,7 @@ def _bert(**kw):
 def _modernbert(**kw):
     config = modernbert.ModernBertConfig(vocab_size=40, hidden_size=16, num_layers=LAYERS, num_heads=2,
                                          intermediate_size=32, max_position_embeddings=16, local_attention=8, **kw)
-    return modernbert.ModernBertForFineTuning(config, head_kind("classification"), 3)
+    return modernbert_tasks.ModernBertForFineTuning(config, head_kind("classification"), 3)
 
 
 MODELS = {"bert": lambda: _bert(), "bert scanned": lambda: _bert(scan_layers=True),

@@ -201,7 +201,8 @@ def test_a_body_weight_the_checkpoint_lacked_trains_from_the_start(strategy, kw)
 
 # ----- ModernBERT: layer 0 has no attention norm, a final norm and a pretrained prediction head above the top -----
 def test_gradual_unfreezing_thaws_modernbert_from_the_top_down():
-    from models.modernbert import ModernBertConfig, ModernBertForFineTuning
+    from models.modernbert import ModernBertConfig
+    from models.modernbert_tasks import ModernBertForFineTuning
     config = ModernBertConfig(vocab_size=40, hidden_size=16, num_layers=NUM_LAYERS, num_heads=2, intermediate_size=24,
                               max_position_embeddings=16)
     model = ModernBertForFineTuning(config, head_kind("classification"), 3)
