@@ -17,6 +17,7 @@ from typing import Any
 
 import ml_collections
 
+from models.registry import resolve
 from pretrain.runtime import profiling
 from pretrain.training import config_keys, prng
 from pretrain.runtime.errors import ConfigError
@@ -27,27 +28,14 @@ DTYPES = ("float32", "bfloat16", "float16")
 _int, _float, _choice = integer, number, choice  # the range table's short names
 
 
-def _known(kind: str) -> tuple[Callable[[Any], bool], str]:
-    """Names the code defines, imported on demand (the registries live in their rooms)."""
-    if kind == "model":
-        import models
-        return _choice(*models.FAMILIES)
-    if kind == "attention":
-        from models import attention
-        return _choice(*attention.IMPLEMENTATIONS)
-    if kind == "remat":
-        from models import stack
-        return _choice(*stack.REMAT_POLICIES)
-    if kind == "objective":
-        import objectives
-        return _choice(*objectives.names())
-    if kind == "masking":
-        from objectives import bert_pretraining
-        return _choice(*bert_pretraining.MASKINGS)
-    if kind == "peft":
-        from models import peft
-        return _choice(*peft.METHODS)
-    raise KeyError(kind)
+# A range given as a "module:attribute" string: the names that attribute holds (a Registry or a tuple), imported on
+# demand, since the tables live in their own modules.
+FAMILY_NAMES, OBJECTIVE_NAMES, PEFT_NAMES = ("models.families:FAMILIES", "objectives.registry:OBJECTIVES",
+                                             "models.peft.methods:PEFT_METHODS")
+
+
+def _known(names: str) -> tuple[Callable[[Any], bool], str]:
+    return _choice(*resolve(names))
 
 
 # key -> (check, what is allowed); a key the config does not have is not checked.
@@ -61,7 +49,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "prng_impl": _choice(*prng.IMPLEMENTATIONS),
     "init": (lambda v: isinstance(v, str), "a path (a pretrain.train workdir or a Hugging Face directory) or ''"),
     # model (every family's field names)
-    "model.name": "model", "model.dtype": _choice(*DTYPES), "model.param_dtype": _choice(*DTYPES),
+    "model.name": FAMILY_NAMES, "model.dtype": _choice(*DTYPES), "model.param_dtype": _choice(*DTYPES),
     **{f"model.{k}": POSITIVE for k in (
         "vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings",
         "d_model", "d_ff", "head_dim", "num_encoder_layers", "num_decoder_layers", "n_positions",
@@ -71,20 +59,20 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     **{f"model.{k}": DROPOUT for k in ("dropout_rate", "attention_dropout_rate", "classifier_dropout",
                                        "embedding_dropout")},
     "model.layer_norm_eps": POSITIVE_FLOAT, "model.initializer_range": POSITIVE_FLOAT,
-    "model.initializer_factor": POSITIVE_FLOAT, "model.attention": "attention", "model.remat": "remat",
+    "model.initializer_factor": POSITIVE_FLOAT, "model.attention": "models.attention:IMPLEMENTATIONS", "model.remat": "models.stack:REMAT_POLICIES",
     **{f"model.{k}": POSITIVE_FLOAT for k in ("norm_eps", "global_rope_theta", "local_rope_theta",
                                               "initializer_cutoff_factor")},
     "model.scan_layers": _choice(True, False), "model.fused_qkv": _choice(True, False),
     "model.teacher_layers": POSITIVE,  # distillation (models/distillation/model.py); a teacher width of 0 is the student's
     **{f"model.teacher_{k}": NON_NEGATIVE for k in ("hidden_size", "num_heads", "intermediate_size")},
     # objective
-    "objective.name": "objective", "objective.mask_prob": PROBABILITY, "objective.eval_mask_prob": SHARE, "objective.noise_density": PROBABILITY,
+    "objective.name": OBJECTIVE_NAMES, "objective.mask_prob": PROBABILITY, "objective.eval_mask_prob": SHARE, "objective.noise_density": PROBABILITY,
     "objective.replace_with_mask": SHARE, "objective.replace_with_random": SHARE, "objective.short_seq_prob": SHARE,
     "objective.geometric_p": _float(0, 1, low_open=True, what="a probability in (0, 1]"),
     "objective.mean_noise_span_length": _float(1, what="a number >= 1"),
     "objective.max_predictions_per_seq": POSITIVE, "objective.long_max_predictions_per_seq": POSITIVE,
     "objective.max_span_length": POSITIVE, "objective.targets_length": NON_NEGATIVE,
-    "objective.masking": "masking", "objective.ngram_max": POSITIVE,
+    "objective.masking": "objectives.bert_pretraining:MASKINGS", "objective.ngram_max": POSITIVE,
     "objective.z_loss": NON_NEGATIVE_FLOAT, "objective.packing": _choice(True, False),
     # data and tokenizer
     "data.max_seq_length": POSITIVE, "data.window_documents": POSITIVE, "data.pad_to_multiple_of": POSITIVE,
@@ -96,7 +84,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     # fine-tuning
     "init_weights": _choice("pretrained", "random"),
     "discriminative_factor": _float(1, what="a number >= 1 (1: every layer at the same rate; ULMFiT: 2.6)"),
-    "peft.method": "peft", "peft.adapters.size": POSITIVE, "peft.adapters.placement": _choice("houlsby", "pfeiffer"),
+    "peft.method": PEFT_NAMES, "peft.adapters.size": POSITIVE, "peft.adapters.placement": _choice("houlsby", "pfeiffer"),
     "peft.adapters.train_norms": _choice(True, False), "peft.lora.rank": POSITIVE, "peft.lora.alpha": POSITIVE_FLOAT,
     "peft.lora.dropout": DROPOUT, "peft.prefix.length": POSITIVE, "peft.prefix.hidden_size": NON_NEGATIVE,
     "peft.prompt.length": POSITIVE, "peft.prompt.init": _choice("vocab", "random"),
