@@ -31,7 +31,6 @@ from models.registry import Registry
 from objectives.interface import StepObjective
 from pretrain.data import finetune_data
 from pretrain.tasks.base import Task
-from pretrain.training import peft as parameter_efficient
 from pretrain.training import pretrained
 from pretrain.training.pretrained import Pretrained
 
@@ -85,11 +84,6 @@ def one_per_example(predictions: np.ndarray, data, examples: list) -> np.ndarray
 def model_config(config) -> Any:
     """config.model -> the family's model config dataclass."""
     return models.model_config(config.model)
-
-
-def peft_config(config) -> Any:
-    """config.peft -> the PEFT method's PeftConfig (models/peft/), which the fine-tuning model attaches."""
-    return parameter_efficient.peft_config(config)
 
 
 merge_pretrained = pretrained.merge_params  # pretrained weights into a fresh tree (core/pretrained.py)

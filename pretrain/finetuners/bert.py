@@ -13,9 +13,10 @@ import flax.linen as nn
 import models
 from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data
-from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config, one_per_example, peft_config
+from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config, one_per_example
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import ClassificationTask, Example
+from pretrain.training import peft as parameter_efficient
 from pretrain.training.pretrained import Pretrained
 
 # The encoder families: every family with a task model (an encoder with a task head) fine-tunes through these
@@ -66,7 +67,7 @@ class BertFinetuner:
         task_model = models.registry.resolve(self.family.task_model)
         return task_model(model_config(self.config), self.objective.head, self.objective.num_labels,
                           self.config.model.classifier_dropout, tuple(sorted(self.head_options().items())),
-                          peft=peft_config(self.config))
+                          peft=parameter_efficient.peft_config(self.config))
 
     def head_options(self) -> dict:
         """The head kind's options (none for the plain heads)."""

@@ -18,10 +18,11 @@ import ml_collections
 from models.gpt_tasks import GPTForFineTuning
 from objectives.task_heads.objective import FineTuningObjective
 from pretrain.data import finetune_data, tokenizers
-from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config, peft_config
+from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config
 from pretrain.finetuners.bert import BertFinetuner
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import ClassificationTask, Example
+from pretrain.training import peft as parameter_efficient
 from pretrain.training.pretrained import Pretrained
 
 
@@ -93,7 +94,7 @@ class GPTFinetuner(BertFinetuner):
 
     def build_model(self) -> GPTForFineTuning:
         return GPTForFineTuning(model_config(self.config), self.objective.head, self.objective.num_labels,
-                                self.config.model.classifier_dropout, peft=peft_config(self.config))
+                                self.config.model.classifier_dropout, peft=parameter_efficient.peft_config(self.config))
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
         """The whole pretrained GPT into params['gpt']; `score` (and nothing else, for a GPT of the same

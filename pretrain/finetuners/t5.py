@@ -15,10 +15,11 @@ import numpy as np
 from models import peft, t5
 from objectives.denoising import denoising_loss
 from pretrain.data import finetune_data
-from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config, one_per_example, peft_config
+from pretrain.finetuners.base import FINETUNERS, merge_pretrained, model_config, one_per_example
 from pretrain.runtime.errors import UserError
 from pretrain.tasks.classification import ClassificationTask, Example
 from pretrain.tasks.glue import text_to_text
+from pretrain.training import peft as parameter_efficient
 from pretrain.training.pretrained import Pretrained
 
 
@@ -89,7 +90,7 @@ class T5Finetuner:
 
     def build_model(self) -> t5.T5 | peft.PeftModel:
         """T5, with a PEFT method attached from outside (its parameters where T5's own are: the tree's root)."""
-        return peft.attach(t5.T5(model_config(self.config)), peft_config(self.config))
+        return peft.attach(t5.T5(model_config(self.config)), parameter_efficient.peft_config(self.config))
 
     def merge_pretrained(self, params: dict, init: Pretrained) -> tuple[dict, list[str]]:
         return merge_pretrained(params, init.params, init.source)
