@@ -13,19 +13,20 @@
   or bfloat16 inputs, head dim a multiple of 8 up to 128). Its sliding window is one-sided: a causal window
   enters as `local_window_size`, a two-sided one (ModernBERT's) falls back to the dense band in the mask, which
   JAX adds as a bias [B|1, 1, L, S]. Checked here by the arguments it is called with (no GPU in the tests).
-- "pallas": the TPU flash-attention kernel written in Pallas (jax.experimental.pallas.ops.tpu): blocks of
-  128 queries x 128 keys in VMEM, no [L, S] matrix in HBM for the softmax. Query and key lengths must be
-  multiples of 128. A `SegmentMask` (what BERT, GPT without a prefix and T5 build) enters as the kernel's
-  own segment ids and causal flag, so no [L, S] mask exists anywhere; a dense mask (prefix LM) and T5's
-  bias enter as its additive `ab` input ([B, H, L, S], which the kernel differentiates, so T5's
-  relative-position table learns). The kernel has no sliding window: a `SegmentMask`'s window falls back to the
-  band as `ab` (segments still as ids), materialised [B, H, L, S] in HBM and computed over every block, so a
-  window costs memory and saves no FLOPs; so does ModernBERT's scanned stack, whose mask is dense (the layer's
-  kind is traced: select in models/modernbert.py). Under a mesh with more than one device
-  it runs per shard (shard_map over the batch axes, heads over `tensor`). Tested on CPU in Pallas' TPU
-  interpret mode; compiles for TPU with libtpu (python -m pretrain.tools.aot_compile).
-- "auto": the fastest that applies: cuDNN on a GPU in half precision, Pallas on a TPU where the lengths
-  allow, XLA elsewhere; the reference wherever attention dropout is active (training with
+- "pallas": JAX's Pallas flash-attention kernel for TPU (models/attention_tpu.py): blocks of 128 queries x 128
+  keys in VMEM, no [L, S] matrix in HBM for the softmax; query and key lengths multiples of 128. A `SegmentMask`
+  enters as the kernel's own segment ids and causal flag; a dense mask (prefix LM, leading keys) and T5's bias as
+  its additive `ab` input ([B, H, L, S], which the kernel differentiates, so T5's relative-position table learns).
+  A sliding window enters as `ab` too: computed over every block, it saves nothing.
+- "splash": JAX's block-sparse splash kernel for TPU (models/attention_tpu.py, MaxText's): the static part of a
+  `SegmentMask` (full, causal, a sliding window, both) decides at trace time which 128 x 128 blocks hold anything,
+  and only those are computed, forward and backward; the segments mask inside them. A window of 64 keys either
+  side over 1,024 tokens visits 3 blocks of 8 per query block. No additive input: T5's bias and dense masks take
+  "pallas". A scanned ModernBERT layer, whose kind is traced, runs one of two compiled kernels (lax.cond).
+  Both TPU kernels run per shard under a mesh (shard_map over the batch axes, heads over `tensor`) and are tested
+  on the CPU in Pallas' TPU interpret mode; they compile for TPU with libtpu (python -m pretrain.tools.aot_compile).
+- "auto": the fastest that applies: cuDNN on a GPU in half precision; on a TPU where the lengths tile, splash for
+  a `SegmentMask` without a bias, else Pallas' flash kernel; XLA elsewhere; the reference wherever attention dropout is active (training with
   `attention_dropout_rate > 0`).
 
 Shapes: B = batch, L = query length, S = key length, H = heads, K = head dim.
@@ -34,14 +35,19 @@ from __future__ import annotations
 
 from typing import Callable
 
+import contextlib
+import contextvars
+
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn", "pallas")
-FUSED = ("xla", "cudnn", "pallas")  # none of them can drop attention probabilities out
-PALLAS_BLOCK = 128                  # the TPU kernel's tile along queries and keys
-PALLAS_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # the kernel's own mask value: finite after scaling
+from models import attention_tpu
+
+IMPLEMENTATIONS = ("auto", "einsum", "xla", "cudnn", "pallas", "splash")
+FUSED = ("xla", "cudnn", "pallas", "splash")  # none of them can drop attention probabilities out
+TPU_KERNELS = ("pallas", "splash")
 
 
 @flax.struct.dataclass
@@ -49,19 +55,20 @@ class SegmentMask:
     """A mask kept as what it is made of: a query attends to the keys of its own segment (ids 0 = padding,
     which neither attends nor is attended to; a 0/1 padding mask is the unpacked case; no ids: one segment)
     and, if `causal`, to keys at or before its position only. `dense()` is the [B|1, 1, L, S] bool array
-    the reference takes; the fused kernels take the parts: Pallas its segment ids and causal flag (no [L, S]
-    matrix anywhere), XLA and cuDNN `is_causal` beside the segments' mask.
+    the reference takes; the fused kernels take the parts: the TPU kernels their segment ids and causal flag (no
+    [L, S] matrix anywhere), XLA and cuDNN `is_causal` beside the segments' mask.
     `window` > 0: a sliding window (ModernBERT's local attention): query i attends only to keys j with
     |i - j| <= window, by index in the row (in a packed row, the distance inside the example). XLA takes it as
-    `local_window_size` (cuDNN only with `causal`: its window is one-sided); the reference, cuDNN otherwise and
-    Pallas (whose kernel has none) as the band in the dense mask or the additive input.
-    `band` [1, 1, L, S] bool: one more mask every row shares (a scanned ModernBERT layer's window or none, chosen
-    by a traced flag), which Pallas takes as an additive input shared by the rows (no [B, ...] copy)."""
+    `local_window_size` (cuDNN only with `causal`: its window is one-sided), splash as its block-sparse mask; the
+    reference, cuDNN otherwise and Pallas' flash kernel as the band in the dense mask or the additive input.
+    `windowed` [] bool, traced: whether the window applies (a scanned ModernBERT layer's kind; None: it does): the
+    band becomes `window | ~windowed`, which Pallas' flash kernel takes as an input every row shares, and splash
+    runs the kernel of the layer's kind."""
     q_segments: jax.Array | None = None    # [B|1, L] int; None: one segment, no padding
     kv_segments: jax.Array | None = None   # [B|1, S] int; None exactly when q_segments is
     causal: bool = flax.struct.field(pytree_node=False, default=False)
     window: int = flax.struct.field(pytree_node=False, default=0)
-    band: jax.Array | None = None          # [1, 1, L, S] bool, True = may attend
+    windowed: jax.Array | None = None      # [] bool
 
     def dense(self, q_len: int, kv_len: int) -> jax.Array | None:  # [B|1, 1, L, S] bool, True = may attend
         mask = None if self.q_segments is None else segment_mask(self.q_segments, self.kv_segments)
@@ -74,12 +81,19 @@ class SegmentMask:
         return mask
 
     def shared(self, length: int) -> jax.Array | None:
-        """[1, 1, L, L] bool: what every row's mask has in common beside the segments and causality (the window and
-        the band), or None."""
+        """[1, 1, L, L] bool: the window every row shares (where `windowed`), or None."""
         window = window_mask(length, self.window)
-        if self.band is None or window is None:
-            return self.band if window is None else window
-        return self.band & window
+        if window is None or self.windowed is None:
+            return window
+        return window | ~self.windowed
+
+    def kept_pairs(self, q_len: int, kv_len: int) -> int:
+        """The (query, key) pairs the mask's static part keeps: what a kernel that skips masked blocks computes at
+        the least (the segments depend on the data; a traced `windowed` counts as the window)."""
+        queries = np.arange(q_len)
+        first = np.maximum(queries - self.window, 0) if self.window else np.zeros(q_len, int)
+        last = queries if self.causal else (queries + self.window if self.window else np.full(q_len, kv_len - 1))
+        return int(np.clip(np.minimum(last, kv_len - 1) - first + 1, 0, None).sum())
 
 
 def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
@@ -126,14 +140,10 @@ def prepend_keys_values(k: jax.Array, v: jax.Array, mask: jax.Array | None, bias
     return jnp.concatenate([keys, k], axis=1), jnp.concatenate([values, v], axis=1), mask, bias
 
 
-def pallas_fits(q_len: int, kv_len: int, head_dim: int) -> bool:
-    """Whether the TPU kernel's tiling takes these shapes."""
-    return q_len % PALLAS_BLOCK == 0 and kv_len % PALLAS_BLOCK == 0 and (
-        head_dim <= PALLAS_BLOCK or head_dim % PALLAS_BLOCK == 0)
-
-
-def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_len: int = 0, kv_len: int = 0) -> str:
-    """`model.attention` -> the implementation that runs for this call (resolved at trace time)."""
+def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_len: int = 0, kv_len: int = 0,
+           mask_in_parts: bool = False) -> str:
+    """`model.attention` -> the implementation that runs for this call (resolved at trace time). `mask_in_parts`:
+    the mask is a SegmentMask (or none) and there is no additive bias, which splash needs."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"attention implementation {implementation!r} is not one of {', '.join(IMPLEMENTATIONS)}")
     if dropout_active:
@@ -141,10 +151,15 @@ def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_le
             raise ValueError(f"attention={implementation!r} cannot drop attention probabilities out: set "
                              "attention_dropout_rate=0 or attention='auto' (which uses the reference einsum then)")
         return "einsum"
-    fits = pallas_fits(q_len, kv_len, head_dim)
-    if implementation == "pallas" and not fits:
-        raise ValueError(f"attention='pallas' tiles queries and keys by {PALLAS_BLOCK}: lengths {q_len} x {kv_len} "
-                         f"(head dim {head_dim}) do not divide; use attention='auto' (XLA's kernel for such shapes)")
+    fits = attention_tpu.fits(q_len, kv_len, head_dim)
+    if implementation in TPU_KERNELS and not fits:
+        raise ValueError(f"attention={implementation!r} tiles queries and keys by {attention_tpu.BLOCK}: lengths "
+                         f"{q_len} x {kv_len} (head dim {head_dim}) do not divide; use attention='auto' (XLA's "
+                         "kernel for such shapes)")
+    if implementation == "splash" and not mask_in_parts:
+        raise ValueError("attention='splash' takes masks of segments, causality and a window only: an additive bias "
+                         "(T5's relative positions) or a dense mask (a prefix LM, leading keys and values) needs "
+                         "attention='pallas' or 'auto'")
     if implementation != "auto":
         return implementation
     half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
@@ -152,7 +167,7 @@ def choose(implementation: str, dtype, head_dim: int, dropout_active: bool, q_le
     if on == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128:
         return "cudnn"
     if on == "tpu" and fits:
-        return "pallas"
+        return "splash" if mask_in_parts else "pallas"
     return "xla"
 
 
@@ -166,16 +181,21 @@ def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
                           dropout: Callable[[jax.Array], jax.Array] | None = None,  # on [B, H, L, S] weights
                           ) -> jax.Array:               # [B, L, H, K] in q's dtype
     """softmax(scale * q.k + bias, masked) . v with the implementation `choose` picks."""
-    implementation = choose(implementation, q.dtype, q.shape[-1], dropout is not None, q.shape[1], k.shape[1])
-    if implementation == "pallas":
-        return _pallas(q, k, v, mask, bias, scale)
+    in_parts = bias is None and (mask is None or isinstance(mask, SegmentMask))
+    implementation = choose(implementation, q.dtype, q.shape[-1], dropout is not None, q.shape[1], k.shape[1],
+                            mask_in_parts=in_parts)
+    _count(q, k, mask)
+    if implementation in TPU_KERNELS:
+        return _tpu_kernel(implementation, q, k, v, mask, bias, scale)
     if implementation == "einsum":
         return _reference(q, k, v, dense_mask(mask, q.shape[1], k.shape[1]), bias, scale, dropout)[0]
     self_attention = isinstance(mask, SegmentMask) and q.shape[1] == k.shape[1]
     is_causal = self_attention and mask.causal
     # cuDNN's window reaches only to the left of the query (JAX raises for a right one without is_causal): a
-    # two-sided band (ModernBERT's) stays in the dense mask, which JAX hands cuDNN as an additive bias
-    window = mask.window if self_attention and (implementation == "xla" or is_causal) else 0
+    # two-sided band (ModernBERT's) stays in the dense mask, which JAX hands cuDNN as an additive bias; so does a
+    # window a traced flag turns on
+    native = self_attention and mask.windowed is None and (implementation == "xla" or is_causal)
+    window = mask.window if native else 0
     if is_causal or window:  # the kernel's own causal and sliding-window masking, the segments' mask beside it
         mask = mask.replace(causal=False, window=0 if window else mask.window)
     if bias is not None:
@@ -184,6 +204,48 @@ def dot_product_attention(q: jax.Array,                 # [B, L, H, K]
                                         scale=scale, is_causal=is_causal,
                                         local_window_size=(window, window) if window else None,
                                         implementation=implementation).astype(q.dtype)
+
+
+def _tpu_kernel(implementation: str, q, k, v, mask, bias, scale):
+    """Pallas' flash or splash kernel (models/attention_tpu.py), the mask in the parts each takes."""
+    batch, q_len, kv_len = q.shape[0], q.shape[1], k.shape[1]
+    parts = mask if isinstance(mask, SegmentMask) else SegmentMask()
+    segments = None
+    if parts.q_segments is not None:  # the kernels mask by segment ids and position themselves
+        segments = tuple(jnp.broadcast_to(ids, (batch, length)).astype(jnp.int32)
+                         for ids, length in ((parts.q_segments, q_len), (parts.kv_segments, kv_len)))
+    if implementation == "splash":
+        return attention_tpu.splash(q, k, v, segments, parts.causal, parts.window, parts.windowed, scale)
+    # flash has no window: the band enters as `ab`, shared by the rows; a dense mask as it is
+    dense = parts.shared(q_len) if isinstance(mask, SegmentMask) else mask
+    return attention_tpu.flash(q, k, v, segments, parts.causal, dense, bias, scale)
+
+
+_COUNTED: contextvars.ContextVar[list | None] = contextvars.ContextVar("attention_pairs", default=None)
+
+
+@contextlib.contextmanager
+def counting_pairs():
+    """Records, for each attention call traced inside, (the FLOPs of its two matmuls over every (query, key) pair,
+    the same over the pairs its static mask keeps): a model's FLOPs count only the attention its masks keep
+    (pretrain/loops/aot.model_flops), whatever the kernel computes."""
+    calls: list[tuple[float, float]] = []
+    token = _COUNTED.set(calls)
+    try:
+        yield calls
+    finally:
+        _COUNTED.reset(token)
+
+
+def _count(q: jax.Array, k: jax.Array, mask) -> None:
+    calls = _COUNTED.get()
+    if calls is None:
+        return
+    batch, q_len, heads, head_dim = q.shape
+    kv_len = k.shape[1]
+    per_pair = 4.0 * batch * heads * head_dim  # q.k and p.v: a multiply-add each per element of the head
+    kept = mask.kept_pairs(q_len, kv_len) if isinstance(mask, SegmentMask) else q_len * kv_len
+    calls.append((per_pair * q_len * kv_len, per_pair * kept))
 
 
 def attention_with_weights(q: jax.Array, k: jax.Array, v: jax.Array,  # [B, L, H, K], [B, S, H, K] x 2
@@ -211,80 +273,10 @@ def _reference(q, k, v, mask, bias, scale, dropout):
     return jnp.einsum("bhls,bshk->blhk", weights, v), scores, probs
 
 
-def _pallas(q, k, v, mask, bias, scale):
-    from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash
-    batch, q_len, heads, _ = q.shape
-    kv_len = k.shape[1]
-    operands = {"q": q, "k": k, "v": v}  # q, k, v: [B, L|S, H, K]
-    causal = isinstance(mask, SegmentMask) and mask.causal
-    if isinstance(mask, SegmentMask):  # the kernel masks by segment ids and position itself
-        if mask.q_segments is not None:
-            operands["q_segments"] = jnp.broadcast_to(mask.q_segments, (batch, q_len)).astype(jnp.int32)
-            operands["kv_segments"] = jnp.broadcast_to(mask.kv_segments, (batch, kv_len)).astype(jnp.int32)
-        mask = mask.shared(q_len)  # no window in the kernel: the band enters as `ab` (below), shared by the rows
-    ab = None  # the kernel adds `ab` to the unscaled q.k and then scales: the bias goes in divided by the scale
-    if bias is not None:
-        ab = bias.astype(jnp.float32) / scale
-    if mask is not None:
-        # A query that may attend to nothing (padding) attends to everything instead: its output is unused
-        # either way, and a fully masked row turns the kernel's backward pass into NaNs.
-        mask = mask | ~mask.any(axis=-1, keepdims=True)
-        blocked = jnp.where(mask, 0.0, PALLAS_MASKED)  # [B|1, 1, L, S]
-        ab = blocked if ab is None else ab + blocked
-    shared_ab = ab is not None and ab.shape[0] == 1 and batch > 1  # T5's position bias: one for every row
-    if ab is not None:  # [B, H, L, S], or [1, H, L, S] when every row shares it
-        operands["ab"] = jnp.broadcast_to(ab, (ab.shape[0], heads, q_len, kv_len)).astype(q.dtype)
-
-    def flash(operands):  # [B, L, H, K] <-> the kernel's [B, H, L, K]
-        segment_ids = None
-        if "q_segments" in operands:
-            segment_ids = tpu_flash.SegmentIds(q=operands["q_segments"], kv=operands["kv_segments"])
-        q, k, v = (operands[name].transpose(0, 2, 1, 3) for name in "qkv")
-        out = tpu_flash.flash_attention(q, k, v, ab=operands.get("ab"), segment_ids=segment_ids, causal=causal,
-                                        sm_scale=scale)
-        return out.transpose(0, 2, 1, 3).astype(q.dtype)
-
-    def kernel(operands):
-        if not shared_ab:
-            return flash(operands)
-        # The kernel takes `ab` as [B, H, L, S]: mapped over the rows (Pallas adds them to the kernel's grid), it
-        # reads a bias every row shares as it is, with no copy of it per row.
-        rows = {name: value[:, None] for name, value in operands.items() if name != "ab"}
-        return jax.vmap(lambda row, ab: flash({**row, "ab": ab})[0], in_axes=(0, None))(rows, operands["ab"])
-
-    mesh = _current_mesh()
-    if mesh is None or mesh.size == 1 or not {"data", "fsdp", "tensor"} <= set(mesh.axis_names):
-        return kernel(operands)
-    # XLA cannot partition a custom kernel: run it on each device's rows and heads (where they divide: the
-    # initializer traces one example)
-    from jax.sharding import PartitionSpec as P
-    split_rows = ("data", "fsdp") if batch % (mesh.shape["data"] * mesh.shape["fsdp"]) == 0 else None
-    split_heads = "tensor" if heads % mesh.shape["tensor"] == 0 else None
-    rows = P(split_rows, None, split_heads, None)  # q, k, v, out: [B, L, H, K]
-    specs = {"q": rows, "k": rows, "v": rows, "q_segments": P(split_rows, None), "kv_segments": P(split_rows, None),
-             "ab": P(None if shared_ab else split_rows, split_heads, None, None)}  # segments [B, L|S], ab [B|1, H, L, S]
-    specs = {name: specs[name] for name in operands}
-    return jax.shard_map(kernel, mesh=mesh, in_specs=(specs,), out_specs=rows, check_vma=False)(operands)
-
-
 def platform() -> str:
     """What the computation is compiled for: the devices of the mesh it runs under (an ahead-of-time compile
     for a TPU slice traces on a CPU host), else JAX's default backend."""
-    mesh = _current_mesh()
+    mesh = attention_tpu.current_mesh()
     if isinstance(mesh, jax.sharding.Mesh) and mesh.devices.size:
         return mesh.devices.flat[0].platform
     return jax.default_backend()
-
-
-def _current_mesh():
-    """The mesh the loops enter (`with mesh:`, a concrete Mesh: the devices say the platform), else the abstract
-    mesh the train step traces under (pretrain/training/train_state.jit_train_step), else None."""
-    import warnings
-    with warnings.catch_warnings():  # the loops still enter meshes the pre-`jax.set_mesh` way
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from jax.interpreters import pxla
-        physical = pxla.thread_resources.env.physical_mesh
-    if not physical.empty:
-        return physical
-    mesh = jax.sharding.get_abstract_mesh()
-    return None if mesh.empty else mesh

@@ -109,24 +109,22 @@ class ModernBertConfig(ModelConfig):  # + the compute fields (models/config_base
 @flax.struct.dataclass
 class Attention:
     """What a layer of either kind reads: its mask and its rotary cos, sin [B|1, L, K]."""
-    mask: attention.SegmentMask    # under a scan or remat with its window as a band (`banded`)
+    mask: attention.SegmentMask    # under a scan or remat with its window switched by a traced flag (`traced`)
     rotary: tuple[jax.Array, jax.Array]
 
-    def banded(self, length: int) -> Attention:
-        """The same with a SegmentMask's window as its `band` ([1, 1, L, L], all True without a window): a global and
-        a local layer's masks then differ only in that array, which a traced flag picks (scanned layers) while
-        the segments stay segments (Pallas: the band is an input every row shares)."""
-        if not isinstance(self.mask, attention.SegmentMask) or self.mask.band is not None:
+    def traced(self, window: int) -> Attention:
+        """The same with the model's `window` in the mask and a traced `windowed` flag that says whether it applies:
+        a global and a local layer's masks then differ only in that flag, which a traced layer kind picks (scanned
+        layers) while the segments stay segments."""
+        if not isinstance(self.mask, attention.SegmentMask) or self.mask.windowed is not None:
             return self
-        band = attention.window_mask(length, self.mask.window)
-        band = jnp.ones((1, 1, length, length), bool) if band is None else band
-        return self.replace(mask=self.mask.replace(window=0, band=band))
+        return self.replace(mask=self.mask.replace(window=window, windowed=jnp.asarray(self.mask.window > 0)))
 
 def select(is_global, global_: Attention, local: Attention
            ) -> tuple[attention.SegmentMask | jax.Array | None, tuple[jax.Array, jax.Array]]:
     """A layer's mask and rotary: chosen in Python when `is_global` is known (looped layers: each kernel gets its
     native mask), or with jnp.where when it is traced (scanned layers: one compiled layer serves both kinds; the
-    model hands them `banded` masks of one structure, so the segments stay segments and only the band is chosen)."""
+    model hands them `traced` masks of one structure, so the segments stay segments and only the flag is chosen)."""
     if isinstance(is_global, (bool, np.bool_)):
         chosen = global_ if is_global else local
         return chosen.mask, chosen.rotary
@@ -217,8 +215,8 @@ class ModernBertModel(nn.Module):
         x = self.first_layer(x, global_, local, deterministic, first_keys_values, c.is_global(0))
         rest = None if keys_values is None else keys_values[1:]
         kinds = np.array([c.is_global(i) for i in range(1, c.num_layers)])
-        if c.scan_layers or c.remat != "none":  # the stack traces each layer's kind: one band of each, here
-            global_, local = global_.banded(x.shape[1]), local.banded(x.shape[1])
+        if c.scan_layers or c.remat != "none":  # the stack traces each layer's kind
+            global_, local = global_.traced(c.window), local.traced(c.window)
         x = self.encoder(x, global_, local, deterministic, rest, kinds)
         x = self.final_norm(x)
         return x[:, x.shape[1] - input_ids.shape[1]:]

@@ -9,6 +9,7 @@ tokenizer file, no weights. `devices`: this host's, or a TPU slice's compile-onl
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -52,7 +53,7 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
                            peak_flops_per_device=peak_flops or (chip.peak_bf16_flops if chip else None))
     batch = abstract_batch(trainer.example_rows, batch_size, accum)  # [accum, B / accum, ...]
     rng = jax.eval_shape(lambda: trainer.dropout_rng)  # its PRNG implementation (config.prng_impl) with it
-    result.model_flops = model_flops(trainer, batch_size, accum)
+    result.model_flops, result.model_flops_every_pair = model_flops(trainer, batch_size, accum)
     with mesh:
         init, init_error, init_needed, result.init_compile_seconds = _compile(trainer.initialize.lower)
         start = time.perf_counter()
@@ -73,25 +74,39 @@ def compile_pretraining(config: ml_collections.ConfigDict, devices: Sequence | N
     return chips.judge(result)
 
 
-def model_flops(trainer: setup.Trainer, batch_size: int, accum: int = 1) -> float:
+def model_flops(trainer: setup.Trainer, batch_size: int, accum: int = 1) -> tuple[float, float]:
     """Model FLOPs of one training step of `batch_size` rows in `accum` micro-batches: 3 x the matmul FLOPs of
     the forward pass and loss (the backward pass does two matmuls for each of the forward's), counted from the
-    step's own jaxpr, so every family's shapes (GeGLU's three matrices, sparse MLM prediction) count as they run."""
+    step's own jaxpr, so every family's shapes (GeGLU's three matrices, sparse MLM prediction) count as they run.
+    -> (attention counted over the (query, key) pairs its masks keep: a local layer's window, half of a causal
+    score matrix, as MaxText counts since 2025; the same with attention over every pair)."""
     batch = abstract_batch(trainer.example_rows, batch_size, accum)
     rng = jax.eval_shape(lambda: trainer.dropout_rng)
-    return 3 * accum * _forward_flops(trainer, batch, rng)
+    kept, every_pair = _forward_flops(trainer, batch, rng)
+    return 3 * accum * kept, 3 * accum * every_pair
 
 
-def _forward_flops(trainer: setup.Trainer, batch: dict[str, jax.ShapeDtypeStruct], rng) -> float:
-    """Matmul FLOPs of one micro-batch's forward pass and loss (the step's loss_fn, without its gradient)."""
-    state, objective = trainer.abstract_state, trainer.objective
+def _forward_flops(trainer: setup.Trainer, batch: dict[str, jax.ShapeDtypeStruct], rng) -> tuple[float, float]:
+    """Matmul FLOPs of one micro-batch's forward pass and loss (the step's loss_fn, without its gradient), traced
+    with looped layers and the reference attention, whatever the config says: each layer's mask is then static
+    (a scanned ModernBERT layer's kind is traced) and each attention call's matmuls are its whole [L, S] product,
+    from which `attention.counting_pairs` takes off what the mask drops. -> (kept, every pair)."""
+    from models import attention
+    model = trainer.model
+    model = model.clone(config=dataclasses.replace(model.config, scan_layers=False, remat="none", attention="einsum"))
+    objective = trainer.objective
+    example = {k: v[:1] if hasattr(v, "shape") else v for k, v in objective.model_inputs(trainer.example_rows).items()}
+    params = train_state.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), **example,
+                                                                 deterministic=True)["params"]))
 
     def forward(params, micro_batch, dropout_rng):
-        outputs = state.apply_fn({"params": params}, **objective.model_inputs(micro_batch),
-                                 deterministic=False, rngs={"dropout": dropout_rng})
+        outputs = model.apply({"params": params}, **objective.model_inputs(micro_batch), deterministic=False,
+                              rngs={"dropout": dropout_rng})
         return objective.loss(outputs, micro_batch)[0]
     micro = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), batch)
-    return chips.matmul_flops(jax.make_jaxpr(forward)(state.params, micro, rng))
+    with attention.counting_pairs() as calls:
+        every_pair = chips.matmul_flops(jax.make_jaxpr(forward)(params, micro, rng))
+    return every_pair - sum(full - kept for full, kept in calls), every_pair
 
 
 def _compile(lower: Callable[[], Any]) -> tuple[Any, str | None, int | None, float]:

@@ -136,7 +136,8 @@ class AotResult:
     init_total_bytes: int | None = None  # the state initializer's total, the other program a run holds
     hbm_bytes: int | None = None
     fits: bool | None = None
-    model_flops: float | None = None    # 3 x forward matmul FLOPs: the MFU numerator
+    model_flops: float | None = None    # 3 x forward matmul FLOPs, attention over the pairs kept: the MFU numerator
+    model_flops_every_pair: float | None = None  # the same with attention over every (query, key) pair
     hardware_flops: float | None = None  # matmul FLOPs the step executes, rematerialization included
     xla_flops_per_device: float | None = None  # XLA's count (loop bodies once), all ops
     xla_optimal_seconds: float | None = None  # XLA's estimate as it comes (loop bodies once; TPU only)

@@ -249,10 +249,10 @@ def check_mesh(config: ml_collections.ConfigDict) -> None:
 
 
 def check_devices(config: ml_collections.ConfigDict) -> None:
-    """What the config asks of the hardware: cuDNN attention needs a GPU, Pallas' kernel a TPU."""
+    """What the config asks of the hardware: cuDNN attention needs a GPU, the Pallas kernels (flash, splash) a TPU."""
     import jax
     model = config.get("model")
-    wants = {"cudnn": "gpu", "pallas": "tpu"}.get(model.get("attention") if model is not None else None)
+    wants = {"cudnn": "gpu", "pallas": "tpu", "splash": "tpu"}.get(model.get("attention") if model is not None else None)
     if wants and jax.default_backend() != wants:
         raise ConfigError(f"config.model.attention={model.attention!r} needs a {wants.upper()}, and this process runs "
                           f"on {jax.default_backend()}: use --config.model.attention=auto (XLA's kernel here)")

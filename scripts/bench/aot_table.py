@@ -51,8 +51,22 @@ def _bert(length: int, batch: int = 256) -> tuple[str, ...]:
 T5_BATCH = ("--config.batch_size=128",)  # T5's pretraining experiments: 128 x 512
 GPT2_BATCH = ("--config.batch_size=480",)  # GPT-2's 512 x 1024 rounded to a multiple of the slices' 16 chips
 # ModernBERT at BERT's batch (256) and its own first-phase length (1,024, configs/modernbert.py's paper recipe: 30%
-# masking, 308 predictions a row); attention "auto": Pallas, its mask dense under the scanned stack
+# masking, 308 predictions a row); attention "auto": splash, block-sparse over the local layers' window
 MODERNBERT_BATCH = ("--config.batch_size=256",)
+# and at its context, 8,192 tokens: the same 262,144 tokens a step, 30% of each row masked
+MODERNBERT_8K = ("--config.batch_size=32", "--config.data.max_seq_length=8192",
+                 f"--config.objective.max_predictions_per_seq={int(0.3 * 8192) + 1}")
+
+
+def _maxtext(layers: int, d_model: int, d_ff: int, batch: int) -> tuple[str, ...]:
+    """MaxText's v5e shapes of October 2023 (its configs/largest_job/*.sh at that commit; docs/training.md): head dim
+    256, vocabulary 32,768, 2,048 tokens, no biases, FSDP over a v5e-256. Our GPT ties head dim to d_model / heads,
+    so the heads are d_model / 256 (MaxText's attention width is 8,192 or 16,384 whatever d_model)."""
+    return (f"--config.model.num_layers={layers}", f"--config.model.d_model={d_model}",
+            f"--config.model.num_heads={d_model // 256}", f"--config.model.d_ff={d_ff}",
+            "--config.model.vocab_size=32768", "--config.model.n_positions=2048", "--config.model.use_bias=False",
+            "--config.data.max_seq_length=2048", f"--config.batch_size={batch}")
+
 
 ROWS = (
     # FSDP: each chip updates a quarter of the optimizer state (data parallel, 4,1,1: 1 ms a step more by libtpu)
@@ -66,10 +80,15 @@ ROWS = (
     Row("BERT-Large 256 x 512", "configs/bert.py:size=large", "v5e:2x2", "1,4,1", "full", _bert(512)),
     Row("ModernBERT-base 256 x 1024", "configs/modernbert.py:size=base", "v5e:2x2", "1,4,1", "full",
         MODERNBERT_BATCH),
-    # without accumulation: 18.53 GiB per chip, does not fit (2026-11-28)
-    # XLA's attention beside the default Pallas (scanned, both take the dense mask: modernbert.select)
+    # the other kernels beside splash: Pallas' flash (the window as its additive input), XLA's (a dense band)
+    Row("ModernBERT-base 256 x 1024, Pallas flash attention", "configs/modernbert.py:size=base", "v5e:2x2", "1,4,1",
+        "full", MODERNBERT_BATCH + ("--config.model.attention=pallas",)),
     Row("ModernBERT-base 256 x 1024, XLA attention", "configs/modernbert.py:size=base", "v5e:2x2", "1,4,1", "full",
         MODERNBERT_BATCH + ("--config.model.attention=xla",)),
+    Row("ModernBERT-base 32 x 8192", "configs/modernbert.py:size=base", "v5e:2x2", "1,4,1", "full", MODERNBERT_8K),
+    Row("ModernBERT-base 32 x 8192, Pallas flash attention", "configs/modernbert.py:size=base", "v5e:2x2", "1,4,1",
+        "full", MODERNBERT_8K + ("--config.model.attention=pallas",)),
+    # without accumulation: 18.53 GiB per chip, does not fit (2026-11-28)
     Row("ModernBERT-large 256 x 1024", "configs/modernbert.py:size=large", "v5e:2x2", "1,4,1", "full",
         MODERNBERT_BATCH + ("--config.grad_accum_steps=2",)),
     Row("T5-Small (1.0) 128 x 512", "configs/t5.py:size=small", "v5e:2x2", "1,4,1", "minimal", T5_BATCH),
@@ -89,6 +108,13 @@ ROWS = (
         GPT2_BATCH + ("--config.grad_accum_steps=2",)),
     Row("GPT-2 XL 480 x 1024", "configs/gpt2.py:size=xl", "v5p:2x2x1", "1,4,1", "full",
         GPT2_BATCH + ("--config.grad_accum_steps=2",)),
+    # the estimator's calibration against MaxText's measured MFU on v5e-256 (docs/training.md)
+    Row("GPT at MaxText 16B's shape, 1536 x 2048", "configs/gpt2.py:size=small", "v5e:16x16", "1,256,1", "full",
+        _maxtext(32, 5120, 32768, 1536)),
+    Row("GPT at MaxText 32B's shape, 1024 x 2048", "configs/gpt2.py:size=small", "v5e:16x16", "1,256,1", "full",
+        _maxtext(32, 10240, 32768, 1024)),
+    Row("GPT at MaxText 64B's shape, 512 x 2048", "configs/gpt2.py:size=small", "v5e:16x16", "1,256,1", "full",
+        _maxtext(64, 10240, 32768, 512)),
 )
 
 
@@ -148,7 +174,8 @@ def markdown(records: dict[str, dict]) -> str:
     names = [row.name for row in ROWS if row.name in records] + [n for n in records if n not in
                                                                  {row.name for row in ROWS}]
     lines = ["| model, batch | slice (chips), mesh, remat | GiB per chip (step / HBM) | fits | model TFLOP / step "
-             "| est. step s, MFU | HBM GiB moved / step | roofline s, MFU | compile s (init / step) |",
+             "(attention over every pair) | est. step s, MFU (every pair) | HBM GiB moved / step | roofline s, MFU | "
+             "compile s (init / step) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name in names:
         record, r = records[name], records[name]["result"]
@@ -158,13 +185,18 @@ def markdown(records: dict[str, dict]) -> str:
         accum = f", accumulation {r['grad_accum_steps']}" if r["grad_accum_steps"] > 1 else ""
         mesh = ",".join(str(r["mesh"][axis]) for axis in ("data", "fsdp", "tensor"))
         step = "–" if r["step_seconds"] is None else f"{r['step_seconds']:.3f} ({r['step_seconds_source']})"
-        mfu = "" if r["mfu"] is None else f", {100 * r['mfu']:.0f}%"
+        mfu = "" if r["mfu"] is None else f", {100 * r['mfu']:.1f}%"
+        every = r.get("model_flops_every_pair") or r["model_flops"]
+        flops = f"{r['model_flops'] / 1e12:.1f}"
+        if every > 1.0005 * r["model_flops"]:  # the masks drop attention: the count over every pair beside it
+            flops += f" ({every / 1e12:.1f})"
+            mfu += "" if r["mfu"] is None else f" ({100 * r['mfu'] * every / r['model_flops']:.1f}%)"
         fits = "yes" if r["fits"] else f"**no**{': ' + r['error'] if r.get('error') else ''}"
         compile_s = f"{r['init_compile_seconds']:.0f} / {r['step_compile_seconds']:.0f}" \
             if r.get("step_compile_seconds") is not None else "–"
         lines.append(f"| {name}{accum} ({r['params'] / 1e6:,.0f}M) | {r['topology']} ({r['devices']}), {mesh}, "
                      f"{r['remat']} | {_gib(r['total_bytes'])} / {r['hbm_gib']:.0f} | {fits} | "
-                     f"{r['model_flops'] / 1e12:.1f} | {step}{mfu} | {_gib(r.get('moved_bytes'))} | "
+                     f"{flops} | {step}{mfu} | {_gib(r.get('moved_bytes'))} | "
                      f"{_roofline(r)} | {compile_s} |")
     return "\n".join(lines)
 

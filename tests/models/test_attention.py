@@ -114,7 +114,7 @@ def test_auto_picks_per_platform_and_dropout():
     assert attention.choose("einsum", jnp.bfloat16, 64, dropout_active=False) == "einsum"
     with pytest.raises(ValueError, match="attention_dropout_rate=0"):
         attention.choose("xla", jnp.float32, 64, dropout_active=True)
-    with pytest.raises(ValueError, match="not one of auto, einsum, xla, cudnn, pallas"):
+    with pytest.raises(ValueError, match="not one of auto, einsum, xla, cudnn, pallas, splash"):
         attention.choose("flash", jnp.float32, 64, dropout_active=False)
     with pytest.raises(ValueError, match="tiles queries and keys by 128: lengths 24 x 24"):
         attention.choose("pallas", jnp.float32, 64, False, q_len=24, kv_len=24)
@@ -123,6 +123,10 @@ def test_auto_picks_per_platform_and_dropout():
     assert attention.choose("pallas", jnp.float32, 64, False, q_len=256, kv_len=128) == "pallas"
     on_tpu = jax.default_backend() == "tpu"
     assert attention.choose("auto", jnp.float32, 64, False, q_len=128, kv_len=512) == ("pallas" if on_tpu else "xla")
+    assert attention.choose("auto", jnp.float32, 64, False, 128, 512, mask_in_parts=True) == (
+        "splash" if on_tpu else "xla")
+    with pytest.raises(ValueError, match="attention='splash' takes masks of segments, causality and a window only"):
+        attention.choose("splash", jnp.float32, 64, False, q_len=128, kv_len=128)
     assert attention.choose("auto", jnp.float32, 64, False, q_len=114, kv_len=512) == "xla"  # T5's targets
 
 # Pallas' TPU kernel, run by its TPU interpreter on this CPU (tests/helpers/attention_cases.py: PB, PL, PH, PK).
@@ -208,7 +212,7 @@ def test_whole_models_agree_across_implementations(build):
             np.testing.assert_allclose(outputs[key], reference[key], atol=2e-5, rtol=2e-5, err_msg=f"{name} {key}")
 
 
-@pytest.mark.parametrize("platform, expected", [("gpu", "cudnn"), ("tpu", "pallas")])
+@pytest.mark.parametrize("platform, expected", [("gpu", "cudnn"), ("tpu", "pallas")])  # splash: test_attention_splash
 @pytest.mark.parametrize("config_arg, fused", [
     ("configs/gpt2.py:size=small", True), ("configs/t5.py:size=base", True), ("configs/t5.py:size=base,version=1.1", True),
     ("configs/bert.py:size=base,recipe=cram", True), ("configs/bert.py:size=base", False),

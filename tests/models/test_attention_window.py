@@ -95,9 +95,10 @@ def test_cudnn_gets_a_two_sided_window_in_its_mask(monkeypatch, causal):
     assert difference.max() <= TOLERANCE["bfloat16"]
 
 
-def test_a_window_leaves_the_choice_of_implementation_alone(monkeypatch):
-    """`choose` reads shapes, dtype and dropout, never the mask: with a window, 'auto' still takes XLA here, Pallas
-    on a TPU where the lengths tile (the band as its additive input) and XLA where they do not."""
+def test_a_window_takes_splash_on_a_tpu_where_the_lengths_tile(monkeypatch):
+    """With a window, 'auto' takes XLA here; on a TPU the block-sparse splash kernel where the lengths tile (the
+    window as its static mask, the segments as ids) and XLA where they do not."""
+    from models import attention_tpu
     q, k, v = inputs("float32")
     mask = window_masks()["packed, window"]
     auto = attention.dot_product_attention(q, k, v, mask, None, scale=K ** -0.5, implementation="auto")
@@ -106,13 +107,13 @@ def test_a_window_leaves_the_choice_of_implementation_alone(monkeypatch):
         np.testing.assert_array_equal(auto, xla)
     calls = []
     monkeypatch.setattr(attention, "platform", lambda: "tpu")
-    monkeypatch.setattr(attention, "_pallas", lambda q, *rest: calls.append(rest[2]) or jnp.zeros_like(q))
+    monkeypatch.setattr(attention_tpu, "splash", lambda q, *rest: calls.append(rest[3:6]) or jnp.zeros_like(q))
     np.testing.assert_array_equal(
         attention.dot_product_attention(q, k, v, mask, None, scale=K ** -0.5, implementation="auto"), xla)  # 24 tokens
     long_q = jnp.zeros((1, 128, H, K))
-    long_mask = attention.SegmentMask(window=W)
-    attention.dot_product_attention(long_q, long_q, long_q, long_mask, None, scale=1.0, implementation="auto")
-    assert calls == [long_mask]
+    attention.dot_product_attention(long_q, long_q, long_q, attention.SegmentMask(window=W), None, scale=1.0,
+                                    implementation="auto")
+    assert calls == [(False, W, None)]  # causal, window, windowed
 
 
 PW = 16  # Pallas' window: well inside its 128-token block, so the band cuts through every tile
@@ -155,9 +156,9 @@ def _modernbert_inputs(length: int) -> tuple[jax.Array, ...]:
 def test_modernbert_agrees_across_implementations_looped_and_scanned():
     """configs/modernbert.py's tiny shape (4 layers here: global, local, local, global) with an 8-token window
     (4 either side) over 128 tokens, Pallas' shortest tile: looped, each layer takes its kernel's native mask
-    (XLA: local_window_size; Pallas: segment ids, and the band as its additive input); scanned, the layer's kind
-    is traced and picks the band (modernbert.select): Pallas keeps the segment ids and reads the band as an
-    additive input every row shares."""
+    (XLA: local_window_size; Pallas: segment ids, and the band as its additive input; splash: its block-sparse
+    window); scanned, the layer's kind is traced and switches the window (modernbert.select): Pallas keeps the
+    segment ids and reads the band as an additive input every row shares, splash runs the kind's kernel (a cond)."""
     from tests.helpers.pallas_interpret import tpu_interpret
     length = 128
     config = ModernBertConfig(vocab_size=512, hidden_size=128, num_layers=4, num_heads=2, intermediate_size=256,
@@ -166,7 +167,7 @@ def test_modernbert_agrees_across_implementations_looped_and_scanned():
     params = jax.jit(ModernBertForMaskedLM(config).init)(jax.random.key(0), *args)
     reference = jax.jit(ModernBertForMaskedLM(config).apply)(params, *args)["mlm_logits"]
     real = np.asarray(args[2]) > 0  # padding tokens' outputs are meaningless in every implementation
-    for name in ("einsum", "xla", "pallas"):
+    for name in ("einsum", "xla", "pallas", "splash"):
         for scan in (False, True):
             model = ModernBertForMaskedLM(dataclasses.replace(config, attention=name, scan_layers=scan))
             with tpu_interpret():

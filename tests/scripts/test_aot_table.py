@@ -65,9 +65,14 @@ def test_records_resume_and_render(tmp_path):
     bert, t5, gpt = table[2:]  # ROWS' order: BERT, T5, GPT-2
     assert bert.startswith("| BERT-Base 256 x 128, accumulation 2 (60M) | v5e:2x2 (4), 1,4,1, full | 3.00 / 16 |")
     assert "**no**: RESOURCE_EXHAUSTED: 20G" in bert
-    assert "| yes |" in t5 and "0.500 (roofline), 25%" in t5 and "| 10 / 100 |" in t5
+    assert "| yes |" in t5 and "0.500 (roofline), 25.0%" in t5 and "| 10 / 100 |" in t5
+    assert "| 13.6 | 0.500" in t5  # no count over every pair recorded: the model FLOPs alone
     assert "| 40.00 | 0.850, 2% |" in t5  # HBM GiB moved; the roofline beside the step estimate: 13.6 / (0.85 x 4 x 197)
     assert "failed" in gpt and "did not finish within 60 s" in gpt
+    # a mask that drops attention: the model FLOPs over the pairs kept, and over every pair (with its MFU) beside
+    windowed = {"ModernBERT-base 256 x 1024": {"result": {**_result(True), "model_flops_every_pair": 2 * 13.6e12}}}
+    row = script.markdown(windowed).splitlines()[2]
+    assert "| 13.6 (27.2) | 0.500 (roofline), 25.0% (50.0%) |" in row
 
 
 def test_failure_names_the_crash_or_the_error():
@@ -78,7 +83,7 @@ def test_failure_names_the_crash_or_the_error():
     assert script._failure("", 1) == "no output (exit 1)"
 
 
-@pytest.mark.parametrize("pattern, expected", [("modernbert-base", 2), ("T5 1.1", 2), ("", None)])
+@pytest.mark.parametrize("pattern, expected", [("modernbert-base", 5), ("T5 1.1", 2), ("", None)])
 def test_rows_to_compile_filters_and_skips_recorded_rows(pattern, expected):
     script = _script()
     chosen = script.rows_to_compile(pattern, done={})

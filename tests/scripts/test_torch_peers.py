@@ -75,18 +75,23 @@ def test_modernbert_peer_with_our_weights_computes_our_mlm_loss():
 def test_model_flops_add_a_modernbert_layers_matrices_and_attention_per_layer():
     """pretrain/loops/aot.model_flops (bench_pretrain's MFU, the fit table's model FLOPs), counted from the step's
     jaxpr: one more ModernBERT layer adds 6 x its matrix parameters x tokens (GeGLU's three matrices among them,
-    counted from the model's own parameters) plus 6 x the attention's two [S, S] products."""
+    counted from the model's own parameters) plus 6 x the attention's two products over the pairs it keeps: layer 2
+    is a local one, whose window is its (query, key) pairs; over every pair, the whole [S, S]."""
+    from models import attention
     from pretrain.loops import aot, setup
     batch_size, flops = 2, {}
     for layers in (2, 3):
         config = arm_config("modernbert")
         config.model.num_layers = layers
         trainer = setup.pretraining_trainer(config)
-        flops[layers] = aot.model_flops(trainer, batch_size)
+        flops[layers] = aot.model_flops(trainer, batch_size)  # (kept pairs, every pair)
     matrices = sum(leaf.size for path, leaf in jax.tree_util.tree_flatten_with_path(
         flax.core.meta.unbox(trainer.abstract_state.params))[0]
         if leaf.ndim >= 2 and "layer_2" in jax.tree_util.keystr(path))
     seq_len, hidden = config.data.max_seq_length, config.model.hidden_size
     tokens = batch_size * seq_len
     assert matrices == 4 * hidden ** 2 + 3 * hidden * config.model.intermediate_size
-    assert flops[3] - flops[2] == 6 * matrices * tokens + 6 * 2 * tokens * seq_len * hidden
+    kept = attention.SegmentMask(window=config.model.local_attention // 2).kept_pairs(seq_len, seq_len)
+    assert kept < seq_len ** 2
+    assert flops[3][0] - flops[2][0] == 6 * matrices * tokens + 6 * 2 * batch_size * kept * hidden
+    assert flops[3][1] - flops[2][1] == 6 * matrices * tokens + 6 * 2 * tokens * seq_len * hidden

@@ -78,27 +78,34 @@ def modernbert_config(**extra):
     return config
 
 
-def modernbert_analytic_flops(config) -> float:
+def modernbert_analytic_flops(config, every_pair: bool = False) -> float:
     """3 x the forward matmuls of ModernBertForMaskedLM, the convention of the jaxpr count (one implementation for
     every family): per token and layer the four attention projections (4 D^2) and the GeGLU's three D x F matmuls
-    (its input projection is 2F wide); attention scores and values over the whole row in every layer (2 L^2 D),
-    the local ones included: every kernel here computes the full product and masks it (Pallas: the band as its
-    additive input), so the window saves no FLOPs and counts none; the head (D x D, then the tied D x V decoder)
-    at the masked positions only. No pooler, no NSP."""
+    (its input projection is 2F wide); attention scores and values (2 D per (query, key) pair) over the whole row in
+    the global layers and over the window |i - j| <= local_attention / 2 in the local ones (what a block-sparse
+    kernel need compute; `every_pair`: the whole row there too); the head (D x D, then the tied D x V decoder) at the
+    masked positions only. No pooler, no NSP."""
     m, b, length = config.model, config.batch_size, config.data.max_seq_length
     d, layers, predictions = m.hidden_size, m.num_layers, config.objective.max_predictions_per_seq
+    window = m.local_attention // 2
+    local_pairs = sum(min(i + window, length - 1) - max(i - window, 0) + 1 for i in range(length))
+    pairs = sum(length * length if every_pair or i % m.global_attn_every_n_layers == 0 else local_pairs
+                for i in range(layers))
     forward = (2 * b * length * layers * (4 * d * d + 3 * d * m.intermediate_size)
-               + 2 * b * layers * 2 * length * length * d
+               + 2 * b * 2 * pairs * d
                + 2 * b * predictions * (d * d + d * m.vocab_size))
     return 3.0 * forward
 
 
 def test_modernbert_flops_match_the_analytic_count():
-    """The scanned stack (global and local layers, one traced kind flag, a dense mask) counted on the jaxpr."""
+    """The scanned stack (global and local layers, one traced kind flag) counted on the jaxpr of the looped layers:
+    the local layers' attention over their window only, and over every pair in `model_flops_every_pair`."""
     config = modernbert_config()
     r = compile_pretraining(config, hbm_bytes=2 ** 50)
     assert r.fits is True
     assert r.model_flops == pytest.approx(modernbert_analytic_flops(config), rel=1e-6)
+    assert r.model_flops_every_pair == pytest.approx(modernbert_analytic_flops(config, every_pair=True), rel=1e-6)
+    assert r.model_flops < 0.99 * r.model_flops_every_pair  # the window is shorter than the row here
 
 
 def test_fits_against_the_capacity(tiny_result):
@@ -238,12 +245,15 @@ def test_pallas_attention_compiles_for_a_tpu_slice_sharded_over_the_batch():
 
 @pytest.mark.tpu
 @pytest.mark.parametrize("scan", [False, True])
-def test_modernbert_compiles_for_a_tpu_slice_with_pallas(scan):
-    """'auto' takes the Pallas kernel on a TPU: looped, the local layers' sliding window enters as its additive
-    input beside the segment ids; scanned, the layer's kind is traced and the whole mask is dense."""
+@pytest.mark.parametrize("kernel", ["auto", "pallas"])
+def test_modernbert_compiles_for_a_tpu_slice_with_each_kernel(tmp_path, kernel, scan):
+    """'auto' takes the block-sparse splash kernel on a TPU (looped: each layer's own; scanned: both, the layer's
+    traced kind picks one); Pallas' flash kernel takes the local layers' window as its additive input beside the
+    segment ids."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     devices = chips.tpu_devices("v5e:2x2")
-    config = modernbert_config(**{"model.dtype": "bfloat16", "model.scan_layers": scan})
-    r = compile_pretraining(config, devices)
+    config = modernbert_config(**{"model.dtype": "bfloat16", "model.scan_layers": scan, "model.attention": kernel})
+    r = compile_pretraining(config, devices, hlo_path=str(tmp_path / "step.hlo.txt"))
     assert r.fits is True and 0 < r.total_bytes < 2 ** 30
     assert r.model_flops == pytest.approx(modernbert_analytic_flops(config), rel=0.02)
+    assert ("splash" in (tmp_path / "step.hlo.txt").read_text()) == (kernel == "auto")

@@ -50,7 +50,7 @@ def changed(config, **flat):
     ("optimizer.learning_rate", float("inf"), "a finite number > 0"),
     ("optimizer.b2", 1.0, "a number in [0, 1)"),
     ("data.window_documents", 0, "a positive integer"),
-    ("model.attention", "flash", "one of 'auto', 'einsum', 'xla', 'cudnn', 'pallas'"),
+    ("model.attention", "flash", "one of 'auto', 'einsum', 'xla', 'cudnn', 'pallas', 'splash'"),
     ("model.remat", "all", "one of 'none', 'minimal', 'full'"),
     ("model.teacher_hidden_size", -768, "an integer >= 0"),
     ("optimizer.decay_fraction", 1.5, "a number in [0, 1]"),
@@ -91,7 +91,7 @@ def test_a_mesh_that_does_not_fit_the_devices():
         validation.check_mesh(config)
 
 
-@pytest.mark.parametrize("kernel, backend", [("cudnn", "gpu"), ("pallas", "tpu")])
+@pytest.mark.parametrize("kernel, backend", [("cudnn", "gpu"), ("pallas", "tpu"), ("splash", "tpu")])
 def test_device_kernels_need_their_device(kernel, backend):
     import jax
     config = changed(bert.get_config("size=tiny"), **{"model.attention": kernel, "model.attention_dropout_rate": 0.0})
