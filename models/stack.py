@@ -12,7 +12,9 @@ after them.
 `model.remat` trades compute for memory in the backward pass (jax.checkpoint), with MaxText's names:
 "none" keeps every activation; "minimal" keeps the matmul outputs that have no batch dimension in
 their dot (the projections' results) and recomputes the rest (norms, softmax, GELU, dropout masks);
-"full" keeps only each layer's input and recomputes the whole layer.
+"full" keeps only each layer's input and recomputes the whole layer. Two between them, for the fit table to
+measure (docs/training.md): "minimal_activation" keeps the MLP's activation output too (GELU's erf is a long
+vector computation to redo), "dots" every matmul output, attention's scores and values included.
 """
 from __future__ import annotations
 
@@ -26,9 +28,14 @@ import numpy as np
 
 from models import ops
 
+MLP_ACTIVATION = "mlp_activation"  # the name models/layers.py's MLP gives its activation output (checkpoint_name)
 REMAT_POLICIES: dict[str, Callable | None] = {
     "none": None,
     "minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+    "minimal_activation": jax.checkpoint_policies.save_from_both_policies(
+        jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
+        jax.checkpoint_policies.save_only_these_names(MLP_ACTIVATION)),
+    "dots": jax.checkpoint_policies.checkpoint_dots,
     "full": jax.checkpoint_policies.nothing_saveable,
 }
 SCANNED = "layers"           # the scanned stack's name in the parameter tree

@@ -75,6 +75,10 @@ ROWS = (
     Row("BERT-Base 256 x 128, Pallas attention, no attention dropout", "configs/bert.py:size=base", "v5e:2x2",
         "1,4,1", "minimal", _bert(128) + ("--config.model.attention=pallas",
                                           "--config.model.attention_dropout_rate=0")),
+    # the remat policies between minimal and none (models/stack.py), each where libtpu's estimate says
+    Row("BERT-Base 256 x 128, remat minimal_activation", "configs/bert.py:size=base", "v5e:2x2", "1,4,1",
+        "minimal_activation", _bert(128)),
+    Row("BERT-Base 256 x 128, remat dots", "configs/bert.py:size=base", "v5e:2x2", "1,4,1", "dots", _bert(128)),
     Row("BERT-Base 256 x 512", "configs/bert.py:size=base", "v5e:2x2", "1,4,1", "full", _bert(512)),
     Row("BERT-Large 256 x 128", "configs/bert.py:size=large", "v5e:2x2", "1,4,1", "full", _bert(128)),
     Row("BERT-Large 256 x 512", "configs/bert.py:size=large", "v5e:2x2", "1,4,1", "full", _bert(512)),

@@ -37,7 +37,8 @@ def test_layouts_convert_both_ways_and_match_what_init_builds(family):
     assert tree_max_difference(export(converted["params"], config), export(params["params"], config)) == 0
 
 
-@pytest.mark.parametrize("family, remat", [("bert", "full"), ("t5", "full"), ("gpt", "minimal"), ("gpt", "none")])
+@pytest.mark.parametrize("family, remat", [("bert", "full"), ("t5", "full"), ("gpt", "minimal"), ("gpt", "none"),
+                                           ("bert", "minimal_activation"), ("gpt", "dots")])
 def test_scanned_and_rematerialized_stacks_give_the_same_outputs_and_gradients(family, remat):
     looped, args = build(family)
     params = nn.unbox(looped.init(jax.random.key(0), *args))
@@ -57,6 +58,17 @@ def test_scanned_and_rematerialized_stacks_give_the_same_outputs_and_gradients(f
         rematerialized, _ = build(family, remat="full")
         remat_grads = jax.jit(jax.grad(lambda p: loss(p, rematerialized)[0]))(params)
         assert tree_max_difference(remat_grads, expected_grads) < 1e-4
+
+
+@pytest.mark.parametrize("remat, kept", [("minimal", False), ("minimal_activation", True), ("full", False)])
+def test_minimal_activation_keeps_the_mlps_activation_for_the_backward_pass(remat, kept):
+    """What the backward pass reads from the forward under each policy: the named GELU output only where asked."""
+    from jax._src.ad_checkpoint import saved_residuals
+    model, args = build("bert", remat=remat)
+    params = nn.unbox(model.init(jax.random.key(0), *args))
+    saved = saved_residuals(lambda p: sum(jnp.sum(v) for v in model.apply(p, *args).values()), params)
+    named = [where for _, where in saved if stack.MLP_ACTIVATION in where]
+    assert bool(named) == kept, named
 
 
 def test_dropout_trains_under_scan():

@@ -51,7 +51,7 @@ def changed(config, **flat):
     ("optimizer.b2", 1.0, "a number in [0, 1)"),
     ("data.window_documents", 0, "a positive integer"),
     ("model.attention", "flash", "one of 'auto', 'einsum', 'xla', 'cudnn', 'pallas', 'splash'"),
-    ("model.remat", "all", "one of 'none', 'minimal', 'full'"),
+    ("model.remat", "all", "one of 'none', 'minimal', 'minimal_activation', 'dots', 'full'"),
     ("model.teacher_hidden_size", -768, "an integer >= 0"),
     ("optimizer.decay_fraction", 1.5, "a number in [0, 1]"),
     ("model.global_attn_every_n_layers", 0, "a positive integer"),
