@@ -232,10 +232,17 @@ def is_layout_change(op: Op) -> bool:
     return op.opcode in ("copy", "transpose") or any(w in op.kind for w in ("copy", "transpose"))
 
 
-def summarize(ops: list[Op], top: int = 15) -> str:
-    """A plain-text report: totals, the largest operations, bytes per kind, precision and layout changes."""
+def summarize(ops: list[Op], top: int = 15, clock_hz: float | None = None) -> str:
+    """A plain-text report: totals, the largest operations, bytes per kind, precision and layout changes; with the
+    chip's clock, first the slowest kernels by libtpu's estimates (each as often as it runs)."""
     total = sum(op.moved for op in ops)
     lines = [f"{len(ops)} kernels, {total / 2**30:.2f} GiB moved per step per device"]
+    timed = [op for op in ops if op.cycles] if clock_hz else []
+    if timed:
+        seconds = {id(op): op.runs * op.cycles / clock_hz for op in timed}
+        lines.append(f"\nslowest by libtpu's estimates ({sum(seconds.values()) * 1e3:.1f} ms in {len(timed)} kernels):")
+        for op in sorted(timed, key=lambda o: -seconds[id(o)])[:top]:
+            lines.append(f"  {seconds[id(op)] * 1e3:9.2f} ms  x{op.runs:<3d} {op.name:32s} {op.shape:28s} {op.source}")
 
     def table(title: str, chosen: list[Op]) -> None:
         moved = sum(op.moved for op in chosen)

@@ -104,7 +104,8 @@ def _compile() -> tuple[dict, object]:
                                  hbm_bytes=int(_HBM_GIB.value * chips.GIB) or None,
                                  peak_flops=_PEAK.value * 1e12 or None, hlo_path=hlo_path)
     if hlo_path and os.path.exists(hlo_path):
-        _write_report(hlo_path, os.path.join(_HLO_REPORT.value, "report.txt"))
+        chip = chips.CHIPS.get(chips.DEVICE_KINDS.get(result.device_kind, ""))
+        _write_report(hlo_path, os.path.join(_HLO_REPORT.value, "report.txt"), chip.clock_hz if chip else None)
     out = {"model": config.model.name, "topology": topology or "cpu", "batch_size": config.batch_size,
            "grad_accum_steps": config.grad_accum_steps, "seq_length": config.data.max_seq_length,
            "dtype": config.model.get("dtype"), "scan_layers": config.model.get("scan_layers"),
@@ -115,10 +116,10 @@ def _compile() -> tuple[dict, object]:
     return out, config
 
 
-def _write_report(hlo_path: str, report_path: str) -> None:
+def _write_report(hlo_path: str, report_path: str, clock_hz: float | None) -> None:
     from pretrain.runtime import hlo_report
     with open(hlo_path) as f:
-        report = hlo_report.summarize(hlo_report.parse(f.read()))
+        report = hlo_report.summarize(hlo_report.parse(f.read()), clock_hz=clock_hz)
     with open(report_path, "w") as f:
         f.write(report + "\n")
 

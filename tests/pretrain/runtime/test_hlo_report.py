@@ -113,6 +113,14 @@ def test_the_estimate_sums_libtpus_cycles_and_the_bytes_of_kernels_without_them(
     assert hlo_report.estimated_seconds(hlo_report.parse(MODULE), clock, bandwidth) is None  # no estimates: no sum
 
 
+def test_the_report_lists_the_slowest_kernels_given_the_clock():
+    ops = hlo_report.parse(TPU_MODULE)
+    report = hlo_report.summarize(ops, clock_hz=1e6).splitlines()  # 3,000 cycles at 1 MHz: 3 ms
+    slowest = report.index("slowest by libtpu's estimates (3.0 ms in 1 kernels):")
+    assert report[slowest + 1].split()[:3] == ["3.00", "ms", "x1"] and "fusion.1" in report[slowest + 1]
+    assert not any(line.startswith("slowest") for line in hlo_report.summarize(ops).splitlines())  # no clock
+
+
 NESTED_MODULE = """HloModule accumulate
 
 %layer (t: (s32[], f32[8])) -> (s32[], f32[8]) {
