@@ -24,19 +24,18 @@
   side over 1,024 tokens visits 3 blocks of 8 per query block. No additive input: T5's bias and dense masks take
   "pallas". A scanned ModernBERT layer, whose kind is traced, runs one of two compiled kernels (lax.cond).
   Both TPU kernels run per shard under a mesh (shard_map over the batch axes, heads over `tensor`) and are tested
-  on the CPU in Pallas' TPU interpret mode; they compile for TPU with libtpu (python -m pretrain.tools.aot_compile).
+  on the CPU in Pallas' TPU interpret mode; they compile for TPU with libtpu (pretrain/tools/aot_compile.py).
 - "auto": the fastest that applies: cuDNN on a GPU in half precision; on a TPU where the lengths tile, splash for
-  a `SegmentMask` without a bias, else Pallas' flash kernel; XLA elsewhere; the reference wherever attention dropout is active (training with
-  `attention_dropout_rate > 0`).
+  a `SegmentMask` without a bias, else Pallas' flash kernel; XLA elsewhere; the reference wherever attention
+  dropout is active (training with `attention_dropout_rate > 0`).
 
 Shapes: B = batch, L = query length, S = key length, H = heads, K = head dim.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import contextlib
 import contextvars
+from typing import Callable
 
 import flax.struct
 import jax

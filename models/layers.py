@@ -13,7 +13,6 @@ from typing import Any, Callable
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jax.ad_checkpoint import checkpoint_name
 
 from models import attention, ops, stack
 
@@ -379,7 +378,7 @@ class MLP(nn.Module):
         kw = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype)
         h = Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init, name="intermediate", **kw)(
             x, deterministic)
-        h = checkpoint_name(self.activation(h), stack.MLP_ACTIVATION)  # remat="minimal_activation" keeps it
+        h = jax.ad_checkpoint.checkpoint_name(self.activation(h), stack.MLP_ACTIVATION)  # minimal_activation keeps it
         if self.gated:
             h = h * Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
                           name="intermediate_linear", **kw)(x)

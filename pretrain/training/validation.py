@@ -252,7 +252,8 @@ def check_devices(config: ml_collections.ConfigDict) -> None:
     """What the config asks of the hardware: cuDNN attention needs a GPU, the Pallas kernels (flash, splash) a TPU."""
     import jax
     model = config.get("model")
-    wants = {"cudnn": "gpu", "pallas": "tpu", "splash": "tpu"}.get(model.get("attention") if model is not None else None)
+    kernel = model.get("attention") if model is not None else None
+    wants = {"cudnn": "gpu", "pallas": "tpu", "splash": "tpu"}.get(kernel)
     if wants and jax.default_backend() != wants:
         raise ConfigError(f"config.model.attention={model.attention!r} needs a {wants.upper()}, and this process runs "
                           f"on {jax.default_backend()}: use --config.model.attention=auto (XLA's kernel here)")
