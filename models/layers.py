@@ -378,7 +378,7 @@ class MLP(nn.Module):
         kw = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype)
         h = Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init, name="intermediate", **kw)(
             x, deterministic)
-        h = jax.ad_checkpoint.checkpoint_name(self.activation(h), stack.MLP_ACTIVATION)  # minimal_activation keeps it
+        h = stack.mlp_activation(self.activation(h))
         if self.gated:
             h = h * Dense(self.mlp_dim, ("embed", "mlp"), kernel_init=self.kernel_init,
                           name="intermediate_linear", **kw)(x)

@@ -23,12 +23,13 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
+import jax.ad_checkpoint
 import jax.numpy as jnp
 import numpy as np
 
 from models import ops
 
-MLP_ACTIVATION = "mlp_activation"  # the name models/layers.py's MLP gives its activation output (checkpoint_name)
+MLP_ACTIVATION = "mlp_activation"  # the name models/layers.py's MLP gives its activation output (`mlp_activation`)
 REMAT_POLICIES: dict[str, Callable | None] = {
     "none": None,
     "minimal": jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims,
@@ -38,6 +39,13 @@ REMAT_POLICIES: dict[str, Callable | None] = {
     "dots": jax.checkpoint_policies.checkpoint_dots,
     "full": jax.checkpoint_policies.nothing_saveable,
 }
+
+
+def mlp_activation(h: jax.Array) -> jax.Array:
+    """h as it is, named for the remat policy "minimal_activation", which keeps it for the backward pass."""
+    return jax.ad_checkpoint.checkpoint_name(h, MLP_ACTIVATION)
+
+
 SCANNED = "layers"           # the scanned stack's name in the parameter tree
 SHARED = "shared_layer"      # the one layer of a stack whose depths share their weights
 LOOPED = re.compile(r"layer_(\d+)$")
