@@ -83,7 +83,7 @@ def test_failure_names_the_crash_or_the_error():
     assert script._failure("", 1) == "no output (exit 1)"
 
 
-@pytest.mark.parametrize("pattern, expected", [("modernbert-base", 5), ("T5 1.1", 2), ("", None)])
+@pytest.mark.parametrize("pattern, expected", [("modernbert-base", 6), ("T5 1.1", 2), ("", None)])
 def test_rows_to_compile_filters_and_skips_recorded_rows(pattern, expected):
     script = _script()
     chosen = script.rows_to_compile(pattern, done={})
