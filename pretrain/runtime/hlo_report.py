@@ -237,12 +237,13 @@ def summarize(ops: list[Op], top: int = 15, clock_hz: float | None = None) -> st
     chip's clock, first the slowest kernels by libtpu's estimates (each as often as it runs)."""
     total = sum(op.moved for op in ops)
     lines = [f"{len(ops)} kernels, {total / 2**30:.2f} GiB moved per step per device"]
-    timed = [op for op in ops if op.cycles] if clock_hz else []
+    timed = sorted(((op.runs * op.cycles / clock_hz, op) for op in ops if op.cycles and clock_hz),
+                   key=lambda pair: -pair[0])
     if timed:
-        seconds = {id(op): op.runs * op.cycles / clock_hz for op in timed}
-        lines.append(f"\nslowest by libtpu's estimates ({sum(seconds.values()) * 1e3:.1f} ms in {len(timed)} kernels):")
-        for op in sorted(timed, key=lambda o: -seconds[id(o)])[:top]:
-            lines.append(f"  {seconds[id(op)] * 1e3:9.2f} ms  x{op.runs:<3d} {op.name:32s} {op.shape:28s} {op.source}")
+        total_ms = sum(seconds for seconds, _ in timed) * 1e3
+        lines.append(f"\nslowest by libtpu's estimates ({total_ms:.1f} ms in {len(timed)} kernels):")
+        for seconds, op in timed[:top]:
+            lines.append(f"  {seconds * 1e3:9.2f} ms  x{op.runs:<3d} {op.name:32s} {op.shape:28s} {op.source}")
 
     def table(title: str, chosen: list[Op]) -> None:
         moved = sum(op.moved for op in chosen)
