@@ -34,6 +34,12 @@ def test_stretch_keeps_the_schedule_shape_over_the_new_steps():
     assert stretched.log_every == 20 and stretched.data.long_seq_start_step == 0  # not tied to the schedule; unset
 
 
+def test_stretched_counts_round_the_exact_share_at_a_half():
+    """100 of 1,000 over 8,075 steps is 807.5 exactly, which rounds to 808 (a factor 8.075 first gave 807.49...)."""
+    plan = budget.StepPlan.of(schedule_config())
+    assert [plan.stretched(steps).warmup_steps for steps in (8075, 8085, 4321)] == [808, 808, 432]
+
+
 def test_a_plan_stretches_the_counts_tied_to_the_schedule_and_leaves_the_config_alone():
     config = schedule_config()
     plan = budget.StepPlan.of(config).stretched(4321)
