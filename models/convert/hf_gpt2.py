@@ -19,7 +19,8 @@ import flax.core.meta
 import numpy as np
 from absl import logging
 
-from models.convert.hf_io import check_export_target, read_hf_config, read_weights, write_export
+from models.convert.hf_io import (check_export_target, read_hf_config, read_weights, tokenizer_json_writer,
+                                  write_export)
 from models.convert.layouts import place_tensor, take_tensor
 from models.gpt import GPTConfig
 from models.qkv_layout import hf_layout, to_qkv_layout
@@ -180,8 +181,16 @@ def load_hf_gpt2(directory: str) -> tuple[GPTConfig, dict]:
     return config, gpt_params_from_hf(state_dict, config, source=weights_path)
 
 
-def save_hf_gpt2(directory: str, params: dict, config: GPTConfig) -> None:
+def save_hf_gpt2(directory: str, params: dict, config: GPTConfig, *, tokenizer_file: str | None = None,
+                 special_tokens: Mapping[str, str] | None = None) -> None:
     """Export as a directory transformers' GPT2LMHeadModel.from_pretrained loads. Written to a temporary
-    directory and renamed into place; an existing directory is replaced only if it is a previous export."""
+    directory and renamed into place; an existing directory is replaced only if it is a previous export.
+    tokenizer_file: a tokenizer.json, copied with a tokenizer_config.json naming `special_tokens`
+    (eos_token, ...), so that AutoTokenizer loads the directory; config.json's bos/eos ids are then the tokenizer's."""
     directory = check_export_target(directory)
-    write_export(directory, gpt_config_to_hf(config), hf_state_dict_from_gpt(params, config))
+    hf_config, writer = gpt_config_to_hf(config), None
+    if tokenizer_file is not None:
+        writer, ids = tokenizer_json_writer(tokenizer_file, config.vocab_size, config.n_positions,
+                                            special_tokens or {})
+        hf_config.update({f"{name}_id": ids[name] for name in ("bos_token", "eos_token") if name in ids})
+    write_export(directory, hf_config, hf_state_dict_from_gpt(params, config), writer)

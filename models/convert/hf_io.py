@@ -12,7 +12,7 @@ import os
 import pickle
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -232,3 +232,34 @@ def replace_directory(directory: str, fill: Callable[[str], None]) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def tokenizer_json_writer(tokenizer_file: str, vocab_size: int, model_max_length: int,
+                          special_tokens: Mapping[str, str]) -> tuple[Callable[[str], None], dict[str, int]]:
+    """A tokenizer.json (or a directory with one), checked to read and to fit the model's vocabulary -> (a writer of
+    it and a tokenizer_config.json naming `special_tokens` (tokenizer_config.json's names: eos_token, ...) that the
+    file holds, for AutoTokenizer; those tokens' ids by name)."""
+    tokenizer_file = os.path.expanduser(tokenizer_file)
+    if os.path.isdir(tokenizer_file):
+        tokenizer_file = os.path.join(tokenizer_file, TOKENIZER_JSON)
+    if not os.path.isfile(tokenizer_file):
+        raise ModelInputError(f"tokenizer not found: {tokenizer_file} (give the tokenizer.json the model was trained "
+                              "with)")
+    from tokenizers import Tokenizer as HFTokenizer
+    try:
+        tok = HFTokenizer.from_file(tokenizer_file)
+    except Exception as e:  # noqa: BLE001 - the Rust parser raises a bare Exception
+        raise ModelInputError(f"cannot read the tokenizer {tokenizer_file}: {str(e).splitlines()[0]} (give the "
+                              "tokenizer.json the model was trained with)") from None
+    size = tok.get_vocab_size(with_added_tokens=True)
+    if size > vocab_size:
+        raise ModelInputError(f"{tokenizer_file} has {size} tokens but the model's vocab_size is {vocab_size} "
+                              "(give the tokenizer the model was trained with)")
+    present = {key: token for key, token in special_tokens.items() if tok.token_to_id(token) is not None}
+
+    def write(tmp: str) -> None:
+        shutil.copyfile(tokenizer_file, os.path.join(tmp, TOKENIZER_JSON))
+        with open(os.path.join(tmp, TOKENIZER_CONFIG), "w") as f:
+            json.dump({"tokenizer_class": "PreTrainedTokenizerFast", **present, "model_max_length": model_max_length,
+                       "model_input_names": ["input_ids", "attention_mask"]}, f, indent=2)
+    return write, {key: tok.token_to_id(token) for key, token in present.items()}

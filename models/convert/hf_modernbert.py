@@ -9,9 +9,7 @@ models/convert/hf_io.py's readers and atomic writer.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -278,36 +276,11 @@ def save_hf_modernbert(directory: str, params: dict, config: ModernBertConfig, *
 
 
 def _tokenizer_writer(tokenizer_file: str | None, config: ModernBertConfig, special_tokens: Mapping[str, str]):
-    """The tokenizer.json (checked: it reads, and fits the model's vocabulary) -> (a writer of it and its
-    tokenizer_config.json into an export's directory, or None without one; config.json's special token ids: the
-    tokenizer's, else transformers' defaults where the vocabulary holds them, else null)."""
+    """-> (a writer of the tokenizer.json and its tokenizer_config.json, or None without one; config.json's special
+    token ids: the tokenizer's, else transformers' defaults where the vocabulary holds them, else null)."""
     defaults = {key: default if default < config.vocab_size else None for key, (_, default) in _TOKEN_IDS.items()}
     if tokenizer_file is None:
         return None, defaults
-    tokenizer_file = os.path.expanduser(tokenizer_file)
-    if os.path.isdir(tokenizer_file):
-        tokenizer_file = os.path.join(tokenizer_file, hf_io.TOKENIZER_JSON)
-    if not os.path.isfile(tokenizer_file):
-        raise ModelInputError(f"tokenizer not found: {tokenizer_file} (give the tokenizer.json the model was trained "
-                              "with)")
-    from tokenizers import Tokenizer as HFTokenizer
-    try:
-        tok = HFTokenizer.from_file(tokenizer_file)
-    except Exception as e:  # noqa: BLE001 - the Rust parser raises a bare Exception
-        raise ModelInputError(f"cannot read the tokenizer {tokenizer_file}: {str(e).splitlines()[0]} (give the "
-                              "tokenizer.json the model was trained with)") from None
-    size = tok.get_vocab_size(with_added_tokens=True)
-    if size > config.vocab_size:
-        raise ModelInputError(f"{tokenizer_file} has {size} tokens but the model's vocab_size is {config.vocab_size} "
-                              "(give the tokenizer the model was trained with)")
-    present = {key: token for key, token in special_tokens.items() if tok.token_to_id(token) is not None}
-    token_ids = {key: tok.token_to_id(present[name]) if name in present else defaults[key]
-                 for key, (name, _) in _TOKEN_IDS.items()}
-
-    def write(tmp: str) -> None:
-        shutil.copyfile(tokenizer_file, os.path.join(tmp, hf_io.TOKENIZER_JSON))
-        with open(os.path.join(tmp, hf_io.TOKENIZER_CONFIG), "w") as f:
-            json.dump({"tokenizer_class": "PreTrainedTokenizerFast", **present,
-                       "model_max_length": config.max_position_embeddings,
-                       "model_input_names": ["input_ids", "attention_mask"]}, f, indent=2)
-    return write, token_ids
+    write, ids = hf_io.tokenizer_json_writer(tokenizer_file, config.vocab_size, config.max_position_embeddings,
+                                             special_tokens)
+    return write, {key: ids.get(name, defaults[key]) for key, (name, _) in _TOKEN_IDS.items()}

@@ -66,9 +66,11 @@ import numpy as np
 import models
 from models import peft as peft_modules
 from models.convert import hf_distilbert, hf_electra, hf_modernbert, peft_io, save_hf_albert, save_hf_bert
+from models.convert.hf_gpt2 import save_hf_gpt2
 from models.qkv_layout import hf_layout
 from models.registry import Registry
 from objectives import task_heads
+from objectives.interface import eos_id_or_none
 from pretrain.data import tokenizers as data_tokenizers
 from pretrain.finetuners import registry
 from pretrain.finetuners.base import model_config
@@ -136,9 +138,9 @@ def export(workdir: str, output: str, step: int | None = None, peft: bool = Fals
     with open(config_path) as f:
         config = json.load(f)
     name = (config.get("model") or {}).get("name", "bert")
-    if name not in EXPORTERS:  # a GPT or T5 run: no exporter registered for its family
-        raise errors.UserError(f"pretrain.tools.export_hf_bert exports BERT runs only, and {workdir} holds a "
-                               f"{name} model")
+    if name not in EXPORTERS:  # a T5 run: no exporter registered for its family
+        raise errors.UserError(f"pretrain.tools.export_hf_bert exports {', '.join(EXPORTERS.names())} runs, and "
+                               f"{workdir} holds a {name} model")
     family_exporter = EXPORTERS.get(name)
     if peft and not family_exporter.peft:
         raise errors.UserError(f"--peft exports a parameter-efficient BERT fine-tuning run, and {workdir} holds a "
@@ -229,7 +231,26 @@ def _modernbert_task(workdir: str, config: ml_collections.ConfigDict) -> dict:
     return {"architecture": hf_modernbert.task_class(head.hf_class), "id2label": getattr(task, "labels", ()) or None}
 
 
-def _tokenizer_json(tokenizer: dict, scratch: str) -> tuple[str | None, dict[str, str], str]:
+@exporter("gpt")
+def export_gpt(workdir: str, config: dict, output: str, step: int | None, peft: bool = False) -> str:
+    """A GPT pretraining run -> GPT2LMHeadModel, with its tokenizer as a tokenizer.json where the kind has that form
+    (a gpt2_bpe one; a char vocabulary has none), its end of text named bos and eos as GPT-2's."""
+    if "task" in config:
+        raise errors.UserError(f"{workdir} is a GPT fine-tuning run; only GPT pretraining runs export (as "
+                               "GPT2LMHeadModel): export the run its --config.init names")
+    model = models.model_config(config["model"])
+    params, step = checkpoints.restore_params(os.path.join(workdir, "checkpoints"), step)
+    with tempfile.TemporaryDirectory() as scratch:
+        tokenizer_file, specials, note = _tokenizer_json(config.get("tokenizer", {}), scratch, end_of_text=True)
+        try:
+            save_hf_gpt2(output, params, model, tokenizer_file=tokenizer_file, special_tokens=specials)
+        except ValueError as e:  # an architecture GPT2LMHeadModel cannot hold (use_bias=False)
+            raise errors.UserError(str(e)) from None
+    return f"exported {workdir} step {step} (gpt) to {output} as GPT2LMHeadModel{note}"
+
+
+def _tokenizer_json(tokenizer: dict, scratch: str, end_of_text: bool = False
+                    ) -> tuple[str | None, dict[str, str], str]:
     """config.tokenizer -> (a tokenizer.json that encodes as it does, or None; its specials by tokenizer_config.json's
     names; a note for the message). An hf_json tokenizer is its own file; a SentencePiece or WordPiece one is
     converted into `scratch` (and checked to encode as ours); one that cannot be is left out, with the reason."""
@@ -237,6 +258,9 @@ def _tokenizer_json(tokenizer: dict, scratch: str) -> tuple[str | None, dict[str
         return None, {}, "; no tokenizer (config.tokenizer.path is empty)"
     loaded = data_tokenizers.from_config(tokenizer)  # a missing file: one line naming it
     specials = data_tokenizers.special_tokens(loaded)
+    eos = eos_id_or_none(loaded)
+    if end_of_text and eos is not None:  # a decoder's end of text (GPT-2: bos and eos are one token)
+        specials.update(bos_token=loaded.id_to_piece(eos), eos_token=loaded.id_to_piece(eos))
     if tokenizer.get("kind") == "hf_json":
         return os.path.expanduser(tokenizer["path"]), specials, ""
     try:

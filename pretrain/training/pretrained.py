@@ -88,7 +88,7 @@ def _load_hf(path: str, model_type: str, heads: bool = False) -> Pretrained:
     return Pretrained(family.finetunes_as or family.name, model, params, checkpoint.tokenizer(path), f"huggingface:{path}")
 
 
-def _find_workdir(path: str, flag: str) -> tuple[str, str]:
+def find_workdir(path: str, flag: str) -> tuple[str, str]:
     """path = a workdir, its checkpoints/ folder, or one step folder -> (workdir, checkpoint path)."""
     for workdir, ckpt in ((path, os.path.join(path, "checkpoints")),
                           (os.path.dirname(path), path),
@@ -112,7 +112,7 @@ def load_pretrained(path: str, flag: str = "--config.init", heads: bool = False)
         local = storage.local_copy(path, "hf_init_") if storage.is_url(path) else path
         return dataclasses.replace(_load_hf(local, model_type, heads), source=f"huggingface:{path}")
 
-    workdir, ckpt = _find_workdir(path, flag)
+    workdir, ckpt = find_workdir(path, flag)
     config = json.loads(storage.read_text(os.path.join(workdir, "config.json")))
     name = config.get("model", {}).get("name")
     if name not in models.FAMILIES:

@@ -46,6 +46,11 @@ class PipelineTokenizer(Tokenizer):
     def _piece(self, i: int) -> str:
         return self._tok.id_to_token(i)
 
+    def hf_pipeline(self):
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return HFTokenizer.from_str(self._tok.to_str())  # a copy: the caller adds a post-processor
+
 
 @config_keys.declare(TOKENIZERS, "hf_json")  # the file's normalizer decides the case
 class HFJsonTokenizer(PipelineTokenizer):
