@@ -3,7 +3,7 @@
 `load_language_model(path)` takes what `--config.init` takes (a pretrain.train GPT workdir or a
 Hugging Face GPT-2 directory) and returns the module, its parameters and its tokenizer; generation
 (pretrain/lm/generation.py), perplexity (pretrain/lm/perplexity.py) and few-shot prompting
-(pretrain/lm/fewshot.py) all start here. `next_token_log_probs` is the one scoring function they share.
+(pretrain/lm/fewshot.py) all start here. `next_token_scores` is the one scoring function they share.
 """
 from __future__ import annotations
 
@@ -70,9 +70,10 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def next_token_log_probs(model: GPT, params: dict, input_ids: jax.Array,
-                         segment_ids: jax.Array | None = None) -> jax.Array:
-    """input_ids [B, L] -> [B, L - 1] float32: log P(x_{t+1} | x_0..x_t) of each row's actual next token.
+def next_token_scores(model: GPT, params: dict, input_ids: jax.Array,
+                      segment_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """input_ids [B, L] -> ([B, L - 1] float32: log P(x_{t+1} | x_0..x_t) of each row's actual next token,
+    [B, L - 1] bool: whether that token is the model's first choice there).
 
     segment_ids [B, L] (0 = padding) keep padded or packed rows apart exactly as in training; entries
     whose next token is padding are meaningless and left to the caller's mask. The model runs on the
@@ -81,7 +82,14 @@ def next_token_log_probs(model: GPT, params: dict, input_ids: jax.Array,
     segments = None if segment_ids is None else segment_ids[:, :-1]
     logits = model.apply({"params": params}, input_ids[:, :-1], segment_ids=segments, deterministic=True)["logits"]
     log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return jnp.take_along_axis(log_probs, input_ids[:, 1:, None], axis=-1)[..., 0]
+    chosen = jnp.take_along_axis(log_probs, input_ids[:, 1:, None], axis=-1)[..., 0]
+    return chosen, jnp.argmax(logits, axis=-1) == input_ids[:, 1:]
+
+
+def next_token_log_probs(model: GPT, params: dict, input_ids: jax.Array,
+                         segment_ids: jax.Array | None = None) -> jax.Array:
+    """next_token_scores' log-probabilities alone: [B, L - 1] float32."""
+    return next_token_scores(model, params, input_ids, segment_ids)[0]
 
 
 def pad_rows(rows: list[list[int]], pad_id: int, multiple: int = 8,

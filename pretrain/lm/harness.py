@@ -1,0 +1,188 @@
+"""lm-evaluation-harness's model type `lmpretrain`: this project's checkpoints under EleutherAI's task suite.
+
+    python -m pretrain.lm_eval --model lmpretrain --model_args workdir=runs/gpt_small --tasks hellaswag,lambada_openai
+
+`workdir` is a pretrain.train workdir or a Hugging Face directory. The family decides what the model type can do:
+
+  GPT (decoder-only)  loglikelihood, loglikelihood_rolling, generate_until; scored exactly as lm-eval's `hf` type
+                      scores the exported GPT2LMHeadModel (pretrain/lm/language_model.py's next-token log-probs;
+                      greedy or sampled KV-cache generation from pretrain/lm/generation.py)
+  masked LMs          loglikelihood as the pseudo-log-likelihood of the continuation with the context visible
+  (BERT, ALBERT,      (pretrain/lm/masked_lm.py; `pll=within_word_l2r` for Kauf & Ivanova's variant), and
+   ModernBERT,        loglikelihood_rolling as the PLL of the text in chunks of the position table: what BLiMP-style
+   ELECTRA's          minimal pairs and multiple-choice tasks need. They do not generate.
+   generator)
+
+Other model_args: batch_size (rows a call), prefix_token_id (the token an empty context starts from; default the
+tokenizer's end of text, for GPT; [CLS] for a masked LM), tokenizer_path (replaces the one the run names),
+max_gen_toks (default 256), seed (of sampled generation).
+
+Requests are tokenized as lm-eval's TemplateLM does (the context's trailing spaces moved into the continuation, the
+whole text encoded once and split at the context), so a token list here is the one the `hf` type scores.
+"""
+from __future__ import annotations
+
+import itertools
+
+import jax
+import numpy as np
+from lm_eval import utils as harness_utils
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
+
+import models
+from objectives.interface import eos_id_or_none
+from pretrain.lm import generation, masked_lm
+from pretrain.lm.language_model import load_language_model, next_token_scores, pad_rows
+from pretrain.runtime.errors import UserError
+from pretrain.training import pretrained
+
+NAME = "lmpretrain"
+
+
+def _family(path: str) -> str:
+    """The family a workdir or Hugging Face directory holds (config.json's model.name, or its model_type's)."""
+    import json
+    import os
+
+    from pretrain.workdir import storage
+
+    config_file = os.path.join(path, "config.json")
+    if storage.isfile(config_file):
+        config = json.loads(storage.read_text(config_file))
+        if "model_type" in config:
+            found = models.families.hf_checkpoint(config["model_type"])
+            return found[0].name if found else config["model_type"]
+        return config.get("model", {}).get("name", "bert")
+    return pretrained.load_pretrained(path, "workdir").family  # its one-line error for a path that is neither
+
+
+@register_model(NAME)
+class PretrainLM(TemplateLM):
+    def __init__(self, workdir: str = "", pretrained: str = "", batch_size: int | str = 8, max_gen_toks: int = 256,
+                 prefix_token_id: int | None = None, tokenizer_path: str = "", pll: str = "original", seed: int = 0,
+                 **ignored):
+        super().__init__()
+        path = workdir or pretrained
+        if not path:
+            raise UserError(f"--model {NAME} needs --model_args workdir=PATH (a pretrain.train workdir or a Hugging "
+                            "Face directory)")
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8  # "auto": lm-eval's torch probing
+        self.max_gen_toks, self.seed, self.pll = int(max_gen_toks), int(seed), pll
+        family = _family(path)
+        if models.family(family).causal:
+            self.lm = load_language_model(path, tokenizer_path=tokenizer_path, flag="workdir")
+            self.max_length, self.masked = self.lm.config.n_positions, None
+        elif family in masked_lm.MASKED_LMS:
+            masked_lm.check_variant(pll)
+            self.masked = self.lm = masked_lm.load_masked_lm(path, tokenizer_path=tokenizer_path)
+            self.max_length = self.lm.max_length
+        else:
+            raise UserError(f"workdir={path} holds a {family} model, which lm-eval cannot score here: give a GPT or a "
+                            f"masked LM ({', '.join(masked_lm.MASKED_LMS.names())}) workdir or Hugging Face directory")
+        self.tokenizer = self.lm.tokenizer
+        self._prefix = None if prefix_token_id is None else int(prefix_token_id)
+
+    # ----- what TemplateLM needs -----
+    @property
+    def eot_token_id(self) -> int | None:
+        return eos_id_or_none(self.tokenizer)
+
+    @property
+    def prefix_token_id(self) -> int:
+        if self._prefix is not None:
+            return self._prefix
+        start = self.tokenizer.cls_id if self.masked else self.eot_token_id
+        if start is None:
+            raise UserError(f"{self.tokenizer!r} has no end-of-text token for an empty context to start from; give "
+                            "--model_args prefix_token_id=ID")
+        return start
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs) -> list[int]:
+        return self.tokenizer.encode(string)  # never adds specials: GPT-2's have none, the PLL rows place [CLS] [SEP]
+
+    def tok_decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens)
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+        if self.masked:
+            return masked_lm.score(self.masked, [("".join(texts), context, continuation)
+                                                 for texts, context, continuation in requests], self.pll)
+        return self._causal_scores([(context, continuation) for _, context, continuation in requests])
+
+    def _causal_scores(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
+        """(context, continuation) token lists -> (summed log-prob of the continuation, whether greedy decoding
+        gives it), the row cut to its last n_positions + 1 tokens as the `hf` type cuts it."""
+        rows = [(list(context) + list(continuation))[-(self.max_length + 1):] for context, continuation in pairs]
+        order = sorted(range(len(rows)), key=lambda r: -len(rows[r]))
+        results: list[tuple[float, bool]] = [(0.0, False)] * len(rows)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start:start + self.batch_size]
+            batch = [rows[r] for r in chunk] + [rows[chunk[0]]] * (self.batch_size - len(chunk))  # one batch shape
+            ids, segments = pad_rows(batch, self.tokenizer.pad_id, multiple=16, max_length=self.max_length + 1)
+            log_probs, greedy = map(np.asarray, next_token_scores(self.lm.model, self.lm.params, ids, segments))
+            for i, r in enumerate(chunk):
+                n, length = len(pairs[r][1]), len(rows[r])
+                span = slice(length - 1 - n, length - 1)  # log_probs[t] scores token t + 1
+                results[r] = (float(log_probs[i, span].astype(np.float64).sum()), bool(greedy[i, span].all()))
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        """The whole text's log-likelihood: lm-eval's disjoint rolling windows of n_positions tokens (a GPT), or the
+        PLL of chunks of the position table less [CLS] and [SEP] (a masked LM)."""
+        totals = []
+        for (text,) in [request.args for request in requests]:
+            tokens = self.tok_encode(text)
+            if self.masked:
+                size = self.max_length - 2
+                chunks = [tokens[i:i + size] for i in range(0, len(tokens), size)]
+                scores = masked_lm.score(self.masked, [("", [], chunk) for chunk in chunks], self.pll)
+            else:
+                windows = [harness_utils.make_disjoint_window(window) for window in harness_utils.get_rolling_token_windows(
+                    token_list=tokens, prefix_token=self.prefix_token_id, max_seq_len=self.max_length, context_len=1)]
+                scores = self._causal_scores(windows)
+            totals.append(sum(score for score, _ in scores))
+        return totals
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Greedy (or, with do_sample, sampled) continuations, cut at the first stop string, the end of text being
+        one; requests with the same settings decode in batches of batch_size."""
+        if self.masked:
+            raise UserError(f"a masked LM ({self.masked.family}) does not generate text: give loglikelihood or "
+                            "multiple-choice tasks (BLiMP, ...), or a GPT workdir for generate_until tasks")
+        eos = self.eot_token_id
+        out: list[str | None] = [None] * len(requests)
+        keyed = [(repr(sorted(request.args[1].items())), i) for i, request in enumerate(requests)]
+        for _, group in itertools.groupby(sorted(keyed), key=lambda k: k[0]):
+            indices = [i for _, i in group]
+            kwargs = normalize_gen_kwargs(requests[indices[0]].args[1], self.max_gen_toks)
+            until = handle_stop_sequences(kwargs.pop("until", None),
+                                          eos=None if eos is None else self.tokenizer.decode([eos]))
+            for start in range(0, len(indices), self.batch_size):
+                chunk = indices[start:start + self.batch_size]
+                texts = self._generate([requests[i].args[0] for i in chunk], until, kwargs)
+                for i, text in zip(chunk, texts):
+                    out[i] = text
+        return out
+
+    def _generate(self, contexts: list[str], until: list[str], kwargs: dict) -> list[str]:
+        max_gen_toks = int(kwargs["max_gen_toks"])
+        room = self.max_length - max_gen_toks
+        if room <= 0:
+            raise UserError(f"max_gen_toks={max_gen_toks} leaves no room for a context in the model's "
+                            f"{self.max_length} positions; give the task a smaller max_gen_toks")
+        prompts = [self.tok_encode(context)[-room:] or [self.prefix_token_id] for context in contexts]
+        sampling = generation.Sampling(greedy=not kwargs.get("do_sample"), temperature=float(kwargs.get(
+            "temperature", 1.0) or 1.0), top_k=int(kwargs.get("top_k", 0) or 0), top_p=float(kwargs.get("top_p", 1.0)))
+        eos = self.eot_token_id
+        stop_ids = set(generation.stop_token_ids(self.tokenizer, until)) | ({eos} if eos is not None else set())
+        new = generation.generate_ids(self.lm.model, self.lm.params, prompts, max_gen_toks, sampling=sampling,
+                                      rng=jax.random.key(self.seed), stop_ids=sorted(stop_ids))
+        texts = []
+        for tokens in new:
+            text = self.tok_decode([t for t in tokens if t != eos])
+            for stop in until:
+                text = text.split(stop)[0] if stop else text
+            texts.append(text)
+        return texts

@@ -1,0 +1,114 @@
+"""pretrain/lm/harness.py: lm-eval's `lmpretrain` model type on a GPT workdir against lm-eval's `hf` type on the
+exported GPT2LMHeadModel, over three local tasks (multiple choice, rolling perplexity, generate_until): every
+request's log-likelihood within 1e-4, identical greedy generations, identical metrics. Then a masked LM through the
+same type, and the command's one-line refusals."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+
+from lm_eval import simple_evaluate
+from lm_eval.tasks import TaskManager
+
+from models.gpt import GPTConfig
+from pretrain.lm import harness
+from pretrain.tools import export_hf_bert
+from tests.helpers.commands import run_module
+from tests.helpers.lm_eval_tasks import TASKS, write_gpt_bpe_tokenizer, write_tasks
+from tests.helpers.random_weights import gpt_random_params
+from tests.pretrain.lm.test_masked_lm import fake_run
+
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory):
+    """(a GPT pretraining config with a BPE tokenizer.json, O(1) random weights, the tasks' folder)."""
+    from configs import gpt2
+
+    root = tmp_path_factory.mktemp("harness")
+    config = gpt2.get_config()
+    config.tokenizer.update(kind="gpt2_bpe", path=write_gpt_bpe_tokenizer(str(root / "tokenizer.json")))
+    config.model.update(vocab_size=320, n_positions=48, d_model=32, num_layers=2, num_heads=4, d_ff=64)
+    model = GPTConfig(vocab_size=320, n_positions=48, d_model=32, num_layers=2, num_heads=4, d_ff=64)
+    return config, gpt_random_params(model, seed=3), write_tasks(str(root / "tasks"))
+
+
+def evaluate(model, tasks: str, **kwargs) -> dict:
+    return simple_evaluate(model=model, tasks=list(TASKS), task_manager=TaskManager(include_path=tasks),
+                           log_samples=True, random_seed=0, numpy_random_seed=0, torch_random_seed=0,
+                           fewshot_random_seed=0, **kwargs)
+
+
+def responses(result: dict, task: str) -> list:
+    """Each request's response, documents in order (log-likelihood tasks: (log-likelihood, is_greedy) or the
+    log-likelihood; generate_until: the text)."""
+    return [response[0] for sample in sorted(result["samples"][task], key=lambda s: s["doc_id"])
+            for response in sample["resps"]]
+
+
+def test_lmpretrain_scores_every_request_as_the_hf_type_scores_the_export(gpt_run, tmp_path, monkeypatch):
+    config, params, tasks = gpt_run
+    workdir = fake_run(tmp_path / "run", config, params, monkeypatch)
+    message = export_hf_bert.export(workdir, str(tmp_path / "hf"))
+    assert "converted to tokenizer.json" in message
+    theirs = evaluate("hf", tasks, model_args=f"pretrained={tmp_path / 'hf'},dtype=float32", device="cpu",
+                      batch_size=1)
+    ours = evaluate(harness.PretrainLM(workdir=workdir, batch_size=4), tasks)
+    for task in ("tiny_choice", "tiny_rolling"):
+        flat = list(zip(responses(ours, task), responses(theirs, task), strict=True))
+        scores = np.array([[np.ravel(x)[0], np.ravel(y)[0]] for x, y in flat], float)
+        assert np.abs(scores[:, 0] - scores[:, 1]).max() < TOLERANCE, task
+        assert np.ptp(scores[:, 1]) > 1  # the requests differ: a constant would not pass
+        if task == "tiny_choice":  # is_greedy, as lm-eval's acc tie-breaks read it
+            assert [bool(x[1]) for x, _ in flat] == [bool(y[1]) for _, y in flat]
+    generated, reference = responses(ours, "tiny_generate"), responses(theirs, "tiny_generate")
+    assert generated == reference and any(reference)
+    for task in TASKS:
+        for metric, value in theirs["results"][task].items():
+            if isinstance(value, float) and not math.isnan(value):
+                assert ours["results"][task][metric] == pytest.approx(value, rel=1e-5, abs=1e-6), (task, metric)
+
+
+def test_a_masked_lm_scores_choices_by_pll_and_refuses_to_generate(tmp_path, monkeypatch):
+    from pretrain.lm import masked_lm
+    from tests.pretrain.lm.test_masked_lm import random_params, wordpiece_vocab
+
+    from configs import bert
+    config = bert.get_config("size=tiny")
+    config.tokenizer.update(kind="wordpiece", path=wordpiece_vocab(tmp_path / "vocab.txt"), lowercase=True)
+    config.model.update(vocab_size=400, max_position_embeddings=64)
+    workdir = fake_run(tmp_path / "run", config, random_params(config, seed=1), monkeypatch)
+    model = harness.PretrainLM(workdir=workdir)
+
+    class Request:
+        def __init__(self, *args):
+            self.args = args
+    sentence = "Shall I compare thee to a summer's day?"
+    (whole, _), (split, _) = model.loglikelihood([Request("", sentence), Request("Shall I", " compare thee")])
+    assert whole == pytest.approx(masked_lm.sentence_scores(model.masked, [sentence])[0], abs=1e-4)
+    assert split < 0 and split > whole  # two tokens scored, with the rest of the text visible
+    with pytest.raises(Exception, match=r"a masked LM \(bert\) does not generate text"):
+        model.generate_until([Request("Shall I", {"until": ["\n"]})])
+
+
+def test_the_command_refuses_an_unknown_task_and_a_t5_workdir_in_one_line(tiny_gpt_workdir, tmp_path):
+    from configs import t5
+
+    result = run_module("pretrain.lm_eval", ["--model", "lmpretrain", "--model_args", f"workdir={tiny_gpt_workdir}",
+                                             "--tasks", "no_such_task_anywhere"], check=False)
+    assert result.returncode == 2 and "no_such_task_anywhere" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    run = tmp_path / "t5"
+    run.mkdir()
+    (run / "config.json").write_text(t5.get_config().to_json())
+    result = run_module("pretrain.lm_eval", ["--model", "lmpretrain", "--model_args", f"workdir={run}",
+                                             "--tasks", "tiny_choice", "--include_path", write_tasks(str(tmp_path))],
+                        check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: workdir={run} holds a t5 model, which lm-eval cannot score here: give a GPT or a masked LM (bert, "
+        "modernbert, electra) workdir or Hugging Face directory")
