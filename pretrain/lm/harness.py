@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 
 import jax
-import numpy as np
 from lm_eval import utils as harness_utils
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
@@ -34,28 +33,11 @@ from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs
 import models
 from objectives.interface import eos_id_or_none
 from pretrain.lm import generation, masked_lm
-from pretrain.lm.language_model import load_language_model, next_token_scores, pad_rows
+from pretrain.lm.language_model import continuation_scores, load_language_model
 from pretrain.runtime.errors import UserError
-from pretrain.training import pretrained
+from pretrain.training.pretrained import family_of
 
 NAME = "lmpretrain"
-
-
-def _family(path: str) -> str:
-    """The family a workdir or Hugging Face directory holds (config.json's model.name, or its model_type's)."""
-    import json
-    import os
-
-    from pretrain.workdir import storage
-
-    config_file = os.path.join(path, "config.json")
-    if storage.isfile(config_file):
-        config = json.loads(storage.read_text(config_file))
-        if "model_type" in config:
-            found = models.families.hf_checkpoint(config["model_type"])
-            return found[0].name if found else config["model_type"]
-        return config.get("model", {}).get("name", "bert")
-    return pretrained.load_pretrained(path, "workdir").family  # its one-line error for a path that is neither
 
 
 @register_model(NAME)
@@ -70,7 +52,7 @@ class PretrainLM(TemplateLM):
                             "Face directory)")
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8  # "auto": lm-eval's torch probing
         self.max_gen_toks, self.seed, self.pll = int(max_gen_toks), int(seed), pll
-        family = _family(path)
+        family = family_of(path, "workdir")
         if models.family(family).causal:
             self.lm = load_language_model(path, tokenizer_path=tokenizer_path, flag="workdir")
             self.max_length, self.masked = self.lm.config.n_positions, None
@@ -112,21 +94,7 @@ class PretrainLM(TemplateLM):
         return self._causal_scores([(context, continuation) for _, context, continuation in requests])
 
     def _causal_scores(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:
-        """(context, continuation) token lists -> (summed log-prob of the continuation, whether greedy decoding
-        gives it), the row cut to its last n_positions + 1 tokens as the `hf` type cuts it."""
-        rows = [(list(context) + list(continuation))[-(self.max_length + 1):] for context, continuation in pairs]
-        order = sorted(range(len(rows)), key=lambda r: -len(rows[r]))
-        results: list[tuple[float, bool]] = [(0.0, False)] * len(rows)
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
-            batch = [rows[r] for r in chunk] + [rows[chunk[0]]] * (self.batch_size - len(chunk))  # one batch shape
-            ids, segments = pad_rows(batch, self.tokenizer.pad_id, multiple=16, max_length=self.max_length + 1)
-            log_probs, greedy = map(np.asarray, next_token_scores(self.lm.model, self.lm.params, ids, segments))
-            for i, r in enumerate(chunk):
-                n, length = len(pairs[r][1]), len(rows[r])
-                span = slice(length - 1 - n, length - 1)  # log_probs[t] scores token t + 1
-                results[r] = (float(log_probs[i, span].astype(np.float64).sum()), bool(greedy[i, span].all()))
-        return results
+        return continuation_scores(self.lm, pairs, batch_size=self.batch_size)
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
         """The whole text's log-likelihood: lm-eval's disjoint rolling windows of n_positions tokens (a GPT), or the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -109,3 +110,25 @@ def pad_rows(rows: list[list[int]], pad_id: int, multiple: int = 8,
         ids[i, :len(row)] = row
         segment_ids[i, :len(row)] = 1
     return ids, segment_ids
+
+
+def continuation_scores(lm: LanguageModel, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *,
+                        batch_size: int = 8) -> list[tuple[float, bool]]:
+    """(context, continuation) token lists -> (log P(continuation | context) summed over its tokens, whether greedy
+    decoding gives every one of them), per pair. A row longer than the context keeps its last n_positions + 1
+    tokens, as lm-eval's `hf` model type cuts it. Rows are sorted by length and batched `batch_size` a call (the
+    last call padded with copies), lengths rounded up to 16: few shapes compile."""
+    context = lm.config.n_positions
+    rows = [(list(before) + list(after))[-(context + 1):] for before, after in pairs]
+    order = sorted(range(len(rows)), key=lambda r: -len(rows[r]))
+    results: list[tuple[float, bool]] = [(0.0, False)] * len(rows)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        batch = [rows[r] for r in chunk] + [rows[chunk[0]]] * (batch_size - len(chunk))
+        ids, segments = pad_rows(batch, lm.tokenizer.pad_id, multiple=16, max_length=context + 1)
+        log_probs, greedy = map(np.asarray, next_token_scores(lm.model, lm.params, ids, segments))
+        for i, r in enumerate(chunk):
+            n, length = len(pairs[r][1]), len(rows[r])
+            span = slice(length - 1 - n, length - 1)  # log_probs[t] scores token t + 1
+            results[r] = (float(log_probs[i, span].astype(np.float64).sum()), bool(greedy[i, span].all()))
+    return results

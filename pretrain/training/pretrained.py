@@ -99,6 +99,21 @@ def find_workdir(path: str, flag: str) -> tuple[str, str]:
                     f"nor {_hf_directories()} (config.json + model.safetensors or pytorch_model.bin)")
 
 
+def family_of(path: str, flag: str = "--config.init") -> str:
+    """The model family a workdir or Hugging Face directory holds (config.json's model.name, or the family that loads
+    its model_type; the model_type itself where none does), without reading any weight."""
+    path = os.path.expanduser(path)
+    config_file = os.path.join(path, "config.json")
+    if not storage.isfile(config_file):
+        workdir, _ = find_workdir(path, flag)  # one line for a path that is neither
+        config_file = os.path.join(workdir, "config.json")
+    config = json.loads(storage.read_text(config_file))
+    if "model_type" in config:
+        found = models.families.hf_checkpoint(config["model_type"])
+        return found[0].name if found else config["model_type"]
+    return config.get("model", {}).get("name") or ""
+
+
 def load_pretrained(path: str, flag: str = "--config.init", heads: bool = False) -> Pretrained:
     """`flag`: how the user gave `path`, for error messages. `heads`: params with the pretraining heads beside
     the encoder (BERT: {bert, mlm_head(, nsp_head)}, the heads only where the checkpoint has them)."""

@@ -19,7 +19,7 @@ from pretrain.tools import export_hf_bert
 from tests.helpers.commands import run_module
 from tests.helpers.lm_eval_tasks import TASKS, write_gpt_bpe_tokenizer, write_tasks
 from tests.helpers.random_weights import gpt_random_params
-from tests.pretrain.lm.test_masked_lm import fake_run
+from tests.helpers.masked_lms import fake_run, random_params, wordpiece_vocab
 
 TOLERANCE = 1e-4
 
@@ -75,7 +75,6 @@ def test_lmpretrain_scores_every_request_as_the_hf_type_scores_the_export(gpt_ru
 
 def test_a_masked_lm_scores_choices_by_pll_and_refuses_to_generate(tmp_path, monkeypatch):
     from pretrain.lm import masked_lm
-    from tests.pretrain.lm.test_masked_lm import random_params, wordpiece_vocab
 
     from configs import bert
     config = bert.get_config("size=tiny")
@@ -95,6 +94,7 @@ def test_a_masked_lm_scores_choices_by_pll_and_refuses_to_generate(tmp_path, mon
         model.generate_until([Request("Shall I", {"until": ["\n"]})])
 
 
+@pytest.mark.slow  # two commands
 def test_the_command_refuses_an_unknown_task_and_a_t5_workdir_in_one_line(tiny_gpt_workdir, tmp_path):
     from configs import t5
 

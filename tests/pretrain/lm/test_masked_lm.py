@@ -3,57 +3,19 @@ the exported transformers directories, both variants; which positions a row mask
 from __future__ import annotations
 
 import json
-import os
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from pretrain.lm import masked_lm
 from pretrain.runtime.errors import UserError
 from pretrain.tools import export_hf_bert
-from pretrain.training.train_state import unbox
-from tests.helpers.modernbert import training_texts, write_modernbert_tokenizer
+from tests.helpers.masked_lms import fake_run, random_params, wordpiece_vocab
+from tests.helpers.modernbert import write_modernbert_tokenizer
 
 TOLERANCE = 1e-4
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Shall I compare thee to a summer's day?",
              "Thou art more lovely and more temperate:", "unbelievably, the keys to the cabinet is on the table."]
-
-
-def fake_run(directory, config, params, monkeypatch) -> str:
-    """A workdir with `config` whose checkpoint is `params` at step 5 (restore_params patched: no Orbax run)."""
-    from pretrain.workdir import checkpoints
-
-    os.makedirs(os.path.join(directory, "checkpoints"))
-    with open(os.path.join(directory, "config.json"), "w") as f:
-        f.write(config.to_json())
-    monkeypatch.setattr(checkpoints, "restore_params", lambda directory, step=None: (params, 5))
-    return str(directory)
-
-
-def random_params(config, seed: int) -> dict:
-    """The family's initialiser with the embeddings scaled up, so that the MLM's distribution is far from uniform."""
-    from models import build_model
-
-    ids = jnp.ones((1, 8), jnp.int32)
-    params = unbox(build_model(config.model).init(jax.random.key(seed), ids, jnp.zeros_like(ids), ids,
-                                                   ids[:, :2]))["params"]
-    return jax.tree_util.tree_map_with_path(
-        lambda path, x: x * 4 if "word_embeddings" in jax.tree_util.keystr(path) else x, params)
-
-
-def wordpiece_vocab(path) -> str:
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(training_texts(), trainers.WordPieceTrainer(
-        vocab_size=400, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False))
-    vocab = sorted(tok.get_vocab().items(), key=lambda item: item[1])
-    path.write_text("".join(piece + "\n" for piece, _ in vocab))
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +76,7 @@ def test_word_l2r_masks_the_later_pieces_of_the_scored_word_only():
                                                                                       [2, 10, 11, 12, 4, 3]]
 
 
+@pytest.mark.slow  # tiny_gpt_workdir: a training run
 def test_a_gpt_workdir_or_an_unknown_variant_is_one_line(tiny_gpt_workdir, bert_run, tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"holds a gpt model, which has no masked-LM head to score with: give a "
                                         r"pretraining run of bert, modernbert, electra"):

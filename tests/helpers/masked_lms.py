@@ -1,0 +1,46 @@
+"""Runs without training for the scoring tests: a workdir whose checkpoint is given params (Orbax's reader patched),
+masked LMs' random weights far from a uniform prediction, and a small lowercased WordPiece vocabulary."""
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+
+from pretrain.training.train_state import unbox
+from tests.helpers.modernbert import training_texts
+
+
+def fake_run(directory, config, params, monkeypatch) -> str:
+    """A workdir with `config` whose checkpoint is `params` at step 5 (restore_params patched: no Orbax run)."""
+    from pretrain.workdir import checkpoints
+
+    os.makedirs(os.path.join(directory, "checkpoints"))
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        f.write(config.to_json())
+    monkeypatch.setattr(checkpoints, "restore_params", lambda directory, step=None: (params, 5))
+    return str(directory)
+
+
+def random_params(config, seed: int) -> dict:
+    """The family's initialiser with the embeddings scaled up, so that the MLM's distribution is far from uniform."""
+    from models import build_model
+
+    ids = jnp.ones((1, 8), jnp.int32)
+    params = unbox(build_model(config.model).init(jax.random.key(seed), ids, jnp.zeros_like(ids), ids,
+                                                   ids[:, :2]))["params"]
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: x * 4 if "word_embeddings" in jax.tree_util.keystr(path) else x, params)
+
+
+def wordpiece_vocab(path) -> str:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(training_texts(), trainers.WordPieceTrainer(
+        vocab_size=400, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], show_progress=False))
+    vocab = sorted(tok.get_vocab().items(), key=lambda item: item[1])
+    path.write_text("".join(piece + "\n" for piece, _ in vocab))
+    return str(path)
