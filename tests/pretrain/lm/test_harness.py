@@ -88,27 +88,104 @@ def test_a_masked_lm_scores_choices_by_pll_and_refuses_to_generate(tmp_path, mon
             self.args = args
     sentence = "Shall I compare thee to a summer's day?"
     (whole, _), (split, _) = model.loglikelihood([Request("", sentence), Request("Shall I", " compare thee")])
-    assert whole == pytest.approx(masked_lm.sentence_scores(model.masked, [sentence])[0], abs=1e-4)
+    assert whole == pytest.approx(masked_lm.sentence_scores(model.lm, [sentence])[0], abs=1e-4)
     assert split < 0 and split > whole  # two tokens scored, with the rest of the text visible
     with pytest.raises(Exception, match=r"a masked LM \(bert\) does not generate text"):
         model.generate_until([Request("Shall I", {"until": ["\n"]})])
 
 
 @pytest.mark.slow  # two commands
-def test_the_command_refuses_an_unknown_task_and_a_t5_workdir_in_one_line(tiny_gpt_workdir, tmp_path):
-    from configs import t5
+def test_the_command_refuses_an_unknown_task_and_a_distillation_workdir_in_one_line(tiny_gpt_workdir, tmp_path):
+    from configs import distil
 
     result = run_module("pretrain.lm_eval", ["--model", "lmpretrain", "--model_args", f"workdir={tiny_gpt_workdir}",
                                              "--tasks", "no_such_task_anywhere"], check=False)
     assert result.returncode == 2 and "no_such_task_anywhere" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    run = tmp_path / "t5"
+    run = tmp_path / "distil"
     run.mkdir()
-    (run / "config.json").write_text(t5.get_config().to_json())
+    (run / "config.json").write_text(distil.get_config().to_json())
     result = run_module("pretrain.lm_eval", ["--model", "lmpretrain", "--model_args", f"workdir={run}",
                                              "--tasks", "tiny_choice", "--include_path", write_tasks(str(tmp_path))],
                         check=False)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        f"error: workdir={run} holds a t5 model, which lm-eval cannot score here: give a GPT or a masked LM (bert, "
-        "modernbert, electra) workdir or Hugging Face directory")
+        f"error: workdir={run} holds a distil model, which lm-eval cannot score here: give a GPT, a T5 or a masked LM "
+        "(bert, modernbert, electra) workdir or Hugging Face directory")
+
+
+@pytest.fixture(scope="module")
+def t5_run(tmp_path_factory):
+    """(a T5 pretraining config with a SentencePiece tokenizer whose end of sequence is [SEP], O(1) random weights,
+    the same model as transformers' T5ForConditionalGeneration, a transformers tokenizer appending [SEP] as T5's
+    appends </s>)."""
+    import torch
+    import transformers
+    from tokenizers import processors
+
+    from configs import t5
+    from models import model_config
+    from models.convert.hf_t5 import hf_state_dict_from_t5, t5_config_to_hf
+    from pretrain.data import tokenizers
+    from pretrain.tools.train_tokenizer import train_sentencepiece
+    from tests.helpers.modernbert import training_texts
+    from tests.helpers.random_weights import t5_random_params
+
+    root = tmp_path_factory.mktemp("harness_t5")
+    (root / "corpus.txt").write_text("\n".join(training_texts()))
+    spm = train_sentencepiece(str(root / "corpus.txt"), str(root / "spm"), 300, lowercase=False)
+    config = t5.get_config()
+    config.tokenizer.update(path=spm, extra_ids=0)
+    config.model.update(vocab_size=320, d_model=32, num_heads=4, head_dim=8, d_ff=64, num_encoder_layers=2,
+                        num_decoder_layers=2)
+    model = model_config(config.model)
+    params = t5_random_params(model, seed=4)
+    hf = transformers.T5ForConditionalGeneration(transformers.T5Config(**{**t5_config_to_hf(model),
+                                                                          "eos_token_id": 3})).eval()
+    hf.load_state_dict({k: torch.tensor(v) for k, v in hf_state_dict_from_t5(params, model).items()}, strict=False)
+    ours = tokenizers.from_config(config.tokenizer)
+    pipeline = ours.hf_pipeline()
+    pipeline.post_processor = processors.TemplateProcessing(single="$A:0 [SEP]:0", special_tokens=[("[SEP]", 3)])
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=pipeline, eos_token="[SEP]",
+                                                     pad_token=ours.id_to_piece(0))
+    return config, params, hf, tokenizer, write_tasks(str(root / "tasks"))
+
+
+def test_a_t5_scores_every_request_as_the_hf_type_scores_transformers_t5(t5_run, tmp_path, monkeypatch):
+    from lm_eval.models.huggingface import HFLM
+
+    config, params, hf, tokenizer, tasks = t5_run
+    workdir = fake_run(tmp_path / "run", config, params, monkeypatch)
+    scored = ["tiny_choice", "tiny_rolling"]
+    theirs = simple_evaluate(model=HFLM(pretrained=hf, tokenizer=tokenizer, backend="seq2seq", batch_size=1,
+                                        device="cpu"), tasks=scored, task_manager=TaskManager(include_path=tasks),
+                             log_samples=True)
+    ours = simple_evaluate(model=harness.PretrainLM(workdir=workdir, batch_size=4), tasks=scored,
+                           task_manager=TaskManager(include_path=tasks), log_samples=True)
+    for task in scored:
+        flat = list(zip(responses(ours, task), responses(theirs, task), strict=True))
+        scores = np.array([[np.ravel(x)[0], np.ravel(y)[0]] for x, y in flat], float)
+        assert np.abs(scores[:, 0] - scores[:, 1]).max() < TOLERANCE, task
+        assert np.ptp(scores[:, 1]) > 1
+        for metric, value in theirs["results"][task].items():
+            if isinstance(value, float) and not math.isnan(value):
+                assert ours["results"][task][metric] == pytest.approx(value, rel=1e-5, abs=1e-6), (task, metric)
+
+
+def test_a_t5_generates_what_transformers_greedy_generate_gives(t5_run, tmp_path, monkeypatch):
+    import torch
+
+    config, params, hf, tokenizer, _ = t5_run
+    model = harness.PretrainLM(workdir=fake_run(tmp_path / "run", config, params, monkeypatch), batch_size=2)
+
+    class Request:
+        def __init__(self, *args):
+            self.args = args
+    contexts = ["Shall I compare thee", "First Citizen: Before we proceed any further, hear me"]
+    ours = model.generate_until([Request(c, {"until": ["zzz"], "max_gen_toks": 10}) for c in contexts])
+    theirs = []
+    for context in contexts:
+        ids = torch.tensor([tokenizer(context)["input_ids"]])
+        new = hf.generate(input_ids=ids, max_new_tokens=10, do_sample=False, pad_token_id=0)[0, 1:].tolist()
+        theirs.append(tokenizer.decode(new, skip_special_tokens=True).split("zzz")[0])
+    assert ours == theirs and all(ours)
