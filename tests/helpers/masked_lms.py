@@ -27,8 +27,10 @@ def random_params(config, seed: int) -> dict:
     from models import build_model
 
     ids = jnp.ones((1, 8), jnp.int32)
+    masked = (ids[:, :2],)  # the masked positions; ELECTRA also reads their ids and weights
+    masked += (ids[:, :2], jnp.ones((1, 2))) if config.model.name == "electra" else ()
     params = unbox(build_model(config.model).init(jax.random.key(seed), ids, jnp.zeros_like(ids), ids,
-                                                   ids[:, :2]))["params"]
+                                                   *masked))["params"]
     return jax.tree_util.tree_map_with_path(
         lambda path, x: x * 4 if "word_embeddings" in jax.tree_util.keystr(path) else x, params)
 

@@ -52,13 +52,24 @@ def minicons_scorer(directory: str, variant: str):
     return scorer.MaskedLMScorer(model, device="cpu", tokenizer=tokenizer, PLL_metric=variant)
 
 
+@pytest.fixture(scope="module")
+def electra_run(tmp_path_factory):
+    from configs import electra
+
+    root = tmp_path_factory.mktemp("pll_electra")
+    config = electra.get_config("size=tiny")
+    config.tokenizer.update(kind="wordpiece", path=wordpiece_vocab(root / "vocab.txt"), lowercase=True)
+    config.model.update(vocab_size=400, max_position_embeddings=64)
+    return root, config, random_params(config, seed=3)
+
+
 @pytest.mark.parametrize("variant", masked_lm.VARIANTS)
-@pytest.mark.parametrize("run", ["bert_run", "modernbert_run"])
-def test_pll_matches_minicons_on_the_exported_directory(run, variant, request, tmp_path, monkeypatch):
+@pytest.mark.parametrize("run, exported", [("bert_run", ""), ("modernbert_run", ""), ("electra_run", "generator")])
+def test_pll_matches_minicons_on_the_exported_directory(run, exported, variant, request, tmp_path, monkeypatch):
     root, config, params = request.getfixturevalue(run)
     workdir = fake_run(tmp_path / "run", config, params, monkeypatch)
     export_hf_bert.export(workdir, str(tmp_path / "hf"))
-    theirs = minicons_scorer(str(tmp_path / "hf"), variant).sequence_score(
+    theirs = minicons_scorer(str(tmp_path / "hf" / exported), variant).sequence_score(
         SENTENCES, reduction=lambda x: x.sum(0).item(), PLL_metric=variant)
     ours = masked_lm.sentence_scores(masked_lm.load_masked_lm(workdir), SENTENCES, variant)
     assert np.abs(ours - np.array(theirs)).max() < TOLERANCE, (ours, theirs)
