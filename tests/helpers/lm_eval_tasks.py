@@ -21,8 +21,8 @@ doc_to_text: "{{{{context}}}}"
 doc_to_choice: "{{{{choices}}}}"
 doc_to_target: "{{{{label}}}}"
 metric_list:
-  - metric: acc
-  - metric: acc_norm
+  - {{metric: acc, aggregation: mean, higher_is_better: true}}
+  - {{metric: acc_norm, aggregation: mean, higher_is_better: true}}
 """,
     "tiny_rolling": """task: tiny_rolling
 dataset_path: json
@@ -33,9 +33,9 @@ output_type: loglikelihood_rolling
 doc_to_text: ""
 doc_to_target: "{{{{text}}}}"
 metric_list:
-  - metric: word_perplexity
-  - metric: byte_perplexity
-  - metric: bits_per_byte
+  - {{metric: word_perplexity, aggregation: weighted_perplexity, higher_is_better: false}}
+  - {{metric: byte_perplexity, aggregation: weighted_perplexity, higher_is_better: false}}
+  - {{metric: bits_per_byte, aggregation: bits_per_byte, higher_is_better: false}}
 """,
     "tiny_generate": """task: tiny_generate
 dataset_path: json
@@ -50,7 +50,7 @@ generation_kwargs:
   max_gen_toks: 12
   do_sample: false
 metric_list:
-  - metric: exact_match
+  - {{metric: exact_match, aggregation: mean, higher_is_better: true}}
 """,
 }
 

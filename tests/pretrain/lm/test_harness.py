@@ -95,13 +95,25 @@ def test_a_masked_lm_scores_choices_by_pll_and_refuses_to_generate(tmp_path, mon
 
 
 @pytest.mark.slow  # two commands
-def test_the_command_refuses_an_unknown_task_and_a_distillation_workdir_in_one_line(tiny_gpt_workdir, tmp_path):
+def test_the_command_refuses_an_unknown_task_a_malformed_row_and_a_distillation_workdir_in_one_line(
+        tiny_gpt_workdir, tmp_path):
     from configs import distil
 
     result = run_module("pretrain.lm_eval", ["--model", "lmpretrain", "--model_args", f"workdir={tiny_gpt_workdir}",
                                              "--tasks", "no_such_task_anywhere"], check=False)
     assert result.returncode == 2 and "no_such_task_anywhere" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    tasks = write_tasks(str(tmp_path / "tasks"))
+    with open(f"{tasks}/tiny_choice.jsonl", "a") as f:
+        f.write('{"context": "a", \n')
+    result = run_module("pretrain.lm_eval", ["--model", "lmpretrain", "--model_args", f"workdir={tiny_gpt_workdir}",
+                                             "--tasks", "tiny_choice", "--include_path", tasks], check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: a task's data cannot be read: Failed to load JSON from file '{tasks}/tiny_choice.jsonl' with error "
+        "<class 'pyarrow.lib.ArrowInvalid'>: JSON parse error: Missing a name for object member. in row 12 (fix the "
+        "file: JSON lines are one object a line)")
+    assert "Traceback" not in result.stderr
     run = tmp_path / "distil"
     run.mkdir()
     (run / "config.json").write_text(distil.get_config().to_json())
