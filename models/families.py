@@ -60,6 +60,7 @@ class ModelFamily:
     finetunes_as: str | None = None      # the family its checkpoints fine-tune as (ELECTRA: its discriminator, a BERT)
     finetuned_config: str | None = None  # the config method giving what fine-tunes, where it differs (distil: student)
     causal: bool = False                 # a decoder-only causal LM: what generation, perplexity and few-shot read
+    encoder_decoder: bool = False        # an encoder-decoder LM (T5): what lm-eval's model type scores as seq2seq
     frozen: tuple[str, ...] = ()         # params subtrees ("a/b" paths) pretraining never updates (a distillation teacher)
     # params subtrees ("a/b" paths) a checkpoint may lack: pretraining from it (config.init) starts them fresh; any
     # other weight it lacks is an error (pretrain/loops/pretraining.py)
@@ -160,7 +161,7 @@ register_checkpoint(HfCheckpoint("distilbert", "DistilBERT", "bert", "models.con
 
 register(ModelFamily(
     "t5", "models.t5", "T5Config", "T5",
-    choices={"feed_forward": "models.t5:FEED_FORWARDS"}))
+    choices={"feed_forward": "models.t5:FEED_FORWARDS"}, encoder_decoder=True))
 register_checkpoint(HfCheckpoint("t5", "T5", "t5", "models.convert.hf_t5:load_hf_t5", _t5_sentencepiece))
 
 register(ModelFamily(

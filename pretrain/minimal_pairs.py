@@ -1,4 +1,4 @@
-"""Minimal-pair accuracy (BLiMP-format JSON lines) of a masked LM by pseudo-log-likelihood, or of a GPT.
+"""Minimal-pair accuracy (BLiMP-format JSON lines) of a masked LM by pseudo-log-likelihood, or of a GPT or a T5.
 
   python -m pretrain.minimal_pairs --workdir=runs/bert_base --data=blimp/anaphor_gender_agreement.jsonl,... \
       [--pll=original|within_word_l2r --batch_size=8 --output=results.json --tokenizer_path=PATH]
@@ -21,8 +21,8 @@ from absl import flags
 
 from pretrain.runtime import cli, errors
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "A pretrain.train workdir (BERT, ALBERT, ModernBERT, ELECTRA, GPT) or "
-                               "a Hugging Face BERT, ALBERT, ModernBERT or GPT-2 directory.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "A pretrain.train workdir (BERT, ALBERT, ModernBERT, ELECTRA, GPT, T5) "
+                               "or a Hugging Face BERT, ALBERT, ModernBERT, GPT-2 or T5 directory.")
 _DATA = flags.DEFINE_list("data", None, "BLiMP-format JSON-lines files, or folders of them (*.jsonl).")
 _PLL = flags.DEFINE_enum("pll", "original", ["original", "within_word_l2r"],
                          "A masked LM's PLL: Salazar et al.'s, or Kauf & Ivanova's word-l2r variant.")

@@ -32,8 +32,8 @@ class Seq2SeqModel:
 
 def load_seq2seq(path: str, *, tokenizer_path: str = "", flag: str = "workdir") -> Seq2SeqModel:
     init = pretrained.load_pretrained(path, flag)
-    if init.family != "t5":
-        raise UserError(f"{flag}={path} holds a {init.family} model; this needs a T5")
+    if not models.family(init.family).encoder_decoder:
+        raise UserError(f"{flag}={path} holds a {init.family} model; this needs an encoder-decoder (a T5)")
     config = models.model_config({**init.model, "name": "t5"}, dropout_rate=0.0, dtype="float32")
     params = qkv_layout.to_qkv_layout(stack.to_layout(init.params, scan=config.scan_layers), config.fused_qkv)
     tokenizer = tokenizers.from_config(init.tokenizer, path=tokenizer_path)

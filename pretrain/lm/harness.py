@@ -46,10 +46,11 @@ NAME = "lmpretrain"
 def _load(path: str, tokenizer_path: str, pll: str, max_length: int):
     """-> (kind: 'causal' | 'seq2seq' | 'masked', the loaded model, its longest row)."""
     family = family_of(path, "workdir")
-    if models.family(family).causal:
+    known = family in models.FAMILIES
+    if known and models.family(family).causal:
         lm = language_model.load_language_model(path, tokenizer_path=tokenizer_path, flag="workdir")
         return "causal", lm, lm.config.n_positions
-    if family == "t5":
+    if known and models.family(family).encoder_decoder:
         return "seq2seq", encoder_decoder.load_seq2seq(path, tokenizer_path=tokenizer_path), max_length
     if family in masked_lm.MASKED_LMS:
         masked_lm.check_variant(pll)

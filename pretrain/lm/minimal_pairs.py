@@ -4,7 +4,8 @@ A file is JSON lines, one pair a line, as BLiMP ships them: `sentence_good` and 
 phenomenon (`linguistics_term`, BLiMP's 12 and the BabyLM suites' fields) and the paradigm (`UID`, BLiMP's 67). A pair
 is right when the good sentence scores higher: a masked LM by its pseudo-log-likelihood (pretrain/lm/masked_lm.py),
 a GPT by log P(sentence | end of text) (pretrain/lm/language_model.py; a tokenizer without an end-of-text token
-leaves the first token unscored), the scores lm-eval's `blimp` tasks compare. Accuracy is reported per phenomenon,
+leaves the first token unscored), a T5 by its decoder's log P(sentence) (pretrain/lm/encoder_decoder.py): the scores
+lm-eval's `blimp` tasks compare. Accuracy is reported per phenomenon,
 per paradigm and over all pairs.
 """
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+import models
 from objectives.interface import eos_id_or_none
-from pretrain.lm import masked_lm
+from pretrain.lm import encoder_decoder, masked_lm
 from pretrain.lm.language_model import continuation_scores, load_language_model
 from pretrain.runtime.errors import UserError
 from pretrain.training import pretrained
@@ -64,12 +66,18 @@ def _pair(line: str, where: str, name: str) -> Pair:
 
 
 def sentence_scorer(path: str, *, pll: str = "original", tokenizer_path: str = "", batch_size: int = 8):
-    """A checkpoint -> a function sentences -> their log-likelihoods (PLL for a masked LM)."""
+    """A checkpoint -> a function sentences -> their log-likelihoods: a masked LM's PLL; a GPT's log P(sentence | end
+    of text); a T5's log P(sentence | its encoder reading the end of sequence alone), as lm-eval scores an empty
+    context."""
     masked_lm.check_variant(pll)
     family = pretrained.family_of(path, "--workdir")
     if family in masked_lm.MASKED_LMS:
         lm = masked_lm.load_masked_lm(path, tokenizer_path=tokenizer_path, flag="--workdir")
         return lambda sentences: masked_lm.sentence_scores(lm, sentences, pll)
+    if family in models.FAMILIES and models.family(family).encoder_decoder:
+        t5 = encoder_decoder.load_seq2seq(path, tokenizer_path=tokenizer_path, flag="--workdir")
+        return lambda sentences: np.array([score for score, _ in encoder_decoder.continuation_scores(
+            t5, [([t5.tokenizer.eos_id], t5.tokenizer.encode(text)) for text in sentences], batch_size=batch_size)])
     gpt = load_language_model(path, tokenizer_path=tokenizer_path, flag="--workdir")
     eos = eos_id_or_none(gpt.tokenizer)
 

@@ -65,6 +65,7 @@ def test_lmpretrain_scores_every_request_as_the_hf_type_scores_the_export(gpt_ru
         assert np.ptp(scores[:, 1]) > 1  # the requests differ: a constant would not pass
         if task == "tiny_choice":  # is_greedy, as lm-eval's acc tie-breaks read it
             assert [bool(x[1]) for x, _ in flat] == [bool(y[1]) for _, y in flat]
+    assert_minimal_pairs_score_as_lm_eval_blimp(workdir)
     generated, reference = responses(ours, "tiny_generate"), responses(theirs, "tiny_generate")
     assert generated == reference and any(reference)
     for task in TASKS:
@@ -182,6 +183,19 @@ def test_a_t5_scores_every_request_as_the_hf_type_scores_transformers_t5(t5_run,
         for metric, value in theirs["results"][task].items():
             if isinstance(value, float) and not math.isnan(value):
                 assert ours["results"][task][metric] == pytest.approx(value, rel=1e-5, abs=1e-6), (task, metric)
+    assert_minimal_pairs_score_as_lm_eval_blimp(workdir)
+
+
+def assert_minimal_pairs_score_as_lm_eval_blimp(workdir: str) -> None:
+    """pretrain.minimal_pairs' sentence scores are lm-eval's blimp requests: loglikelihood("", sentence)."""
+    from pretrain.lm import minimal_pairs
+
+    class Request:
+        def __init__(self, *args):
+            self.args = args
+    sentences = ["Thou art more lovely.", "The kings are here, and the queen is there."]
+    blimp = [score for score, _ in harness.PretrainLM(workdir=workdir).loglikelihood([Request("", s) for s in sentences])]
+    np.testing.assert_allclose(minimal_pairs.sentence_scorer(workdir)(sentences), blimp, atol=1e-5)
 
 
 def test_a_t5_generates_what_transformers_greedy_generate_gives(t5_run, tmp_path, monkeypatch):
