@@ -169,12 +169,8 @@ def bert_tokenizer_files(vocab_file: str | None, lowercase: bool, config: BertCo
     """The vocab.txt (checked: it exists, and fits the model's vocabulary) -> a writer of it and its
     tokenizer_config.json into an export's directory (nothing without a vocab file)."""
     if vocab_file is not None:
-        vocab_file = os.path.expanduser(vocab_file)
-        if os.path.isdir(vocab_file):
-            vocab_file = os.path.join(vocab_file, VOCAB)
-        if not os.path.isfile(vocab_file):
-            raise ModelInputError(f"vocab file not found: {vocab_file} (give the BERT vocab.txt the model was "
-                                  "trained with)")
+        vocab_file = _existing_file(vocab_file, VOCAB, "vocab file not found: {} (give the BERT vocab.txt the model "
+                                                       "was trained with)")
         with open(vocab_file, encoding="utf-8") as f:
             lines = sum(1 for _ in f)
         if lines > config.vocab_size:
@@ -239,12 +235,8 @@ def tokenizer_json_writer(tokenizer_file: str, vocab_size: int, model_max_length
     """A tokenizer.json (or a directory with one), checked to read and to fit the model's vocabulary -> (a writer of
     it and a tokenizer_config.json naming `special_tokens` (tokenizer_config.json's names: eos_token, ...) that the
     file holds, for AutoTokenizer; those tokens' ids by name)."""
-    tokenizer_file = os.path.expanduser(tokenizer_file)
-    if os.path.isdir(tokenizer_file):
-        tokenizer_file = os.path.join(tokenizer_file, TOKENIZER_JSON)
-    if not os.path.isfile(tokenizer_file):
-        raise ModelInputError(f"tokenizer not found: {tokenizer_file} (give the tokenizer.json the model was trained "
-                              "with)")
+    tokenizer_file = _existing_file(tokenizer_file, TOKENIZER_JSON, "tokenizer not found: {} (give the tokenizer.json "
+                                                                    "the model was trained with)")
     from tokenizers import Tokenizer as HFTokenizer
     try:
         tok = HFTokenizer.from_file(tokenizer_file)
@@ -263,3 +255,13 @@ def tokenizer_json_writer(tokenizer_file: str, vocab_size: int, model_max_length
             json.dump({"tokenizer_class": "PreTrainedTokenizerFast", **present, "model_max_length": model_max_length,
                        "model_input_names": ["input_ids", "attention_mask"]}, f, indent=2)
     return write, {key: tok.token_to_id(token) for key, token in present.items()}
+
+
+def _existing_file(path: str, name: str, missing: str) -> str:
+    """A file, or a directory holding `name` -> the file's path; ModelInputError(missing.format(path)) if absent."""
+    path = os.path.expanduser(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, name)
+    if not os.path.isfile(path):
+        raise ModelInputError(missing.format(path))
+    return path

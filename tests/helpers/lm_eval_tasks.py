@@ -10,47 +10,38 @@ from tests.helpers.modernbert import training_texts
 
 TASKS = ("tiny_choice", "tiny_rolling", "tiny_generate")
 
-_YAML = {
-    "tiny_choice": """task: tiny_choice
+_HEADER = """task: {task}
 dataset_path: json
 dataset_kwargs:
   data_files: {{test: {data}}}
 test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{context}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{label}}}}"
+"""
+_BODIES = {
+    "tiny_choice": """output_type: multiple_choice
+doc_to_text: "{{context}}"
+doc_to_choice: "{{choices}}"
+doc_to_target: "{{label}}"
 metric_list:
-  - {{metric: acc, aggregation: mean, higher_is_better: true}}
-  - {{metric: acc_norm, aggregation: mean, higher_is_better: true}}
+  - {metric: acc, aggregation: mean, higher_is_better: true}
+  - {metric: acc_norm, aggregation: mean, higher_is_better: true}
 """,
-    "tiny_rolling": """task: tiny_rolling
-dataset_path: json
-dataset_kwargs:
-  data_files: {{test: {data}}}
-test_split: test
-output_type: loglikelihood_rolling
+    "tiny_rolling": """output_type: loglikelihood_rolling
 doc_to_text: ""
-doc_to_target: "{{{{text}}}}"
+doc_to_target: "{{text}}"
 metric_list:
-  - {{metric: word_perplexity, aggregation: weighted_perplexity, higher_is_better: false}}
-  - {{metric: byte_perplexity, aggregation: weighted_perplexity, higher_is_better: false}}
-  - {{metric: bits_per_byte, aggregation: bits_per_byte, higher_is_better: false}}
+  - {metric: word_perplexity, aggregation: weighted_perplexity, higher_is_better: false}
+  - {metric: byte_perplexity, aggregation: weighted_perplexity, higher_is_better: false}
+  - {metric: bits_per_byte, aggregation: bits_per_byte, higher_is_better: false}
 """,
-    "tiny_generate": """task: tiny_generate
-dataset_path: json
-dataset_kwargs:
-  data_files: {{test: {data}}}
-test_split: test
-output_type: generate_until
-doc_to_text: "{{{{prompt}}}}"
-doc_to_target: "{{{{answer}}}}"
+    "tiny_generate": """output_type: generate_until
+doc_to_text: "{{prompt}}"
+doc_to_target: "{{answer}}"
 generation_kwargs:
   until: ["\\n", "."]
   max_gen_toks: 12
   do_sample: false
 metric_list:
-  - {{metric: exact_match, aggregation: mean, higher_is_better: true}}
+  - {metric: exact_match, aggregation: mean, higher_is_better: true}
 """,
 }
 
@@ -74,7 +65,7 @@ def write_tasks(directory: str) -> str:
         with open(data, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(document) + "\n" for document in documents)
         with open(os.path.join(directory, f"{task}.yaml"), "w", encoding="utf-8") as f:
-            f.write(_YAML[task].format(data=json.dumps(data)))
+            f.write(_HEADER.format(task=task, data=json.dumps(data)) + _BODIES[task])
     return directory
 
 

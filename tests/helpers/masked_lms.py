@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from pretrain.training.train_state import unbox
-from tests.helpers.modernbert import training_texts
+from tests.helpers.modernbert import training_texts, write_modernbert_tokenizer
 
 
 def fake_run(directory, config, params, monkeypatch) -> str:
@@ -46,3 +46,18 @@ def wordpiece_vocab(path) -> str:
     vocab = sorted(tok.get_vocab().items(), key=lambda item: item[1])
     path.write_text("".join(piece + "\n" for piece, _ in vocab))
     return str(path)
+
+
+def masked_run(tmp_path_factory, family: str, seed: int):
+    """(its folder, a tiny `family` pretraining config with a small tokenizer, random weights)."""
+    import importlib
+
+    root = tmp_path_factory.mktemp(f"pll_{family}")
+    config = importlib.import_module(f"configs.{family}").get_config("size=tiny")
+    if family == "modernbert":  # its tokenizer.json, cased
+        spec = dict(kind="hf_json", path=write_modernbert_tokenizer(str(root / "tok"), 300), lowercase=False)
+    else:
+        spec = dict(kind="wordpiece", path=wordpiece_vocab(root / "vocab.txt"), lowercase=True)
+    config.tokenizer.update(spec)
+    config.model.update(vocab_size=320 if family == "modernbert" else 400, max_position_embeddings=64)
+    return root, config, random_params(config, seed=seed)

@@ -19,7 +19,7 @@ from pretrain.tools import export_hf_bert
 from tests.helpers.commands import run_module
 from tests.helpers.lm_eval_tasks import TASKS, write_gpt_bpe_tokenizer, write_tasks
 from tests.helpers.random_weights import gpt_random_params
-from tests.helpers.masked_lms import fake_run, random_params, wordpiece_vocab
+from tests.helpers.masked_lms import fake_run, masked_run
 
 TOLERANCE = 1e-4
 
@@ -74,14 +74,11 @@ def test_lmpretrain_scores_every_request_as_the_hf_type_scores_the_export(gpt_ru
                 assert ours["results"][task][metric] == pytest.approx(value, rel=1e-5, abs=1e-6), (task, metric)
 
 
-def test_a_masked_lm_scores_choices_by_pll_and_refuses_to_generate(tmp_path, monkeypatch):
+def test_a_masked_lm_scores_choices_by_pll_and_refuses_to_generate(tmp_path_factory, tmp_path, monkeypatch):
     from pretrain.lm import masked_lm
 
-    from configs import bert
-    config = bert.get_config("size=tiny")
-    config.tokenizer.update(kind="wordpiece", path=wordpiece_vocab(tmp_path / "vocab.txt"), lowercase=True)
-    config.model.update(vocab_size=400, max_position_embeddings=64)
-    workdir = fake_run(tmp_path / "run", config, random_params(config, seed=1), monkeypatch)
+    _, config, params = masked_run(tmp_path_factory, "bert", seed=1)
+    workdir = fake_run(tmp_path / "run", config, params, monkeypatch)
     model = harness.PretrainLM(workdir=workdir)
 
     class Request:

@@ -10,8 +10,7 @@ import pytest
 from pretrain.lm import masked_lm
 from pretrain.runtime.errors import UserError
 from pretrain.tools import export_hf_bert
-from tests.helpers.masked_lms import fake_run, random_params, wordpiece_vocab
-from tests.helpers.modernbert import write_modernbert_tokenizer
+from tests.helpers.masked_lms import fake_run, masked_run
 
 TOLERANCE = 1e-4
 SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Shall I compare thee to a summer's day?",
@@ -20,24 +19,17 @@ SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Shall I compare th
 
 @pytest.fixture(scope="module")
 def bert_run(tmp_path_factory):
-    from configs import bert
-
-    root = tmp_path_factory.mktemp("pll_bert")
-    config = bert.get_config("size=tiny")
-    config.tokenizer.update(kind="wordpiece", path=wordpiece_vocab(root / "vocab.txt"), lowercase=True)
-    config.model.update(vocab_size=400, max_position_embeddings=64)
-    return root, config, random_params(config, seed=1)
+    return masked_run(tmp_path_factory, "bert", seed=1)
 
 
 @pytest.fixture(scope="module")
 def modernbert_run(tmp_path_factory):
-    from configs import modernbert
+    return masked_run(tmp_path_factory, "modernbert", seed=2)
 
-    root = tmp_path_factory.mktemp("pll_modernbert")
-    config = modernbert.get_config("size=tiny")
-    config.tokenizer.update(kind="hf_json", path=write_modernbert_tokenizer(str(root / "tok"), 300), lowercase=False)
-    config.model.update(vocab_size=320, max_position_embeddings=64)
-    return root, config, random_params(config, seed=2)
+
+@pytest.fixture(scope="module")
+def electra_run(tmp_path_factory):
+    return masked_run(tmp_path_factory, "electra", seed=3)
 
 
 def minicons_scorer(directory: str, variant: str):
@@ -50,17 +42,6 @@ def minicons_scorer(directory: str, variant: str):
     tokenizer.batch_encode_plus = tokenizer.__call__
     model = transformers.AutoModelForMaskedLM.from_pretrained(directory)
     return scorer.MaskedLMScorer(model, device="cpu", tokenizer=tokenizer, PLL_metric=variant)
-
-
-@pytest.fixture(scope="module")
-def electra_run(tmp_path_factory):
-    from configs import electra
-
-    root = tmp_path_factory.mktemp("pll_electra")
-    config = electra.get_config("size=tiny")
-    config.tokenizer.update(kind="wordpiece", path=wordpiece_vocab(root / "vocab.txt"), lowercase=True)
-    config.model.update(vocab_size=400, max_position_embeddings=64)
-    return root, config, random_params(config, seed=3)
 
 
 @pytest.mark.parametrize("variant", masked_lm.VARIANTS)
