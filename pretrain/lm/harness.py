@@ -64,8 +64,11 @@ def _load(path: str, tokenizer_path: str, pll: str, max_length: int):
 class PretrainLM(TemplateLM):
     def __init__(self, workdir: str = "", pretrained: str = "", batch_size: int | str = 8, max_gen_toks: int = 256,
                  prefix_token_id: int | None = None, tokenizer_path: str = "", pll: str = "original", seed: int = 0,
-                 max_length: int = 512, **ignored):
-        super().__init__()
+                 max_length: int = 512, device: str | None = None, max_batch_size: int | None = None, **unknown):
+        super().__init__()  # device and max_batch_size: what lm-eval passes every model type (JAX places itself)
+        if unknown:
+            raise UserError(f"--model_args {', '.join(sorted(unknown))}: not a key of {NAME} (its keys: workdir, "
+                            "batch_size, max_gen_toks, prefix_token_id, tokenizer_path, pll, seed, max_length)")
         path = workdir or pretrained
         if not path:
             raise UserError(f"--model {NAME} needs --model_args workdir=PATH (a pretrain.train workdir or a Hugging "

@@ -212,3 +212,12 @@ def test_a_t5_generates_what_transformers_greedy_generate_gives(t5_run, tmp_path
         new = hf.generate(input_ids=ids, max_new_tokens=10, do_sample=False, pad_token_id=0)[0, 1:].tolist()
         theirs.append(tokenizer.decode(new, skip_special_tokens=True).split("zzz")[0])
     assert ours == theirs and all(ours)
+
+
+def test_a_misspelt_or_missing_model_arg_is_one_line():
+    from pretrain.runtime.errors import UserError
+
+    with pytest.raises(UserError, match=r"--model_args worKdir: not a key of lmpretrain \(its keys: workdir, "):
+        harness.PretrainLM(worKdir="runs/gpt")
+    with pytest.raises(UserError, match=r"--model lmpretrain needs --model_args workdir=PATH"):
+        harness.PretrainLM(batch_size=4, device="cpu")
