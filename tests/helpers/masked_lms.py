@@ -56,6 +56,11 @@ def masked_run(tmp_path_factory, family: str, seed: int):
     config = importlib.import_module(f"configs.{family}").get_config("size=tiny")
     if family == "modernbert":  # its tokenizer.json, cased
         spec = dict(kind="hf_json", path=write_modernbert_tokenizer(str(root / "tok"), 300), lowercase=False)
+    elif family == "albert":  # ALBERT's SentencePiece model, exported as spiece.model
+        from pretrain.tools.train_tokenizer import train_sentencepiece
+        (root / "corpus.txt").write_text("\n".join(training_texts()))
+        spec = dict(kind="sentencepiece", path=train_sentencepiece(str(root / "corpus.txt"), str(root / "spm"), 400),
+                    lowercase=True)
     else:
         spec = dict(kind="wordpiece", path=wordpiece_vocab(root / "vocab.txt"), lowercase=True)
     config.tokenizer.update(spec)

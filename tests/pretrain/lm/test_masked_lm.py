@@ -32,6 +32,11 @@ def electra_run(tmp_path_factory):
     return masked_run(tmp_path_factory, "electra", seed=3)
 
 
+@pytest.fixture(scope="module")
+def albert_run(tmp_path_factory):
+    return masked_run(tmp_path_factory, "albert", seed=4)
+
+
 def minicons_scorer(directory: str, variant: str):
     """minicons' MaskedLMScorer on a transformers directory. minicons 0.3.39 calls the tokenizer's batch_encode_plus,
     which transformers 5 removed; it was the tokenizer's own __call__ on a batch, and is given back as that."""
@@ -45,7 +50,8 @@ def minicons_scorer(directory: str, variant: str):
 
 
 @pytest.mark.parametrize("variant", masked_lm.VARIANTS)
-@pytest.mark.parametrize("run, exported", [("bert_run", ""), ("modernbert_run", ""), ("electra_run", "generator")])
+@pytest.mark.parametrize("run, exported", [("bert_run", ""), ("modernbert_run", ""), ("electra_run", "generator"),
+                                           ("albert_run", "")])
 def test_pll_matches_minicons_on_the_exported_directory(run, exported, variant, request, tmp_path, monkeypatch):
     root, config, params = request.getfixturevalue(run)
     workdir = fake_run(tmp_path / "run", config, params, monkeypatch)
