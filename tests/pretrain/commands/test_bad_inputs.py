@@ -208,14 +208,17 @@ CASES = {
                                   "--accelerator_type=v4-8", "--dry_run"], 2, r"--zone='us central2' is not a zone"),
     "launch/TPU size that does not exist": (["pretrain.launch", "create", "--name=x", "--zone=us-central2-b",
                                              "--accelerator_type=v4-31", "--dry_run"], 2, r"v4-31"),
-    "tools/export_hf_bert of a GPT run": (["pretrain.tools.export_hf_bert", "--workdir={gpt}",
-                                           "--output={fresh}/hf"], 2, r"BERT"),
+    "tools/export_hf_bert of a GPT run onto its own workdir": (
+        ["pretrain.tools.export_hf_bert", "--workdir={gpt}", "--output={gpt}"], 2,
+        r"exists and is not a previous export \(export to a new directory or remove it\)"),
+    "minimal_pairs/data file missing": (["pretrain.minimal_pairs", "--workdir={gpt}", "--data={fresh}/none.jsonl"],
+                                        2, r"minimal-pair file not found: .*none\.jsonl"),
     "tools/train_tokenizer vocabulary larger than the text allows": (
         ["pretrain.tools.train_tokenizer", "--input={corpus}", "--model_prefix={fresh}/spm", "--vocab_size=100000"],
         2, r"--vocab_size 100000 is more than the text of .* allows: .*use --vocab_size \d+ or less"),
     # ----- --help and --print_config: exit 0, nothing written -----
     **{f"{entry}/--help": ([f"pretrain.{entry}", "--help"], 0, None)
-       for entry in ("train", "finetune", "evaluate", "generate", "perplexity", "fewshot")},
+       for entry in ("train", "finetune", "evaluate", "generate", "perplexity", "fewshot", "minimal_pairs")},
     "train/--print_config": (["pretrain.train", f"--config={BERT}", "--print_config", "--config.batch_size=3"], 0,
                              None),
     "finetune/--print_config": (finetune("--print_config", "--config.model.layer_norm_eps=1e-05"), 0, None),
