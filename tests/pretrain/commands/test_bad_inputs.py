@@ -320,10 +320,10 @@ def outcomes(workdirs) -> dict[str, tuple[subprocess.CompletedProcess, list[str]
     return out
 
 
-def test_there_are_forty_cases_across_the_six_entry_points_the_sweep_the_launcher_and_the_tools():
+def test_there_are_forty_cases_across_the_seven_entry_points_the_sweep_the_launcher_and_the_tools():
     entries = {name.split("/")[0] for name in CASES}
-    assert entries == {"train", "finetune", "evaluate", "generate", "perplexity", "fewshot", "sweep", "launch",
-                       "tools"}
+    assert entries == {"train", "finetune", "evaluate", "generate", "perplexity", "fewshot", "minimal_pairs", "sweep",
+                       "launch", "tools"}
     assert len(CASES) >= 40
 
 
