@@ -218,6 +218,7 @@ def replace_directory(directory: str, fill: Callable[[str], None]) -> None:
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; an export is meant to be shared
         fill(tmp)
+        _readable_as_written(tmp)
         if os.path.isdir(directory):
             old = tmp + ".old"
             os.rename(directory, old)
@@ -265,3 +266,16 @@ def _existing_file(path: str, name: str, missing: str) -> str:
     if not os.path.isfile(path):
         raise ModelInputError(missing.format(path))
     return path
+
+
+def _readable_as_written(directory: str) -> None:
+    """Every file in `directory` gets the mode a file opened for writing gets here (0644 under umask 022): safetensors
+    writes its file 0600, which the group that reads the rest of the workdir could not read."""
+    probe = os.path.join(directory, ".mode")
+    with open(probe, "w"):
+        pass
+    mode = os.stat(probe).st_mode & 0o777
+    os.remove(probe)
+    for name in os.listdir(directory):
+        if os.path.isfile(os.path.join(directory, name)):
+            os.chmod(os.path.join(directory, name), mode)

@@ -272,3 +272,14 @@ def test_failed_export_leaves_the_previous_one_intact(tmp_path, monkeypatch):
     save_hf_bert(target, random_params(seed=1), CONFIG)
     assert not np.array_equal(before[LAYER0_QUERY], safetensors.numpy.load_file(
         os.path.join(target, "model.safetensors"))[LAYER0_QUERY])
+
+
+def test_every_exported_file_is_readable_as_a_file_written_here(tmp_path):
+    """safetensors writes its file 0600; an export is read by whoever reads the workdir, so every file of it gets the
+    mode this process gives a file it writes (0644 under umask 022)."""
+    probe = tmp_path / "probe"
+    probe.write_text("x")
+    expected = os.stat(probe).st_mode & 0o777
+    save_hf_bert(str(tmp_path / "export"), random_params(), CONFIG)
+    modes = {name: os.stat(tmp_path / "export" / name).st_mode & 0o777 for name in os.listdir(tmp_path / "export")}
+    assert "model.safetensors" in modes and set(modes.values()) == {expected}, modes
