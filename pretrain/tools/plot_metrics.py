@@ -27,7 +27,19 @@ def read_metrics(path: str) -> tuple[list[dict], list[dict]]:
     return train, evaluation
 
 
-def _curves(ax, names: tuple[str, ...], train: list[dict], evaluation: list[dict]) -> None:
+def drawn(names: tuple[str, ...], train: list[dict], evaluation: list[dict]) -> list[str]:
+    """The metrics among `names` that the run logged, less one whose training curve repeats an earlier one's (a run
+    without NSP logs its MLM loss as its loss too)."""
+    kept, curves = [], []
+    for name in names:
+        curve = [(r["step"], r[name]) for r in train if name in r]
+        if (curve or any(f"eval_{name}" in r for r in evaluation)) and (not curve or curve not in curves):
+            kept.append(name)
+            curves.append(curve)
+    return kept
+
+
+def _curves(ax, names: list[str], train: list[dict], evaluation: list[dict]) -> None:
     """Train curves as lines, evaluation points as dashed markers, for each metric name."""
     for i, name in enumerate(names):
         color = f"C{i}"  # one colour per metric; evaluation dashed with markers
@@ -37,20 +49,30 @@ def _curves(ax, names: tuple[str, ...], train: list[dict], evaluation: list[dict
                 ax.plot(*zip(*points), style, color=color, label=f"{label} {name}")
 
 
+def figure(train: list[dict], evaluation: list[dict]):
+    """The loss panel and the accuracy panel, each titled by what it draws."""
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    accuracies = drawn(ACCURACIES, train, evaluation)
+    _curves(ax_loss, drawn(CURVES, train, evaluation), train, evaluation)
+    _curves(ax_acc, accuracies, train, evaluation)
+    heads = " / ".join(name.removesuffix("_accuracy").upper() for name in accuracies)
+    ax_loss.set(xlabel="step", ylabel="loss", title="Pretraining loss")
+    ax_acc.set(xlabel="step", ylabel="accuracy", title=f"{heads} accuracy" if heads else "no accuracy logged",
+               ylim=(0, 1))
+    for ax in (ax_loss, ax_acc):
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend()
+    fig.tight_layout()
+    return fig
+
+
 def plot(workdir: str, output: str | None = None) -> str:
     train, evaluation = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     if not train:
         raise SystemExit(f"error: {workdir}/metrics.jsonl has no training records to plot")
     output = output or os.path.join(workdir, "loss.png")
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    _curves(ax_loss, CURVES, train, evaluation)
-    _curves(ax_acc, ACCURACIES, train, evaluation)
-    ax_loss.set(xlabel="step", ylabel="loss", title="Pretraining loss")
-    ax_acc.set(xlabel="step", ylabel="accuracy", title="MLM / NSP accuracy", ylim=(0, 1))
-    for ax in (ax_loss, ax_acc):
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
+    fig = figure(train, evaluation)
     fig.savefig(output, dpi=110)
     plt.close(fig)
     return output
