@@ -148,14 +148,17 @@ class PretrainLM(TemplateLM):
             kwargs = normalize_gen_kwargs(requests[indices[0]].args[1], self.max_gen_toks)
             until = handle_stop_sequences(kwargs.pop("until", None),
                                           eos=None if eos is None else self.tokenizer.decode([eos]))
+            # a GPT's row ends at an id whose text holds a stop string: a pass over the vocabulary, once per group
+            stop_ids = set(generation.stop_token_ids(self.tokenizer, until) if self.kind == "causal" else ())
+            stop_ids |= {eos} if eos is not None else set()
             for start in range(0, len(indices), self.batch_size):
                 chunk = indices[start:start + self.batch_size]
-                new = self._generate([requests[i].args[0] for i in chunk], until, kwargs)
+                new = self._generate([requests[i].args[0] for i in chunk], sorted(stop_ids), kwargs)
                 for i, tokens in zip(chunk, new):
                     out[i] = postprocess_generated_text(self.tok_decode(tokens), until, None)
         return out
 
-    def _generate(self, contexts: list[str], until: list[str], kwargs: dict) -> list[list[int]]:
+    def _generate(self, contexts: list[str], stop_ids: list[int], kwargs: dict) -> list[list[int]]:
         max_gen_toks = int(kwargs["max_gen_toks"])
         if self.kind == "seq2seq":
             inputs = [self.tok_encode(context)[-self.max_length:] for context in contexts]
@@ -167,7 +170,5 @@ class PretrainLM(TemplateLM):
         prompts = [self.tok_encode(context)[-room:] or [self.prefix_token_id] for context in contexts]
         sampling = generation.Sampling(greedy=not kwargs.get("do_sample"), temperature=float(kwargs.get(
             "temperature", 1.0) or 1.0), top_k=int(kwargs.get("top_k", 0) or 0), top_p=float(kwargs.get("top_p", 1.0)))
-        eos = self.eot_token_id
-        stop_ids = set(generation.stop_token_ids(self.tokenizer, until)) | ({eos} if eos is not None else set())
         return generation.generate_ids(self.lm.model, self.lm.params, prompts, max_gen_toks, sampling=sampling,
-                                       rng=jax.random.key(self.seed), stop_ids=sorted(stop_ids))
+                                       rng=jax.random.key(self.seed), stop_ids=stop_ids)

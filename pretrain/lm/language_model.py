@@ -70,8 +70,7 @@ def load_language_model(path: str, *, tokenizer_path: str = "", dtype: str = "fl
     return LanguageModel(model, jax.tree.map(jnp.asarray, params), tokenizer, init.source, method)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def next_token_scores(model: GPT, params: dict, input_ids: jax.Array,
+def _next_token_scores(model: GPT, params: dict, input_ids: jax.Array,
                       segment_ids: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """input_ids [B, L] -> ([B, L - 1] float32: log P(x_{t+1} | x_0..x_t) of each row's actual next token,
     [B, L - 1] bool: whether that token is the model's first choice there).
@@ -87,10 +86,15 @@ def next_token_scores(model: GPT, params: dict, input_ids: jax.Array,
     return chosen, jnp.argmax(logits, axis=-1) == input_ids[:, 1:]
 
 
+next_token_scores = jax.jit(_next_token_scores, static_argnums=0)
+
+
+@functools.partial(jax.jit, static_argnums=0)
 def next_token_log_probs(model: GPT, params: dict, input_ids: jax.Array,
                          segment_ids: jax.Array | None = None) -> jax.Array:
-    """next_token_scores' log-probabilities alone: [B, L - 1] float32."""
-    return next_token_scores(model, params, input_ids, segment_ids)[0]
+    """next_token_scores' log-probabilities alone: [B, L - 1] float32 (compiled on its own, so that perplexity's
+    and few-shot's steps skip the argmax over the vocabulary)."""
+    return _next_token_scores(model, params, input_ids, segment_ids)[0]
 
 
 def pad_rows(rows: list[list[int]], pad_id: int, multiple: int = 8,

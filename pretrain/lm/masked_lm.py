@@ -74,29 +74,33 @@ class MaskedLM:
     source: str
     max_length: int          # the position table: the longest row, [CLS] and [SEP] included
 
+    @functools.cached_property
+    def pipeline(self):
+        """The tokenizer's `tokenizers` pipeline (None for a kind without one), built once: it gives the words."""
+        return self.tokenizer.hf_pipeline()
 
-def _checkpoint(path: str, flag: str) -> tuple[str, dict, dict, dict, str]:
-    """-> (family, config.model fields, params with the MLM head, tokenizer spec, source)."""
-    if storage.isfile(os.path.join(path, "config.json")) and "model_type" in json.loads(
-            storage.read_text(os.path.join(path, "config.json"))):
-        loaded = pretrained.load_pretrained(path, flag, heads=True)  # a Hugging Face directory
-        return loaded.family, {**loaded.model, "name": loaded.family}, loaded.params, loaded.tokenizer, loaded.source
+
+def _checkpoint(path: str, flag: str) -> tuple[dict, dict, dict, str]:
+    """-> (config.model fields, params with the MLM head, tokenizer spec, source)."""
+    if pretrained.hf_model_type(path) is not None:
+        loaded = pretrained.load_pretrained(path, flag, heads=True)
+        return loaded.model, loaded.params, loaded.tokenizer, loaded.source
     workdir, ckpt = pretrained.find_workdir(storage.absolute(os.path.expanduser(path)), flag)
     config = json.loads(storage.read_text(os.path.join(workdir, "config.json")))
-    name = config.get("model", {}).get("name")
-    if name not in MASKED_LMS or "task" in config:
-        raise UserError(f"{flag}={path} holds a {'fine-tuned ' if 'task' in config else ''}{name} model, which has "
-                        f"no masked-LM head to score with: give a pretraining run of {', '.join(MASKED_LMS.names())} "
-                        "or a Hugging Face BERT, ALBERT or ModernBERT directory")
+    if "task" in config:
+        raise UserError(f"{flag}={path} holds a fine-tuned {config['model'].get('name')} model, which has no masked-LM "
+                        "head to score with: give its pretraining run")
     params, step = checkpoints.restore_params(ckpt)
-    return name, config["model"], params, dict(config["tokenizer"]), f"orbax:{ckpt}/{step}"
+    return config["model"], params, dict(config["tokenizer"]), f"orbax:{ckpt}/{step}"
 
 
 def load_masked_lm(path: str, *, tokenizer_path: str = "", flag: str = "workdir") -> MaskedLM:
-    family, fields, params, tokenizer_spec, source = _checkpoint(path, flag)
+    family = pretrained.family_of(path, flag)  # before any weight is read
     if family not in MASKED_LMS:
-        raise UserError(f"{flag}={path} holds a {family} model; PLL scoring needs a masked LM "
-                        f"({', '.join(MASKED_LMS.names())})")
+        raise UserError(f"{flag}={path} holds a {family} model, which has no masked-LM head to score with: give a "
+                        f"pretraining run of {', '.join(MASKED_LMS.names())} or a Hugging Face BERT, ALBERT or "
+                        "ModernBERT directory")
+    fields, params, tokenizer_spec, source = _checkpoint(path, flag)
     fields = MASKED_LMS.get(family).config(dict(fields, name=family), params)
     config = models.model_config(fields, dropout_rate=0.0, attention_dropout_rate=0.0, dtype="float32")
     params = qkv_layout.to_qkv_layout(stack.to_layout(params, scan=config.scan_layers), config.fused_qkv)
@@ -110,15 +114,14 @@ def load_masked_lm(path: str, *, tokenizer_path: str = "", flag: str = "workdir"
 # Rows: one per scored token
 # ----------------------------------------------------------------------------------------------
 
-def word_ids(tokenizer: tokenizers.Tokenizer, text: str, ids: Sequence[int]) -> list[int]:
+def word_ids(lm: MaskedLM, text: str, ids: Sequence[int]) -> list[int]:
     """The word each of `ids` (text's tokens) belongs to: the tokenizer pipeline's words where it encodes `text` as
     `ids`, else runs that start at a word-start piece."""
-    pipeline = tokenizer.hf_pipeline() if text else None
-    if pipeline is not None:
-        encoding = pipeline.encode(text, add_special_tokens=False)
+    if text and lm.pipeline is not None:
+        encoding = lm.pipeline.encode(text, add_special_tokens=False)
         if list(encoding.ids) == list(ids):
             return [-1 if w is None else w for w in encoding.word_ids]
-    return list(np.cumsum([bool(tokenizer.word_start[i]) for i in ids]) - 1)
+    return list(np.cumsum([bool(lm.tokenizer.word_start[i]) for i in ids]) - 1)
 
 
 def masked_rows(ids: Sequence[int], scored: range, words: Sequence[int] | None, mask_id: int
@@ -188,14 +191,16 @@ def score(lm: MaskedLM, requests: Sequence[tuple[str, Sequence[int], Sequence[in
                             f"{lm.max_length} positions; shorten it (PLL reads the whole text at once)")
         words = None
         if variant == "within_word_l2r":
-            words = [-1] + word_ids(lm.tokenizer, text, context + list(continuation)) + [-1]
+            words = [-1] + word_ids(lm, text, context + list(continuation)) + [-1]
         scored = range(1 + len(context), 1 + len(context) + len(continuation))
         new = masked_rows(ids, scored, words, mask_id)
         rows += new
         owner += [r] * len(new)
     log_probs, greedy = score_rows(lm, rows) if rows else (np.zeros(0), np.zeros(0, bool))
     owner = np.asarray(owner, np.int64)
-    return [(float(log_probs[owner == r].sum()), bool(greedy[owner == r].all())) for r in range(len(requests))]
+    totals = np.bincount(owner, weights=log_probs, minlength=len(requests))       # one pass, however many requests
+    misses = np.bincount(owner, weights=~greedy, minlength=len(requests))
+    return [(float(total), not miss) for total, miss in zip(totals, misses)]
 
 
 def sentence_scores(lm: MaskedLM, sentences: Sequence[str], variant: str = "original") -> np.ndarray:

@@ -44,7 +44,8 @@ NOT_ARCHITECTURE = ("name", "dropout_rate", "attention_dropout_rate", "dtype", "
                     "scan_layers", "fused_qkv", "remat", "peft")  # peft: the fine-tuning config's own (config.peft)
 
 
-def _hf_model_type(path: str) -> str | None:
+def hf_model_type(path: str) -> str | None:
+    """config.json's model_type where `path` is a Hugging Face directory, else None."""
     config = os.path.join(path, "config.json")
     if not storage.isfile(config):
         return None
@@ -103,14 +104,12 @@ def family_of(path: str, flag: str = "--config.init") -> str:
     """The model family a workdir or Hugging Face directory holds (config.json's model.name, or the family that loads
     its model_type; the model_type itself where none does), without reading any weight."""
     path = os.path.expanduser(path)
-    config_file = os.path.join(path, "config.json")
-    if not storage.isfile(config_file):
-        workdir, _ = find_workdir(path, flag)  # one line for a path that is neither
-        config_file = os.path.join(workdir, "config.json")
-    config = json.loads(storage.read_text(config_file))
-    if "model_type" in config:
-        found = models.families.hf_checkpoint(config["model_type"])
-        return found[0].name if found else config["model_type"]
+    model_type = hf_model_type(path)
+    if model_type is not None:
+        found = models.families.hf_checkpoint(model_type)
+        return found[0].name if found else model_type
+    workdir = path if storage.isfile(os.path.join(path, "config.json")) else find_workdir(path, flag)[0]
+    config = json.loads(storage.read_text(os.path.join(workdir, "config.json")))  # find_workdir: one line if neither
     return config.get("model", {}).get("name") or ""
 
 
@@ -122,7 +121,7 @@ def load_pretrained(path: str, flag: str = "--config.init", heads: bool = False)
     path = storage.absolute(os.path.expanduser(path))
     if not storage.exists(path):
         raise UserError(f"{flag}={path} does not exist (give a pretrain.train workdir or {_hf_directories()})")
-    model_type = _hf_model_type(path)
+    model_type = hf_model_type(path)
     if model_type is not None:
         local = storage.local_copy(path, "hf_init_") if storage.is_url(path) else path
         return dataclasses.replace(_load_hf(local, model_type, heads), source=f"huggingface:{path}")

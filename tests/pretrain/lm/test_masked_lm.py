@@ -17,24 +17,19 @@ SENTENCES = ["The quick brown fox jumps over the lazy dog.", "Shall I compare th
              "Thou art more lovely and more temperate:", "unbelievably, the keys to the cabinet is on the table."]
 
 
-@pytest.fixture(scope="module")
-def bert_run(tmp_path_factory):
-    return masked_run(tmp_path_factory, "bert", seed=1)
+SEEDS = {"bert": 1, "modernbert": 2, "electra": 3, "albert": 4}
 
 
 @pytest.fixture(scope="module")
-def modernbert_run(tmp_path_factory):
-    return masked_run(tmp_path_factory, "modernbert", seed=2)
+def runs(tmp_path_factory):
+    """family -> (its folder, a tiny pretraining config, random weights), each built once for the module."""
+    built = {}
 
-
-@pytest.fixture(scope="module")
-def electra_run(tmp_path_factory):
-    return masked_run(tmp_path_factory, "electra", seed=3)
-
-
-@pytest.fixture(scope="module")
-def albert_run(tmp_path_factory):
-    return masked_run(tmp_path_factory, "albert", seed=4)
+    def run(family: str):
+        if family not in built:
+            built[family] = masked_run(tmp_path_factory, family, seed=SEEDS[family])
+        return built[family]
+    return run
 
 
 def minicons_scorer(directory: str, variant: str):
@@ -50,10 +45,10 @@ def minicons_scorer(directory: str, variant: str):
 
 
 @pytest.mark.parametrize("variant", masked_lm.VARIANTS)
-@pytest.mark.parametrize("run, exported", [("bert_run", ""), ("modernbert_run", ""), ("electra_run", "generator"),
-                                           ("albert_run", "")])
-def test_pll_matches_minicons_on_the_exported_directory(run, exported, variant, request, tmp_path, monkeypatch):
-    root, config, params = request.getfixturevalue(run)
+@pytest.mark.parametrize("family, exported", [("bert", ""), ("modernbert", ""), ("electra", "generator"),
+                                              ("albert", "")])
+def test_pll_matches_minicons_on_the_exported_directory(family, exported, variant, runs, tmp_path, monkeypatch):
+    root, config, params = runs(family)
     workdir = fake_run(tmp_path / "run", config, params, monkeypatch)
     export_hf_bert.export(workdir, str(tmp_path / "hf"))
     theirs = minicons_scorer(str(tmp_path / "hf" / exported), variant).sequence_score(
@@ -75,18 +70,18 @@ def test_word_l2r_masks_the_later_pieces_of_the_scored_word_only():
 
 
 @pytest.mark.slow  # tiny_gpt_workdir: a training run
-def test_a_gpt_workdir_or_an_unknown_variant_is_one_line(tiny_gpt_workdir, bert_run, tmp_path, monkeypatch):
+def test_a_gpt_workdir_or_an_unknown_variant_is_one_line(tiny_gpt_workdir, runs, tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"holds a gpt model, which has no masked-LM head to score with: give a "
                                         r"pretraining run of bert, modernbert, electra"):
         masked_lm.load_masked_lm(tiny_gpt_workdir)
-    _, config, params = bert_run
+    _, config, params = runs("bert")
     lm = masked_lm.load_masked_lm(fake_run(tmp_path / "run", config, params, monkeypatch))
     with pytest.raises(UserError, match="PLL variant 'word_l2r' is not one of original, within_word_l2r"):
         masked_lm.sentence_scores(lm, SENTENCES, "word_l2r")
 
 
-def test_a_sentence_longer_than_the_position_table_is_one_line(bert_run, tmp_path, monkeypatch):
-    _, config, params = bert_run
+def test_a_sentence_longer_than_the_position_table_is_one_line(runs, tmp_path, monkeypatch):
+    _, config, params = runs("bert")
     lm = masked_lm.load_masked_lm(fake_run(tmp_path / "run", config, params, monkeypatch))
     with pytest.raises(UserError, match=r"a request of \d+ tokens \(\[CLS\] and \[SEP\] included\) is longer than "
                                         r"the model's 64 positions"):
