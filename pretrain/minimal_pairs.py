@@ -50,7 +50,8 @@ def main(argv: list[str]) -> None:
         pairs = minimal_pairs.read_pairs(data_files(_DATA.value))  # before the model: a bad file fails at once
         score = minimal_pairs.sentence_scorer(_WORKDIR.value, pll=_PLL.value, tokenizer_path=_TOKENIZER_PATH.value,
                                               batch_size=_BATCH_SIZE.value)
-        good, bad = score([p.good for p in pairs]), score([p.bad for p in pairs])
+        scores = score([p.good for p in pairs] + [p.bad for p in pairs])  # one batch stream for both sides
+        good, bad = scores[:len(pairs)], scores[len(pairs):]
         summary = minimal_pairs.accuracies(pairs, good, bad)
         if _OUTPUT.value:
             with open(_OUTPUT.value, "w") as f:

@@ -92,12 +92,12 @@ def accuracies(pairs: Sequence[Pair], good: np.ndarray, bad: np.ndarray) -> dict
     """-> {"overall": {...}, "phenomena": {name: {...}}, "paradigms": {name: {...}}}, each {pairs, accuracy}."""
     right = good > bad
     summary: dict = {"overall": {"pairs": len(pairs), "accuracy": float(right.mean())}}
-    for key in ("phenomenon", "paradigm"):
+    for plural, key in (("phenomena", "phenomenon"), ("paradigms", "paradigm")):
         groups = collections.defaultdict(list)
         for pair, correct in zip(pairs, right):
             groups[getattr(pair, key)].append(bool(correct))
-        summary[f"{key.replace('phenomenon', 'phenomena').replace('paradigm', 'paradigms')}"] = {
-            name: {"pairs": len(values), "accuracy": float(np.mean(values))} for name, values in sorted(groups.items())}
+        summary[plural] = {name: {"pairs": len(values), "accuracy": float(np.mean(values))}
+                           for name, values in sorted(groups.items())}
     return summary
 
 

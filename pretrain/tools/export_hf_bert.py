@@ -258,8 +258,8 @@ def _tokenizer_json(tokenizer: dict, scratch: str, end_of_text: bool = False
         return None, {}, "; no tokenizer (config.tokenizer.path is empty)"
     loaded = data_tokenizers.from_config(tokenizer)  # a missing file: one line naming it
     specials = data_tokenizers.special_tokens(loaded)
-    eos = eos_id_or_none(loaded)
-    if end_of_text and eos is not None:  # a decoder's end of text (GPT-2: bos and eos are one token)
+    eos = eos_id_or_none(loaded) if end_of_text else None
+    if eos is not None:  # a decoder's end of text (GPT-2: bos and eos are one token)
         specials.update(bos_token=loaded.id_to_piece(eos), eos_token=loaded.id_to_piece(eos))
     if tokenizer.get("kind") == "hf_json":
         return os.path.expanduser(tokenizer["path"]), specials, ""
