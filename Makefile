@@ -12,9 +12,11 @@ PYTEST_ARGS ?=
 # `make test TEST_WORKERS=0` runs in this process alone. Each worker takes a whole file at a time, so a
 # file's module fixtures are built once, in the order tests/conftest.py collects them (longest files
 # first; xdist's own reordering by test count would start the minutes-long ones last); the 15 slowest
-# tests are listed at the end.
+# tests are listed at the end. Beside the dots, a line `[  812/1757 tests · 0 failed · 11 min ]` every 60 s and at
+# every 5% of the tests (tests/helpers/progress.py).
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 \
+    --progress-every=60
 
 .PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-finetune-step bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram cram-old cram-sweep cram-sweep-long bench-cram bench-transfer clean
 

@@ -17,6 +17,9 @@ from tests.helpers.commands import USER_XLA_FLAGS_ENV, run_train
 from tests.helpers.paths import SHARED_DATA
 from tests.helpers.tiny_bert import tiny_overrides
 
+# `--progress-every=SECONDS` (make test): a readable progress line beside the dots (tests/helpers/progress.py).
+pytest_plugins = ["tests.helpers.progress", "pytester"]  # pytester: tests/test_progress_line.py
+
 TPU_REASON = "libtpu is not installed: `make test-tpu` runs them in a venv of its own"
 # Why a mark's tests can be deselected, said at the end of the run whenever they are (never silently).
 DESELECTED_BECAUSE = {
