@@ -40,6 +40,7 @@ class Body:
     key: str                             # its top-level subtree; every other top-level subtree is a task head
     embeddings: tuple[str, ...]          # blocks below layer_0: freeze_embeddings freezes them, gradual thaws them last
     top: tuple[str, ...] = ()            # blocks above the top layer: they train with the head under gradual
+    layers: str = "num_layers"           # the config.model key counting its layers (config validation's depth)
 
 
 @dataclasses.dataclass(frozen=True)

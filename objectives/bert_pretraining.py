@@ -28,6 +28,26 @@ MASKINGS = ("tokens", "ngrams")
 MLM_KEYS = ("input_ids", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 
 
+def capped_masking(config: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> list[str]:
+    """A budget max_predictions_per_seq cuts below what mask_prob asks of a full row masks less than configured,
+    silently, on every batch (ALBERT's recipe does so on purpose: 20 of a 512-token row): a warning per phase."""
+    phases = [("max_seq_length", "max_predictions_per_seq")]
+    if data.get("long_seq_length", 0):
+        phases.append(("long_seq_length", "long_max_predictions_per_seq"))
+    rates = [key for key in ("mask_prob", "eval_mask_prob") if config.get(key, 0) > 0]
+    warnings = []
+    for length_key, budget_key in phases:
+        length, budget = data.get(length_key, 0), config.get(budget_key, 0)
+        for rate in rates:
+            candidates = length - 2  # a row's [CLS] and [SEP] are never masked; a pair's second [SEP] neither
+            asked = max(1, round(candidates * config[rate]))
+            if budget and asked > budget:
+                warnings.append(f"config.objective.{rate}={config[rate]:g} asks {asked} masked tokens of a "
+                                f"config.data.{length_key}={length} row, but config.objective.{budget_key}={budget} "
+                                f"masks at most {budget} ({budget / candidates:.1%}); raise {budget_key} to {asked}")
+    return warnings
+
+
 class BertPretraining:
     """Objective "bert_pretraining" (a PhasedObjective: the long phase masks more positions).
 
@@ -57,6 +77,12 @@ class BertPretraining:
         if self.masking == "ngrams" and not config.get("ngram_max", 0) >= 1:
             raise ObjectiveError(f"config.objective.ngram_max={config.get('ngram_max')!r} must be an integer >= 1 "
                                  "for masking='ngrams' (ALBERT uses 3)")
+
+    @staticmethod
+    def check_config(config: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> list[str]:
+        """Config validation's hook (objectives/registry.py): the warnings of a config this objective trains on
+        but not as it reads; `config` is config.objective, `data` config.data."""
+        return capped_masking(config, data)
 
     def for_long_phase(self) -> BertPretraining:
         return type(self)(self.config, self.tokenizer, long_phase=True)

@@ -72,6 +72,8 @@ def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers
 
 # A strategy: (config.freezing, num_layers=, shared=, steps_per_epoch=) -> (body block, its Body) -> first step.
 # `layer_by_layer`: it freezes single layers, which a scanned stack holds as one weight (validation refuses that).
+# `check` (optional): (config.freezing, num_layers=, num_epochs=, shared=) -> warnings; raises ConfigError for a
+# config the strategy cannot mean. Config validation calls it before anything loads.
 FREEZING = config_keys.chosen_by("freezing.strategy", Registry("freezing strategy", "config.freezing.strategy",
                                                                ConfigError))
 
@@ -88,8 +90,27 @@ def train_the_head_only(config, *, num_layers: int, shared: bool, steps_per_epoc
     return lambda part, pretrained: NEVER
 
 
-@config_keys.declare(FREEZING, "lowest", {"layer_by_layer": True}, num_frozen_layers=NON_NEGATIVE,
-                     freeze_embeddings=BOOLEAN)
+def _check_lowest(config, *, num_layers: int, num_epochs: int, shared: bool) -> list[str]:
+    """Config validation's hook (`check`): the frozen count against the model's depth, before anything loads."""
+    _check_frozen_layers(config.num_frozen_layers, num_layers, shared)
+    return []
+
+
+def _check_gradual(config, *, num_layers: int, num_epochs: int, shared: bool) -> list[str]:
+    """Config validation's hook (`check`): a run too short to thaw the whole body (ULMFiT thaws every layer, then
+    trains them together) leaves the lowest layers and the embeddings at their pretrained values; a choice, but
+    rarely the one meant, so a warning."""
+    every = max(1, config.get("unfreeze_every_epochs", 1))
+    thawed = -(-num_epochs // every)  # blocks from the top that train at least one epoch: the ceiling
+    if shared or thawed > num_layers:
+        return []
+    return [f"config.freezing.strategy='gradual' thaws one block every config.freezing.unfreeze_every_epochs={every} "
+            f"epochs: in config.num_epochs={num_epochs} only the top {thawed} of {num_layers} layers train, the "
+            f"embeddings never; raise num_epochs to {num_layers * every + 1} to thaw them all"]
+
+
+@config_keys.declare(FREEZING, "lowest", {"layer_by_layer": True, "check": _check_lowest},
+                     num_frozen_layers=NON_NEGATIVE, freeze_embeddings=BOOLEAN)
 def freeze_the_lowest(config, *, num_layers: int, shared: bool, steps_per_epoch: int) -> StartStep:
     """The embeddings (if freeze_embeddings) and the lowest `num_frozen_layers` layers are frozen. Shared weights
     are every layer, so they train once any of theirs would: the top one, which freezing from the bottom keeps."""
@@ -104,7 +125,8 @@ def freeze_the_lowest(config, *, num_layers: int, shared: bool, steps_per_epoch:
     return start
 
 
-@config_keys.declare(FREEZING, "gradual", {"layer_by_layer": True}, unfreeze_every_epochs=POSITIVE)
+@config_keys.declare(FREEZING, "gradual", {"layer_by_layer": True, "check": _check_gradual},
+                     unfreeze_every_epochs=POSITIVE)
 def unfreeze_gradually(config, *, num_layers: int, shared: bool, steps_per_epoch: int) -> StartStep:
     """ULMFiT's gradual unfreezing: one more block from the top down every `unfreeze_every_epochs` epochs."""
     every = max(1, config.get("unfreeze_every_epochs", 1)) * steps_per_epoch

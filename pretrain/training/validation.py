@@ -19,7 +19,7 @@ import ml_collections
 
 from models.registry import resolve
 from pretrain.runtime import profiling
-from pretrain.training import config_keys, prng
+from pretrain.training import config_keys, config_warnings, prng
 from pretrain.runtime.errors import ConfigError
 from pretrain.training.config_keys import (DROPOUT, NON_NEGATIVE, NON_NEGATIVE_FLOAT, POSITIVE, POSITIVE_FLOAT,
                                            PROBABILITY, SHARE, choice, integer, number)
@@ -161,8 +161,9 @@ def _fits(positions_key: str, config) -> None:
                           f"or raise --config.model.{positions_key}")
 
 
-def check_relations(config: ml_collections.ConfigDict) -> None:
-    """Keys that must agree with each other."""
+def check_relations(config: ml_collections.ConfigDict) -> list[str]:
+    """Keys that must agree with each other: raises the first that do not; -> the warnings of those that agree but
+    waste the run (`validate` prints them once)."""
     if "grad_accum_steps" in config and config.batch_size % config.grad_accum_steps:
         raise ConfigError(f"config.batch_size={config.batch_size} is not divisible by config.grad_accum_steps="
                           f"{config.grad_accum_steps}; make it a multiple")
@@ -178,6 +179,35 @@ def check_relations(config: ml_collections.ConfigDict) -> None:
     _peft_fits(config)
     _discriminative_rates_need_full_fine_tuning(config)
     _validation_within_the_training_subset(config)
+    return [*_objective_relations(config), *_freezing_relations(config), *config_warnings.of(config)]
+
+
+def _objective_relations(config) -> list[str]:
+    """The chosen objective's own check (an optional `check_config` of its class, objectives/registry.py): it raises
+    ObjectiveError for a meaningless config, and returns the warnings of a wasteful one."""
+    objective = config.get("objective")
+    if objective is None or "name" not in objective or "data" not in config:
+        return []
+    from objectives.interface import ObjectiveError
+    from objectives.registry import OBJECTIVES
+    check = getattr(OBJECTIVES.get(objective.name), "check_config", None)
+    try:
+        return list(check(objective, config.data)) if check else []
+    except ObjectiveError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _freezing_relations(config) -> list[str]:
+    """The chosen freezing strategy's own check (its `check` capability, pretrain/training/freezing.py) against the
+    depth of the family's pretrained body and the epochs of the run."""
+    from pretrain.training.freezing import FREEZING
+    import models
+    freezing, pretrained = config.get("freezing"), models.family(config.model.name).body
+    check = getattr(FREEZING.get(freezing.strategy), "check", None) if freezing is not None else None
+    if check is None or pretrained is None or pretrained.layers not in config.model or "num_epochs" not in config:
+        return []
+    return list(check(freezing, num_layers=config.model[pretrained.layers], num_epochs=config.num_epochs,
+                      shared=bool(config.model.get("shared_layers", False))))
 
 
 def _peft_fits(config) -> None:
@@ -260,8 +290,10 @@ def check_devices(config: ml_collections.ConfigDict) -> None:
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-    """All of the above, in order; the first problem found is raised."""
+    """All of the above, in order; the first problem found is raised, and once none is, the warnings printed."""
     check_ranges(config)
-    check_relations(config)
+    warnings = check_relations(config)
     check_mesh(config)
     check_devices(config)
+    for message in warnings:  # after every error check: a refused command prints its one line only
+        config_warnings.warn_once(message)
