@@ -72,6 +72,7 @@ def unfreeze_steps(params: Any, config: ml_collections.ConfigDict, *, num_layers
 
 # A strategy: (config.freezing, num_layers=, shared=, steps_per_epoch=) -> (body block, its Body) -> first step.
 # `layer_by_layer`: it freezes single layers, which a scanned stack holds as one weight (validation refuses that).
+# `trains_body` (default True): False where no body weight ever trains (discriminative rates would scale nothing).
 # `check` (optional): (config.freezing, num_layers=, num_epochs=, shared=) -> warnings; raises ConfigError for a
 # config the strategy cannot mean. Config validation calls it before anything loads.
 FREEZING = config_keys.chosen_by("freezing.strategy", Registry("freezing strategy", "config.freezing.strategy",
@@ -84,7 +85,7 @@ def train_everything(config, *, num_layers: int, shared: bool, steps_per_epoch: 
     return lambda part, pretrained: 0
 
 
-@config_keys.declare(FREEZING, "head_only", {"layer_by_layer": False})
+@config_keys.declare(FREEZING, "head_only", {"layer_by_layer": False, "trains_body": False})
 def train_the_head_only(config, *, num_layers: int, shared: bool, steps_per_epoch: int) -> StartStep:
     """Only the new task head trains; the whole pretrained body (pooler included) is frozen."""
     return lambda part, pretrained: NEVER

@@ -232,13 +232,18 @@ def _peft_fits(config) -> None:
 
 
 def _discriminative_rates_need_full_fine_tuning(config) -> None:
-    """Per-layer rates scale the updates of the body's layers, which PEFT freezes: they would scale nothing but
-    the method's own weights, a recipe no paper tuned."""
-    factor, peft = config.get("discriminative_factor", 1.0), config.get("peft")
+    """Per-layer rates scale the updates of the body's layers, which PEFT and a strategy freezing the whole body
+    freeze: they would scale nothing but the method's own weights, a recipe no paper tuned, or nothing at all."""
+    factor, peft, freezing = config.get("discriminative_factor", 1.0), config.get("peft"), config.get("freezing")
     if factor != 1.0 and peft is not None and peft.method != "none":
         raise ConfigError(f"config.discriminative_factor={factor:g} sets rates for the layers that "
                           f"config.peft.method={peft.method!r} freezes: set --config.discriminative_factor=1 "
                           "or --config.peft.method=none")
+    from pretrain.training.freezing import FREEZING
+    if factor != 1.0 and freezing is not None and not getattr(FREEZING.get(freezing.strategy), "trains_body", True):
+        raise ConfigError(f"config.discriminative_factor={factor:g} sets rates for the layers that "
+                          f"config.freezing.strategy={freezing.strategy!r} freezes: set "
+                          "--config.discriminative_factor=1, or another strategy")
 
 
 def _validation_within_the_training_subset(config) -> None:
@@ -273,9 +278,21 @@ def check_mesh(config: ml_collections.ConfigDict) -> None:
     """config.mesh_shape against the devices this process sees (after jax.distributed is initialized)."""
     from pretrain.runtime import partitioning
     mesh = partitioning.create_mesh(config.mesh_shape)  # ConfigError naming the shape and the device count
+    check_batch_split(config, mesh.shape["data"] * mesh.shape["fsdp"])
     if config.get("mesh_mode") == "shard_map" and (mesh.shape["fsdp"], mesh.shape["tensor"]) != (1, 1):
         raise ConfigError(f"config.mesh_mode='shard_map' replicates the state on every device, but config.mesh_shape="
                           f"{tuple(config.mesh_shape)} shards it: use --config.mesh_shape=-1,1,1 or mesh_mode=jit")
+
+
+def check_batch_split(config, shards: int) -> None:
+    """Every micro-batch splits over the devices the batch is sharded over (the steps would refuse the first batch,
+    after the corpus is read and the step compiled)."""
+    accum = config.get("grad_accum_steps", 1)
+    rows = config.batch_size // accum
+    if rows % shards:
+        raise ConfigError(f"config.batch_size={config.batch_size} / config.grad_accum_steps={accum} = {rows} rows per "
+                          f"micro-batch do not split over the {shards} batch shards (data x fsdp) of config.mesh_shape="
+                          f"{tuple(config.mesh_shape)}: make the batch size a multiple of {shards * accum}")
 
 
 def check_devices(config: ml_collections.ConfigDict) -> None:

@@ -94,3 +94,24 @@ def test_warn_once_prints_each_message_once(capsys):
     config_warnings.warn_once("a message of this test only")
     config_warnings.warn_once("a message of this test only")
     assert capsys.readouterr().err == "warning: a message of this test only\n"
+
+
+def test_rates_per_layer_with_a_frozen_body_are_refused():
+    config = changed(glue.get_config("task=mrpc,freeze=head_only"), discriminative_factor=2.6)
+    with pytest.raises(ConfigError, match=r"config\.discriminative_factor=2\.6 sets rates for the layers that "
+                                          r"config\.freezing\.strategy='head_only' freezes"):
+        validation.check_relations(config)
+    validation.check_relations(changed(config, **{"freezing.strategy": "gradual", "num_epochs": 13}))
+
+
+@pytest.mark.parametrize("batch, accum, shards, fits", [(32, 1, 8, True), (32, 2, 8, True), (32, 8, 8, False),
+                                                        (12, 1, 8, False), (24, 1, 3, True)])
+def test_a_micro_batch_must_split_over_the_batch_shards(batch, accum, shards, fits):
+    config = changed(bert.get_config("size=tiny"), batch_size=batch, grad_accum_steps=accum)
+    if fits:
+        validation.check_batch_split(config, shards)
+    else:
+        with pytest.raises(ConfigError, match=rf"config\.batch_size={batch} / config\.grad_accum_steps={accum} = "
+                                              rf"{batch // accum} rows per micro-batch do not split over the {shards}"
+                                              rf" batch shards .*a multiple of {shards * accum}"):
+            validation.check_batch_split(config, shards)
