@@ -8,13 +8,7 @@ import pytest
 from configs import albert, bert, glue, gpt2, t5
 from pretrain.runtime.errors import ConfigError
 from pretrain.training import config_warnings, validation
-
-
-def changed(config, **flat):
-    config = config.copy_and_resolve_references()
-    config.unlock()
-    config.update_from_flattened_dict(flat)
-    return config
+from tests.helpers.configs import changed
 
 
 @pytest.mark.parametrize("config, flat, needles", [

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from configs import albert, bert, distil, glue, gpt2, modernbert, spanbert, t5
+from configs import albert, bert, cram, distil, electra, glue, gpt2, modernbert, qa, spanbert, t5, tagging
 from pretrain.runtime.errors import ConfigError
 from pretrain.training import validation
+from tests.helpers.configs import changed
 
 SHIPPED = ([bert.get_config(f"size={s}") for s in bert.SIZES]
            + [bert.get_config("size=base,nsp=False,wwm=True"), spanbert.get_config("size=tiny")]
@@ -17,7 +18,10 @@ SHIPPED = ([bert.get_config(f"size={s}") for s in bert.SIZES]
            + [modernbert.get_config(f"size={s}") for s in modernbert.SIZES]
            + [modernbert.get_config("size=tiny,packing=True")]
            + [glue.get_config(f"task={task},model={m}") for task in ("mrpc", "stsb", "mnli")
-              for m in glue.MODELS])
+              for m in glue.MODELS]
+           + [electra.get_config(f"size={s}") for s in electra.SIZES]
+           + [cram.get_config(f"recipe={r}") for r in ("base", "best")]
+           + [tagging.get_config(), qa.get_config()])
 
 
 @pytest.mark.parametrize("index", range(len(SHIPPED)))
@@ -25,13 +29,6 @@ def test_every_shipped_config_is_valid(index):
     config = SHIPPED[index]
     validation.check_ranges(config)
     validation.check_relations(config)
-
-
-def changed(config, **flat):
-    config = config.copy_and_resolve_references()
-    config.unlock()
-    config.update_from_flattened_dict(flat)
-    return config
 
 
 @pytest.mark.parametrize("key, value, allowed", [
