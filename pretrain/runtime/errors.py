@@ -21,6 +21,7 @@ from pretrain.runtime.stops import EXIT_PREEMPTED
 
 class UserError(ValueError):
     """Raised for bad input a person can fix (config, files, corpus, checkpoints)."""
+    exit_status = 2  # a usage error; a subclass about damaged files, not the command line, says 1
 
 
 class ConfigError(UserError):
@@ -91,7 +92,7 @@ def one_line_errors():
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(getattr(e, "exit_status", 2))
     except Exception as e:  # noqa: BLE001 - only the machine's and the storage's failures; the rest re-raised
         if os.environ.get("LMPRETRAIN_TRACEBACK"):
             raise

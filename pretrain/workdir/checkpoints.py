@@ -4,7 +4,9 @@ A checkpoint holds the train state (params, optimizer state, step) and the data 
 Orbax writes each step into a temporary directory and renames it only once complete, so a run
 killed mid-save never leaves a half-written checkpoint as the latest. A step folder can still be
 damaged afterwards (a disk that filled up, a copy cut short, a file removed by hand): `restore`
-skips such a latest checkpoint with a one-line warning and takes the one before it. A restore never
+skips such a latest checkpoint with a one-line warning and takes the one before it, as every other reader
+does (pretrain.workdir.checkpoint_reads: the one reading policy, and restore_params for readers of parameters
+alone). A restore never
 deletes or moves anything; the first save of the resumed run sets the skipped folders aside as
 `<step>.unusable`, so that its own saves of those steps cannot collide with them.
 
@@ -20,27 +22,19 @@ tracebacks of it are not printed, and its unfinished temporary folder goes.
 from __future__ import annotations
 
 import contextlib
-import gc
-import json
 import os
 import sys
-import types
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
-from absl import logging
-from etils import epath
 
-from pretrain.runtime.errors import UserError
+from pretrain.workdir import checkpoint_reads as reads
 from pretrain.workdir import storage, write_failures
-
-
-class CheckpointError(UserError):
-    """A checkpoint that cannot be used with this config (one-line message)."""
+# What every reader of a checkpoint uses, from where the callers and their tests have always found it.
+from pretrain.workdir.checkpoint_reads import (  # noqa: F401
+    ITEMS, CheckpointError, DamagedCheckpointError, latest_complete_step, restore_data, restore_params, step_problem)
 
 
 class CheckpointWriteError(CheckpointError):
@@ -49,7 +43,6 @@ class CheckpointWriteError(CheckpointError):
     a person frees space."""
 
 
-ITEMS = ("state", "data")
 _TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's unfinished saves (atomic rename on a local disk)
 
 
@@ -64,7 +57,7 @@ class Checkpointer:
         # cleanup_tmp_directories=False: where Orbax marks commits with a file (GCS) it would delete
         # every step folder without that file when the manager is created, a damaged one included.
         # Leftover temporary folders are removed by the first save instead (`_prepare_to_write`).
-        with _quiet_absl():  # "Metadata file does not exist" for a damaged step: restore() says it better
+        with reads.quiet_absl():  # "Metadata file does not exist" for a damaged step: restore() says it better
             self.manager = ocp.CheckpointManager(
                 self.directory, item_names=ITEMS,
                 item_handlers={"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()},
@@ -86,7 +79,7 @@ class Checkpointer:
         self.wait()
         # _quiet_absl: Orbax's "Waiting for previous save to complete took N seconds" reports the wait above,
         # ours, at every save once a save outlasts the steps between saves (a bucket under load).
-        with self._reporting(step), _quiet_absl():
+        with self._reporting(step), reads.quiet_absl():
             self._in_flight = step
             self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)), force=force)
@@ -101,46 +94,41 @@ class Checkpointer:
         steps = [step] if step is not None else sorted(self.manager.all_steps(), reverse=True)
         if not steps:
             raise CheckpointError(f"no checkpoint in {self.directory}")
-        skipped = []
-        for candidate in steps:
-            restored, problem = self._try_restore(abstract_state, candidate)
-            if problem is None:
-                return restored["state"], dict(restored["data"]), candidate
-            skipped.append(f"{candidate} ({problem})")
-            self._unusable.append(candidate)
-            if candidate != steps[-1]:
-                print(f"warning: skipping checkpoint {self.directory}/{candidate}: {problem}; trying the one "
-                      "before it", file=sys.stderr, flush=True)
-        what = f"checkpoint {self.directory}/{step} is unusable" if step is not None else \
-            f"no usable checkpoint in {self.directory}"
-        raise CheckpointError(f"{what}: {'; '.join(skipped)}; move the damaged step folders away or use a new "
-                              "--workdir")
+        restored, found = reads.first_usable(
+            self.directory, steps, lambda candidate: self._try_restore(abstract_state, candidate), asked=step,
+            fix="move the damaged step folders away or use a new --workdir")
+        return restored["state"], dict(restored["data"]), found
 
     def _try_restore(self, abstract_state: Any, step: int) -> tuple[Any, str | None]:
-        """-> (restored items, None), or (None, why this step is damaged); CheckpointError for a
-        checkpoint of another model."""
-        problem = step_problem(self.directory, step)
+        """-> (restored items, None), or (None, why this step is damaged), that step then set aside by the first
+        save; CheckpointError for a checkpoint of another model."""
+        restored, problem = self._read(abstract_state, step)
+        if problem is not None:
+            self._unusable.append(step)
+        return restored, problem
+
+    def _read(self, abstract_state: Any, step: int) -> tuple[Any, str | None]:
+        problem = reads.step_problem(self.directory, step)
         if problem is not None:
             return None, problem
-        try:
-            with _quiet_absl(logging.FATAL):  # our warning names the problem instead
+        with reads.quiet_failed_reads():  # our warning names the problem instead
+            try:
                 stored = self.manager.item_metadata(step)["state"]
-        except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise plain Exceptions
-            return None, f"unreadable metadata ({_first_line(e)})"
-        if stored is None:
-            return None, "unreadable metadata of item state"
-        self._check_shapes(abstract_state, stored, step)
-        _drop_late_callbacks()  # a damaged file fails one read; the others' callbacks come back later
-        try:
-            with _quiet_absl(logging.FATAL), _quiet_unraisable():
+            except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise plain Exceptions
+                return None, f"unreadable metadata ({reads.first_line(e)})"
+            if stored is None:
+                return None, reads.unreadable_metadata(os.path.join(self.directory, str(step), "state"))
+            self._check_shapes(abstract_state, stored, step)
+            try:
                 return self.manager.restore(step, args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore())), None
-        except Exception as e:  # noqa: BLE001
-            if _shapes_by_name(stored) != _shapes_by_name(abstract_state):  # e.g. another optimizer
-                raise CheckpointError(
-                    f"checkpoint {self.directory}/{step} does not fit this config's model ({_first_line(e)}); "
-                    "resume with the config that wrote it or use a new --workdir") from None
-            return None, f"unreadable ({_first_line(e)})"
+            except Exception as e:  # noqa: BLE001
+                if _shapes_by_name(stored) != _shapes_by_name(abstract_state):  # e.g. another optimizer
+                    raise CheckpointError(
+                        f"checkpoint {self.directory}/{step} does not fit this config's model "
+                        f"({reads.first_line(e)}); resume with the config that wrote it or use a new --workdir"
+                    ) from None
+                return None, f"unreadable ({reads.first_line(e)})"
 
     def _prepare_to_write(self) -> None:
         """Before the first save: the damaged steps restore() skipped move aside (Orbax would refuse
@@ -148,7 +136,7 @@ class Checkpointer:
         unfinished saves go. Nothing else in the directory is touched."""
         self._writing = True
         write_failures.drop_from_logs()
-        _drop_late_callbacks()
+        reads.drop_late_callbacks()
         if jax.process_index() == 0:
             set_aside(self.directory, self._unusable)
         if jax.process_count() > 1:
@@ -254,48 +242,11 @@ def write_failures_as_errors(step: int, directory: str) -> Iterator[None]:
         failure = write_failures.write_failure(e)
         if failure is None:
             raise
-        latest = latest_complete_step(directory)
+        latest = reads.latest_complete_step(directory)
         kept = f"checkpoint {latest} stays the latest" if latest is not None else "no earlier checkpoint there"
         rerun = "rerun the same command to resume" if latest is not None else "rerun the same command"
         raise CheckpointWriteError(f"checkpoint {step} could not be written to {directory}: {failure.what}; "
                                    f"{kept}: {failure.fix} and {rerun}") from e
-
-
-def latest_complete_step(directory: str) -> int | None:
-    """The newest step folder of `directory` that holds a complete checkpoint (step_problem), or None."""
-    if not storage.isdir(directory):
-        return None
-    steps = sorted((int(name) for name in storage.listdir(directory) if name.isdigit()), reverse=True)
-    return next((step for step in steps if step_problem(directory, step) is None), None)
-
-
-def step_problem(directory: str, step: int, items: tuple[str, ...] = ITEMS) -> str | None:
-    """Why DIR/<step> cannot be a complete checkpoint, or None. Reads only the small marker files:
-    a save cut short leaves no commit marker (Orbax's commit_success.txt, or the commit time in
-    _CHECKPOINT_METADATA) or misses an item folder."""
-    path = os.path.join(directory, str(step))
-    if not storage.isdir(path):
-        return "no such folder"
-    if not storage.listdir(path):
-        return "the folder is empty"
-    try:
-        metadata = json.loads(storage.read_text(os.path.join(path, "_CHECKPOINT_METADATA")))
-    except FileNotFoundError:
-        return "no _CHECKPOINT_METADATA (the save did not finish)"
-    except (OSError, ValueError):
-        return "_CHECKPOINT_METADATA is unreadable"
-    committed = isinstance(metadata, dict) and metadata.get("commit_timestamp_nsecs")
-    if not committed and not storage.exists(os.path.join(path, "commit_success.txt")):
-        return "no commit marker (the save did not finish)"
-    missing = [item for item in items if not storage.isdir(os.path.join(path, item))]
-    if missing:
-        return f"item folder {missing[0]}/ is missing"
-    return None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0][:120] if text else type(e).__name__
 
 
 def _shapes_by_name(tree: Any) -> dict[str, tuple[int, ...]]:
@@ -308,86 +259,3 @@ def _shapes_by_name(tree: Any) -> dict[str, tuple[int, ...]]:
 def abstract_with_shardings(tree: Any, shardings: Any) -> Any:
     """Abstract arrays that tell Orbax where each restored leaf should live."""
     return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
-
-
-def restore_params(directory: str, step: int | None = None) -> tuple[Any, int]:
-    """Only the `params` of a checkpoint written by Checkpointer (no optimizer state is read).
-
-    directory: the checkpoints/ folder (latest step, or `step`) or one step's folder inside it.
-    Returns (params as host-side arrays, step).
-    """
-    directory = storage.absolute(directory)
-    if os.path.basename(directory).isdigit() and storage.isdir(os.path.join(directory, "state")):
-        directory, step = os.path.dirname(directory), int(os.path.basename(directory))
-    steps = ocp.utils.checkpoint_steps(directory) if storage.isdir(directory) else []
-    if step is None:
-        for candidate in sorted(steps, reverse=True):  # the latest complete one
-            problem = step_problem(directory, candidate, items=("state",))
-            if problem is None:
-                step = candidate
-                break
-            print(f"warning: skipping checkpoint {directory}/{candidate}: {problem}", file=sys.stderr, flush=True)
-    if step is None or step not in steps:
-        where = f"at step {step} in" if step is not None else "in"
-        raise CheckpointError(f"no checkpoint {where} {directory} (give a checkpoints/ folder written by "
-                              "pretrain.train or pretrain.finetune)")
-    path = os.path.join(directory, str(step), "state")
-    checkpointer = ocp.PyTreeCheckpointer()
-    with warnings.catch_warnings(), _quiet_absl():  # "no _CHECKPOINT_METADATA" for a bare item folder
-        warnings.simplefilter("ignore")
-        stored = checkpointer.metadata(path).item_metadata.tree
-    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), stored["params"])
-    # As host numpy arrays: valid whatever mesh wrote the checkpoint; the caller places them.
-    as_numpy = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
-    restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
-        item={"params": abstract}, restore_args={"params": as_numpy}, partial_restore=True))
-    return jax.device_get(restored["params"]), step
-
-
-def restore_data(directory: str, step: int) -> Any:
-    """The JSON `data` item saved beside a checkpoint's state (the data position, or what a loop recorded)."""
-    path = os.path.join(storage.absolute(directory), str(step), "data")
-    try:
-        return ocp.JsonCheckpointHandler().restore(epath.Path(path))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: unreadable ({_first_line(e)})") from None
-
-
-@contextlib.contextmanager
-def _quiet_unraisable():
-    """A truncated file makes each of Orbax's other read coroutines fail unobserved, and Python would
-    print every one (with TensorStore's whole spec) after our one-line warning; drop those."""
-    previous = sys.unraisablehook
-    sys.unraisablehook = lambda u: None if isinstance(u.object, types.CoroutineType) else previous(u)
-    try:
-        yield
-    finally:
-        gc.collect()  # the failed coroutines are reported when collected: here, not later
-        sys.unraisablehook = previous
-
-
-def _drop_late_callbacks() -> None:
-    """When a restore fails on a damaged file, or a save on a full disk, TensorStore's other reads or writes still
-    finish, some later, and each one's callback finds Orbax's event loop closed: Python would print dozens of
-    "RuntimeError: Event loop is closed" tracebacks around the one line. Drop exactly those; every other
-    unraisable is shown."""
-    previous = sys.unraisablehook
-    if getattr(previous, "drops_late_callbacks", False):
-        return
-
-    def hook(unraisable) -> None:
-        if not (unraisable.object is None and isinstance(unraisable.exc_value, RuntimeError)
-                and str(unraisable.exc_value) == "Event loop is closed"):
-            previous(unraisable)
-    hook.drops_late_callbacks = True
-    sys.unraisablehook = hook
-
-
-@contextlib.contextmanager
-def _quiet_absl(quiet_below: int = logging.ERROR):
-    level = logging.get_verbosity()
-    logging.set_verbosity(min(level, quiet_below))  # absl: a lower verbosity shows less
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
