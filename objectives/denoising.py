@@ -88,6 +88,24 @@ class EncoderDecoderDenoising:
         self.sentinel_ids = np.array([tokenizer.sentinel_id(k) for k in range(num_extra_ids)], np.int64)
         self._lengths_cache: dict[int, tuple[int, int]] = {}
 
+    @staticmethod
+    def check_config(config: ml_collections.ConfigDict, data: ml_collections.ConfigDict) -> list[str]:
+        """Config validation's hook (objectives/registry.py): the decoder length against what span corruption of
+        config.data.max_seq_length inputs produces, refused before the corpus is read rather than at its first
+        instances (`lengths` checks the same)."""
+        if config.get("mode", "span_corruption") != "span_corruption" or not config.get("targets_length", 0):
+            return []
+        inputs_length = data.get("max_seq_length", 0)
+        if inputs_length < 4:  # too short for any denoising: the objective says so when it is built
+            return []
+        needed = sc.compute_input_and_target_lengths(inputs_length, config.get("noise_density", 0.15),
+                                                     config.get("mean_noise_span_length", 3.0))[1]
+        if config.targets_length < needed:
+            raise ObjectiveError(f"config.objective.targets_length={config.targets_length} is shorter than the "
+                                 f"{needed} tokens span corruption of config.data.max_seq_length={inputs_length} "
+                                 "inputs produces; set it to 0 (derive) or >= that")
+        return []
+
     # -----------------------------------------------------------------------------------------
     # Lengths.
     # -----------------------------------------------------------------------------------------

@@ -26,8 +26,8 @@ def warn_once(message: str) -> None:
 
 def of(config: ml_collections.ConfigDict) -> list[str]:
     """The warnings the generic keys of `config` deserve, in a fixed order."""
-    checks = (_warmup_within_the_run, _warmup_fraction_below_the_run, _long_phase_starts, _profile_within_the_run,
-              _teacher_weighs_something)
+    checks = (_warmup_within_the_run, _warmup_fraction_below_the_run, _decay_decreases, _long_phase_starts,
+              _profile_within_the_run, _teacher_weighs_something)
     return [message for check in checks if (message := check(config))]
 
 
@@ -56,6 +56,20 @@ def _warmup_fraction_below_the_run(config) -> str | None:
         return None
     return (f"config.warmup_fraction={share:g} warms up over every step: the {optimizer.schedule} schedule never "
             f"reaches config.optimizer.learning_rate={optimizer.learning_rate:g}; lower it (BERT: 0.1)")
+
+
+def _decay_decreases(config) -> str | None:
+    """A decaying schedule whose end is above its peak climbs after the warm-up (a learning-rate sweep that passes
+    below a fixed end_learning_rate does this)."""
+    from pretrain.training.optimizers import SCHEDULES
+    optimizer = config.get("optimizer")
+    if optimizer is None or "end_learning_rate" not in getattr(SCHEDULES.get(optimizer.schedule), "config_keys", {}):
+        return None
+    if optimizer.get("end_learning_rate", 0.0) <= optimizer.learning_rate:
+        return None
+    return (f"config.optimizer.end_learning_rate={optimizer.end_learning_rate:g} is above config.optimizer."
+            f"learning_rate={optimizer.learning_rate:g}: the {optimizer.schedule} schedule climbs after its warm-up "
+            "instead of decaying; lower end_learning_rate (0, or a tenth of the peak)")
 
 
 def _long_phase_starts(config) -> str | None:

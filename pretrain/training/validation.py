@@ -4,11 +4,15 @@
 checks each key a config has against the range table below (sizes positive, probabilities in their
 interval, names among the known ones); the keys of a registered thing (an optimizer, a schedule, a freezing
 strategy, a tokenizer, a data source) against the ranges that thing declares (pretrain/training/config_keys.py),
-its name against its registry's names; then the relations of the model family (heads dividing the
-width, the sequence within the positions) and the mesh against the visible devices. Each failure is
+its name against its registry's names; then the relations between keys, each where its owner is (the model
+family's: heads dividing the width, the sequence within the positions; the objective's `check_config`; the freezing
+strategy's `check`; the loop's generic keys here) and the mesh against the visible devices. Each failure is
 one ConfigError naming the key, the value and what is allowed, e.g.
 
   config.objective.mask_prob=1.5 is invalid: it must be a probability in (0, 1) (--config.objective.mask_prob=...)
+
+A relation that wastes a run without making it meaningless is a warning instead (config_warnings.py), printed once
+when no error was found.
 """
 from __future__ import annotations
 
@@ -45,7 +49,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     "eval_every_epochs": POSITIVE,
     "log_every": POSITIVE, "keep_checkpoints": POSITIVE, "eval_batches": POSITIVE, "eval_batch_size": POSITIVE,
     "checkpoint_every": NON_NEGATIVE, "eval_every": NON_NEGATIVE, "prefetch": NON_NEGATIVE, "seed": NON_NEGATIVE,
-    "warmup_fraction": SHARE, "budget_minutes": NON_NEGATIVE_FLOAT, "budget_steps": NON_NEGATIVE, "z_loss": NON_NEGATIVE_FLOAT, "head_learning_rate": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
+    "warmup_fraction": SHARE, "budget_minutes": NON_NEGATIVE_FLOAT, "budget_steps": NON_NEGATIVE,
+    "z_loss": NON_NEGATIVE_FLOAT, "head_learning_rate": NON_NEGATIVE_FLOAT, "mesh_mode": _choice("jit", "shard_map"),
     "prng_impl": _choice(*prng.IMPLEMENTATIONS),
     "init": (lambda v: isinstance(v, str), "a path (a pretrain.train workdir or a Hugging Face directory) or ''"),
     # model (every family's field names)
@@ -59,14 +64,17 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     **{f"model.{k}": DROPOUT for k in ("dropout_rate", "attention_dropout_rate", "classifier_dropout",
                                        "embedding_dropout")},
     "model.layer_norm_eps": POSITIVE_FLOAT, "model.initializer_range": POSITIVE_FLOAT,
-    "model.initializer_factor": POSITIVE_FLOAT, "model.attention": "models.attention:IMPLEMENTATIONS", "model.remat": "models.stack:REMAT_POLICIES",
+    "model.initializer_factor": POSITIVE_FLOAT, "model.attention": "models.attention:IMPLEMENTATIONS",
+    "model.remat": "models.stack:REMAT_POLICIES",
     **{f"model.{k}": POSITIVE_FLOAT for k in ("norm_eps", "global_rope_theta", "local_rope_theta",
                                               "initializer_cutoff_factor")},
     "model.scan_layers": _choice(True, False), "model.fused_qkv": _choice(True, False),
-    "model.teacher_layers": POSITIVE,  # distillation (models/distillation/model.py); a teacher width of 0 is the student's
+    # distillation (models/distillation/model.py); a teacher width of 0 is the student's
+    "model.teacher_layers": POSITIVE,
     **{f"model.teacher_{k}": NON_NEGATIVE for k in ("hidden_size", "num_heads", "intermediate_size")},
     # objective
-    "objective.name": OBJECTIVE_NAMES, "objective.mask_prob": PROBABILITY, "objective.eval_mask_prob": SHARE, "objective.noise_density": PROBABILITY,
+    "objective.name": OBJECTIVE_NAMES, "objective.mask_prob": PROBABILITY, "objective.eval_mask_prob": SHARE,
+    "objective.noise_density": PROBABILITY,
     "objective.replace_with_mask": SHARE, "objective.replace_with_random": SHARE, "objective.short_seq_prob": SHARE,
     "objective.geometric_p": _float(0, 1, low_open=True, what="a probability in (0, 1]"),
     "objective.mean_noise_span_length": _float(1, what="a number >= 1"),
@@ -84,7 +92,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str] | str] = {
     # fine-tuning
     "init_weights": _choice("pretrained", "random"),
     "discriminative_factor": _float(1, what="a number >= 1 (1: every layer at the same rate; ULMFiT: 2.6)"),
-    "peft.method": PEFT_NAMES, "peft.adapters.size": POSITIVE, "peft.adapters.placement": _choice("houlsby", "pfeiffer"),
+    "peft.method": PEFT_NAMES, "peft.adapters.size": POSITIVE,
+    "peft.adapters.placement": _choice("houlsby", "pfeiffer"),
     "peft.adapters.train_norms": _choice(True, False), "peft.lora.rank": POSITIVE, "peft.lora.alpha": POSITIVE_FLOAT,
     "peft.lora.dropout": DROPOUT, "peft.prefix.length": POSITIVE, "peft.prefix.hidden_size": NON_NEGATIVE,
     "peft.prompt.length": POSITIVE, "peft.prompt.init": _choice("vocab", "random"),

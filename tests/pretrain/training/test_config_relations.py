@@ -18,6 +18,9 @@ from tests.helpers.configs import changed
      ["config.optimizer.warmup_steps=10000 >= config.num_train_steps=100", "rsqrt schedule"]),
     (glue.get_config("task=mrpc"), {"warmup_fraction": 1.0},
      ["config.warmup_fraction=1 warms up over every step"]),
+    (gpt2.get_config("size=small"), {"optimizer.learning_rate": 5e-5},
+     ["config.optimizer.end_learning_rate=6e-05 is above config.optimizer.learning_rate=5e-05",
+      "warmup_cosine_decay schedule climbs"]),
     (bert.get_config("size=base"), {"num_train_steps": 1000, "optimizer.warmup_steps": 100},
      ["config.data.long_seq_start_step=900000 >= config.num_train_steps=1000",
       "config.data.long_seq_length=512 phase never starts", "--config.data.long_seq_length=0"]),
@@ -48,6 +51,7 @@ def test_a_wasteful_relation_is_a_warning_naming_both_keys(config, flat, needles
     (bert.get_config("size=tiny"), {"num_train_steps": 101, "optimizer.warmup_steps": 100}),
     (glue.get_config("task=mrpc"), {"optimizer.schedule": "slanted_triangular", "warmup_fraction": 1.0}),
     (bert.get_config("size=base"), {}),  # the paper's long phase starts at 900,000 of 1,000,000 steps
+    (gpt2.get_config("size=small"), {"optimizer.learning_rate": 5e-5, "optimizer.schedule": "constant"}),
     (bert.get_config("size=tiny"), {"objective.mask_prob": 0.4, "objective.max_predictions_per_seq": 50}),
     (glue.get_config("task=mrpc"), {"distillation.teacher": "runs/teacher", "distillation.alpha": 0.1}),
     (glue.get_config("task=mrpc,freeze=gradual"), {"num_epochs": 13}),  # 12 layers, then the embeddings
@@ -109,3 +113,11 @@ def test_a_micro_batch_must_split_over_the_batch_shards(batch, accum, shards, fi
                                               rf"{batch // accum} rows per micro-batch do not split over the {shards}"
                                               rf" batch shards .*a multiple of {shards * accum}"):
             validation.check_batch_split(config, shards)
+
+
+def test_a_decoder_too_short_for_span_corruption_is_refused_before_the_corpus_is_read():
+    config = changed(t5.get_config("size=small"), **{"objective.targets_length": 100})
+    with pytest.raises(ConfigError, match=r"config\.objective\.targets_length=100 is shorter than the 114 tokens span "
+                                          r"corruption of config\.data\.max_seq_length=512 inputs produces"):
+        validation.check_relations(config)
+    assert validation.check_relations(changed(config, **{"objective.targets_length": 114})) == []
