@@ -69,14 +69,17 @@ def corpus_fields(**overrides) -> dict:
         path="",                     # text: file(s), globs, comma-separated; prepared: its directory
         tfds_name="", tfds_split="train", tfds_data_dir="", text_key="text",  # tfds: the dataset, its text feature
         hf_path="",                  # hf: a Hub name (wikimedia/wikipedia) or a local folder in the Hub's layout
-        hf_name="", hf_split="train",  # hf: the dataset's config (20231101.en) and split (train[:10%])
+                                     # (docs/training.md: files named by split, a folder or README.md config per name)
+        hf_name="", hf_split="train",  # hf: the dataset's config (20231101.en) and split (train; a slice, train[:10%],
+                                       # only without streaming: a stream reads whole splits, cut by max_documents)
         data_files="",               # hf: files of the dataset (globs, comma-separated), as load_dataset's data_files
         text_column="text",          # hf: the column holding a document
         streaming=False,             # hf: read as a stream (no Arrow copy of the split): into memory up to
                                      # max_documents, or with 0 streamed through training (pretrain/data/streamed.py)
         hf_eval_split="",            # hf, streamed: the split whose first eval_documents are held out
         max_documents=0,             # 0 = all
-        eval_documents=0),           # documents held out for evaluation (0 = no evaluation)
+        eval_documents=0),           # documents held out for evaluation (0 = no evaluation); prepared: its eval
+                                     # split if it has one, else the last ones of its train split
         **overrides)
 
 

@@ -113,8 +113,9 @@ def _streamed_corpus(config: ml_collections.ConfigDict, tokenizer: tokenizers.To
 @config_keys.declare(SOURCES, "prepared")
 def prepared_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.Tokenizer
                         ) -> tuple[prepared.PreparedCorpus, prepared.PreparedCorpus | list]:
-    """A directory of pretrain.tools.prepare_corpus: its train split, and its eval split if it has one. Both are
-    read by random access; neither is loaded into memory."""
+    """A directory of pretrain.tools.prepare_corpus: its train split, and its eval split if it has one (without one,
+    the train split's last data.eval_documents are held out, as a text corpus's are). Both are read by random access;
+    neither is loaded into memory."""
     if not config.path:
         raise sources.CorpusError("config.data.path is empty: give --config.data.path=DIR, a directory written by "
                                   "python -m pretrain.tools.prepare_corpus")
@@ -125,9 +126,8 @@ def prepared_documents(config: ml_collections.ConfigDict, tokenizer: tokenizers.
     train = prepared.PreparedCorpus.open(directory, "train", tokenizer=tokenizer)
     if "eval" in train.index["splits"]:
         return train, prepared.PreparedCorpus.open(directory, "eval", tokenizer=tokenizer)
-    if config.get("eval_documents", 0):
-        raise sources.CorpusError(f"prepared corpus {config.path} has no eval split but config.data.eval_documents="
-                                  f"{config.eval_documents}: prepare it with --eval_documents=K or set 0")
+    if config.get("eval_documents", 0):  # no eval split prepared: the train split's last ones, as for text
+        return train.hold_out(config.eval_documents)
     return train, []
 
 

@@ -17,6 +17,7 @@ The order is the input's, after dropping documents without tokens (as sources.to
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -70,6 +71,8 @@ def _describe(info: Mapping) -> str:
 
 def read_index(directory: str) -> dict:
     """directory/index.json, checked to be a complete preparation this code reads."""
+    if os.path.isfile(directory):
+        raise CorpusError(_a_file(directory))
     if not os.path.isdir(directory):
         raise CorpusError(f"prepared corpus directory {directory} not found (write one with python -m"
                           f" pretrain.tools.prepare_corpus --output={directory}, or fix --config.data.path)")
@@ -84,6 +87,17 @@ def read_index(directory: str) -> dict:
                           f" {index.get('version')}): prepare the corpus again with python -m"
                           " pretrain.tools.prepare_corpus")
     return index
+
+
+def _a_file(path: str) -> str:
+    """What is wrong with a file given as a prepared corpus, and fixes that keep it."""
+    if os.path.basename(path) == INDEX or path.endswith(".array_record"):
+        return (f"{path} is a file of a prepared corpus, not its directory: give the directory, "
+                f"--config.data.path={os.path.dirname(path) or '.'}")
+    output = os.path.splitext(path)[0] + "_prepared"
+    return (f"{path} is a file, not a prepared corpus directory: read a text corpus as it stands with "
+            f"--config.data.source=text, or prepare it into a new directory with python -m"
+            f" pretrain.tools.prepare_corpus --input={path} --output={output} and give that directory")
 
 
 def _num_records(path: str) -> int:
@@ -116,6 +130,7 @@ class PreparedCorpus(Sequence):
         # "file[0:n]": the data source takes the counts from here instead of opening every file up front.
         self._paths = [f"{os.path.join(directory, shard['file'])}[0:{n}]" for shard, n in zip(shards, counts)]
         self._source = None
+        self._first, self._tokens = 0, index["splits"][split]["tokens"]  # hold_out's parts: a range of the split
 
     @classmethod
     def open(cls, directory: str, split: str = "train",
@@ -140,9 +155,22 @@ class PreparedCorpus(Sequence):
             check_tokenizer(directory, index, tokenizer)
         return cls(directory, split, index)
 
+    def hold_out(self, count: int) -> tuple[PreparedCorpus, PreparedCorpus]:
+        """(all but the last `count` documents, the last `count`), as config.data.eval_documents holds out the end of
+        a text corpus: a split's documents read by random access, never copied."""
+        if len(self) - count < 2:
+            raise CorpusError(f"prepared corpus {self.directory} has {len(self)} {self.split} documents, too few to"
+                              f" hold out config.data.eval_documents={count}; lower it or prepare more text")
+        held = copy.copy(self)
+        held._first, held._length = self._first + len(self) - count, count
+        held._tokens = sum(len(sentence) for document in held for sentence in document)
+        kept = copy.copy(self)
+        kept._length, kept._tokens = len(self) - count, self._tokens - held._tokens
+        return kept, held
+
     @property
     def num_tokens(self) -> int:
-        return self.index["splits"][self.split]["tokens"]
+        return self._tokens
 
     @property
     def num_shards(self) -> int:
@@ -162,7 +190,7 @@ class PreparedCorpus(Sequence):
             i += self._length
         if not 0 <= i < self._length:
             raise IndexError(f"document {i} of a {self._length}-document corpus")
-        return i
+        return self._first + i
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -191,7 +219,7 @@ def check_tokenizer(directory: str, index: Mapping, tokenizer: tokenizers.Tokeni
     if not isinstance(tokenizer, tokenizers.Tokenizer):
         tokenizer = tokenizers.from_config(tokenizer)
     prepared, current = index["tokenizer"], tokenizer_info(tokenizer)
-    if current["fingerprint"] == prepared["fingerprint"]:
+    if current["fingerprint"] == prepared["fingerprint"] or _same_but_for_case(tokenizer, prepared):
         return
     again = (f"python -m pretrain.tools.prepare_corpus --tokenizer={current['path']}"
              f" --tokenizer_kind={current['kind']}"
@@ -202,3 +230,10 @@ def check_tokenizer(directory: str, index: Mapping, tokenizer: tokenizers.Tokeni
     back = f"set {' '.join(differ)}" if differ else f"restore the file {prepared['path']} had then"
     raise CorpusError(f"prepared corpus {directory} was tokenized with {_describe(prepared)}, but the config loads"
                       f" {_describe(current)}: prepare it again with this tokenizer ({again}) or {back}")
+
+
+def _same_but_for_case(tokenizer: tokenizers.Tokenizer, prepared: Mapping) -> bool:
+    """The preparation's tokenizer but for `lowercase`, which changes no id of a model that folds case by itself
+    (train_tokenizer's default): a corpus prepared lowercase feeds a cased config of the same model, and back."""
+    return (tokenizer.folds_case and prepared["lowercase"] is not None
+            and tokenizers.fingerprint(tokenizer, lowercase=prepared["lowercase"]) == prepared["fingerprint"])

@@ -125,14 +125,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, model_flags: Mappi
     """Fine-tunes and evaluates; returns the contents of DIR/results.json. model_flags: pretrained.resolve_config's."""
     started = time.perf_counter()
     validation.check_ranges(config)  # before reading the init checkpoint; all of it once the init is merged
-    workdir = workdirs.prepare(workdir)
-    results_path = os.path.join(workdir, "results.json")
-    if storage.exists(results_path):
-        print(f"Nothing to do: {results_path} exists (use a new --workdir to train again)")
-        return json.loads(storage.read_text(results_path))
-    # From here a SIGTERM stops the set-up at once (nothing to save yet); from the first step on it saves first.
-    with preemption.Watcher(setting_up=os.path.join(workdir, "resume")) as watcher:
-        return _finetune(*pretrained.resolve_config(config, model_flags), workdir, watcher, started)
+    with workdirs.prepared(workdir) as workdir:  # a start refused below leaves no workdir it created
+        results_path = os.path.join(workdir, "results.json")
+        if storage.exists(results_path):
+            print(f"Nothing to do: {results_path} exists (use a new --workdir to train again)")
+            return json.loads(storage.read_text(results_path))
+        # From here a SIGTERM stops the set-up at once (nothing to save yet); from the first step on it saves first.
+        with preemption.Watcher(setting_up=os.path.join(workdir, "resume")) as watcher:
+            return _finetune(*pretrained.resolve_config(config, model_flags), workdir, watcher, started)
 
 
 def _finetune(config: ml_collections.ConfigDict, init: pretrained.Pretrained | None, workdir: str,

@@ -278,12 +278,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, deadline
     checks: a rejected command leaves the workdir as it was.
     """
     validation.validate(config)
-    workdir = workdirs.prepare(workdir)
-    plan, budget_deadline = budget.fit(config, workdir, train_and_evaluate)  # the steps: pretrain/loops/budget.py
-    deadline = min(filter(None, (deadline, budget_deadline)), default=None)
-    # From here a SIGTERM stops the set-up at once (nothing to save yet); from the first step on it saves first.
-    with preemption.Watcher(deadline=deadline, setting_up=os.path.join(workdir, "checkpoints")) as watcher:
-        return _train(config, plan, workdir, watcher, extra_held_out)
+    with workdirs.prepared(workdir) as workdir:  # a start refused below leaves no workdir it created
+        plan, budget_deadline = budget.fit(config, workdir, train_and_evaluate)  # the steps: pretrain/loops/budget.py
+        deadline = min(filter(None, (deadline, budget_deadline)), default=None)
+        # From here a SIGTERM stops the set-up at once (nothing to save yet); from the first step on it saves first.
+        with preemption.Watcher(deadline=deadline, setting_up=os.path.join(workdir, "checkpoints")) as watcher:
+            return _train(config, plan, workdir, watcher, extra_held_out)
 
 
 def _train(config: ml_collections.ConfigDict, plan: budget.StepPlan, workdir: str, watcher: preemption.Watcher,

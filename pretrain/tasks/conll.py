@@ -139,7 +139,7 @@ def read_conll_hub(split: str, tag_key: str | int = "ner", path: str = "eriktks/
     tokens, pos_tags, chunk_tags, ner_tags), its tag ids mapped to names through the dataset's features."""
     from pretrain.data import hub
     try:
-        dataset = hub.load(path, split=HUB_SPLITS[split])
+        dataset = hub.load(path, split=HUB_SPLITS[split], flags=hub.Flags.of_task())
     except hub.CorpusError as e:
         raise ConllDataError(str(e)) from None
     keys = ("tokens", "pos_tags", "chunk_tags", "ner_tags")

@@ -105,7 +105,7 @@ def read_squad_hub(split: str, path: str) -> list[QaExample]:
     their layout: id, title, context, question, answers {text, answer_start}), in the files' order."""
     from pretrain.data import hub
     try:
-        dataset = hub.load(path, split=TFDS_SPLITS[split])
+        dataset = hub.load(path, split=TFDS_SPLITS[split], flags=hub.Flags.of_task())
     except hub.CorpusError as e:
         raise SquadDataError(str(e)) from None
     missing = [key for key in ("id", "question", "context", "answers") if key not in dataset.features]

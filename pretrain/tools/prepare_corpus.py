@@ -30,6 +30,9 @@ import sys
 from pretrain.data import hub, preparation, prepared, sources, tokenizers
 from pretrain.runtime import errors
 
+# This command's flags, for the fixes the Hub's errors name.
+HUB_FLAGS = hub.Flags(path="--hf", name="--hf_name", split="--hf_split", data_files="--data_files",
+                      text_column="--text_column", first_documents="--max_documents=N", not_streaming="drop --streaming")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,11 +69,12 @@ def run(args: argparse.Namespace, command: str = "") -> dict:
         documents = functools.partial(sources.iter_text_documents, args.input, flag="--input")
         source = {"input": args.input}
     elif args.hf:
+        hub.check_split(args.hf_split, args.streaming, HUB_FLAGS)  # before the tokenizer and the dataset are opened
         source = {"hf": args.hf, "hf_name": args.hf_name, "hf_split": args.hf_split, "data_files": args.data_files,
                   "text_column": args.text_column, "streaming": args.streaming}
         documents = functools.partial(hub.iter_documents, args.hf, name=args.hf_name, split=args.hf_split,
                                       data_files=args.data_files, streaming=args.streaming,
-                                      text_column=args.text_column)
+                                      text_column=args.text_column, flags=HUB_FLAGS)
     else:
         documents = functools.partial(sources.iter_tfds_documents, args.tfds, split=args.tfds_split,
                                       data_dir=args.tfds_data_dir, text_key=args.text_key)

@@ -14,10 +14,12 @@ Resuming compares the new config with the stored one, key by key:
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import ml_collections
@@ -49,6 +51,32 @@ def prepare(workdir: str, flag: str = "--workdir") -> str:
     if not os.access(path, os.W_OK | os.X_OK):
         raise UserError(f"{flag}={workdir} is not writable; give a writable directory")
     return path
+
+
+@contextlib.contextmanager
+def prepared(workdir: str, flag: str = "--workdir") -> Iterator[str]:
+    """prepare(workdir) around a run's start: when the block raises, the folders prepare created that are still empty
+    are removed again, so a refused start leaves no workdir of its own behind (one that was there stays)."""
+    created = _missing_folders(workdir)
+    path = prepare(workdir, flag)
+    try:
+        yield path
+    except BaseException:
+        for folder in created:  # the deepest first; one that holds anything stops the removal
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+        raise
+
+
+def _missing_folders(workdir: str) -> list[str]:
+    """The local folders that creating `workdir` makes, deepest first (none for a bucket's: prefixes, not folders)."""
+    missing, path = [], "" if storage.is_url(workdir) else os.path.abspath(workdir)
+    while path and not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
 
 
 def _prepare_url(workdir: str, flag: str) -> str:

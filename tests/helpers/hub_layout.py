@@ -6,23 +6,25 @@ from __future__ import annotations
 import os
 
 
-def write_hub_repo(folder, configs: dict[str, dict[str, object]]) -> str:
+def write_hub_repo(folder, configs: dict[str, dict[str, object]], card: bool = True) -> str:
     """configs: config name -> split name -> a `datasets.Dataset` or a `pyarrow.Table` (its features kept in the
-    parquet's metadata, as the Hub's parquet files keep them). -> the folder."""
+    parquet's metadata, as the Hub's parquet files keep them). -> the folder. card=False: no README.md (a folder per
+    config, its files named by split, and nothing that maps them)."""
     import pyarrow.parquet as pq
-    card = ["---", "configs:"]
+    lines = ["---", "configs:"]
     for name, splits in configs.items():
         os.makedirs(os.path.join(folder, name), exist_ok=True)
-        card += [f"- config_name: {name}", "  data_files:"]
+        lines += [f"- config_name: {name}", "  data_files:"]
         for split, table in splits.items():
             path = os.path.join(folder, name, f"{split}-00000-of-00001.parquet")
             if hasattr(table, "to_parquet"):
                 table.to_parquet(path)
             else:
                 pq.write_table(table, path)
-            card += [f"  - split: {split}", f"    path: {name}/{split}-*"]
-    with open(os.path.join(folder, "README.md"), "w") as f:
-        f.write("\n".join(card + ["---", ""]))
+            lines += [f"  - split: {split}", f"    path: {name}/{split}-*"]
+    if card:
+        with open(os.path.join(folder, "README.md"), "w") as f:
+            f.write("\n".join(lines + ["---", ""]))
     return str(folder)
 
 

@@ -58,17 +58,19 @@ def from_config(config: ml_collections.ConfigDict | dict, path: str | None = Non
                           extra_ids=get("extra_ids", 0))
 
 
-def fingerprint(tokenizer: Tokenizer | ml_collections.ConfigDict | dict) -> str:
+def fingerprint(tokenizer: Tokenizer | ml_collections.ConfigDict | dict, **as_if) -> str:
     """sha256 (hex) of what decides the ids: the kind, the options that change ids (lowercase where the kind
     honours it, extra_ids) and the bytes of the file(s) read. Not the path: a copy elsewhere is the same tokenizer.
 
-    `tokenizer`: one built by load_tokenizer / from_config, or a config.tokenizer (it is loaded).
+    `tokenizer`: one built by load_tokenizer / from_config, or a config.tokenizer (it is loaded). `as_if`: load
+    options to digest instead of its own (lowercase=True for a model that folds case by itself).
     """
     if not isinstance(tokenizer, Tokenizer):
         tokenizer = from_config(tokenizer)
     options = getattr(tokenizer, "load_options", None)
     if options is None:
         raise TypeError(f"{tokenizer!r} was not built by load_tokenizer, so its options are unknown")
+    options = {**options, **as_if}
     path = tokenizer._path  # the file read (a GPT-2 directory: vocab.json + merges.txt)
     files = [path] if os.path.isfile(path) else [os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt")]
     decisive = {k: v for k, v in options.items() if k != "path"}

@@ -57,6 +57,7 @@ class Tokenizer:
     """
 
     honours_case = False  # whether `lowercase` changes the ids (fingerprint counts it only then)
+    folds_case = False  # a loaded model that lowercases by itself: `lowercase` cannot change its ids either
     vocab_size: int  # including the num_extra_ids sentinels
     num_extra_ids: int  # sentinel ids after the model's own pieces (T5: 100)
     pad_id: int

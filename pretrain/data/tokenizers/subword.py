@@ -40,6 +40,7 @@ class SentencePieceTokenizer(Tokenizer):
                 " python -m pretrain.tools.train_tokenizer)"
             ) from None
         self._path, self._lowercase = path, lowercase
+        self.folds_case = _folds_case(self._sp)
         sp = self._sp
         self._base_size = sp.get_piece_size()
         self.pad_id, self.unk_id = sp.pad_id(), sp.unk_id()
@@ -109,6 +110,17 @@ class SentencePieceTokenizer(Tokenizer):
         if self._lowercase:
             pipeline.normalizer = normalizers.Sequence([normalizers.Lowercase(), pipeline.normalizer])
         return pipeline
+
+
+def _folds_case(sp) -> bool:
+    """Whether the model's own normalizer folds case (train_tokenizer's default, nmt_nfkc_cf): lowercasing the text
+    first then changes no id. False where that cannot be read (protobuf missing, a rule of the model's own)."""
+    try:
+        from sentencepiece import sentencepiece_model_pb2
+        model = sentencepiece_model_pb2.ModelProto.FromString(sp.serialized_model_proto())
+    except Exception:  # noqa: BLE001 - protobuf missing or of another version: assume the model keeps case
+        return False
+    return model.normalizer_spec.name.endswith("_cf")
 
 
 @config_keys.declare(TOKENIZERS, "wordpiece", {"honours_case": True}, lowercase=BOOLEAN)

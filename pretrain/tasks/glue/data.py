@@ -31,13 +31,19 @@ class DataOptions:
     glue_dir: str = "--config.data.glue_dir"
     tfds: str | None = "--config.data.source=tfds"
     skip_malformed: str | None = "--config.data.skip_malformed=true"
+    hf_path: str | None = None  # the Hub dataset's option (None: glue_dir names it too)
 
     def how_to_get(self) -> str:
         return (f"set {self.glue_dir} to a folder in the official GLUE layout (download_glue_data.py)"
                 + (f" or use {self.tfds}" if self.tfds else ""))
 
+    def read_as_files(self, folder: str) -> str:
+        """How to read a folder of the official TSV files instead: the source option that picks TFDS, set to dir."""
+        source = self.tfds.split("=", 1)[0] if self.tfds else ""
+        return f"{source + '=dir ' if source else ''}{self.glue_dir}={folder}"
 
-CONFIG_OPTIONS = DataOptions()  # pretrain.finetune
+
+CONFIG_OPTIONS = DataOptions(hf_path="--config.data.hf_path")  # pretrain.finetune
 _TFDS_BATCH = 1024  # examples per random-access read
 
 
@@ -278,15 +284,28 @@ def read_glue_tfds(task: GlueTask, split: str, data_dir: str | None = None) -> l
     return _feature_examples(task, split, records)
 
 
-def read_glue_hub(task: GlueTask, split: str, path: str = "nyu-mll/glue") -> list[Example]:
+def read_glue_hub(task: GlueTask, split: str, path: str = "nyu-mll/glue",
+                  options: DataOptions = CONFIG_OPTIONS) -> list[Example]:
     """The Hugging Face Hub's GLUE (`nyu-mll/glue`: a config per task, TFDS's feature names and label ids, test
-    labels -1), or a local copy of that repository (its README.md's configs, <task>/<split>-*.parquet)."""
+    labels -1), or a local copy: that repository's layout (README.md's configs naming the tasks, or without them a
+    folder per task, <task>/<split>-00000-of-00001.parquet), or one task's folder of files named by split."""
     _check_split(task, split)
+    if _holds_official_files(path):
+        raise GlueDataError(f"{path} holds the official GLUE TSV files, not a copy of the Hub's dataset: read them "
+                            f"with {options.read_as_files(path)}")
+    flat = os.path.isdir(path) and not hub.card_names_configs(path) and not os.path.isdir(os.path.join(path, task.name))
     try:
-        dataset = hub.load(path, name=task.name, split=_TFDS_SPLITS[split])
+        dataset = hub.load(path, name="" if flat else task.name, split=_TFDS_SPLITS[split],
+                           flags=hub.Flags.of_task(options.hf_path or options.glue_dir))
     except hub.CorpusError as e:
         raise GlueDataError(str(e)) from None
     return _feature_examples(task, split, dataset)
+
+
+def _holds_official_files(folder: str) -> bool:
+    """A folder of the official download (<CoLA|SST-2|...>/<split>.tsv), or one task's folder of it."""
+    return any(os.path.isfile(os.path.join(folder, directory, f"{split}.tsv"))
+               for task in TASKS.values() for directory in (task.directory, "") for split in task.splits)
 
 
 def _feature_examples(task: GlueTask, split: str, records) -> list[Example]:
@@ -315,7 +334,7 @@ def load_split(task: GlueTask, split: str, *, source: str, data_dir: str = "",
     elif source == "tfds":
         examples = read_glue_tfds(task, split, data_dir or None)
     elif source == "hf":
-        examples = read_glue_hub(task, split, data_dir or "nyu-mll/glue")
+        examples = read_glue_hub(task, split, data_dir or "nyu-mll/glue", options)
     else:
         raise GlueDataError(f"unknown GLUE source {source!r} (use 'dir', 'tfds' or 'hf')")
     if not examples:

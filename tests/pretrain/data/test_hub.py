@@ -14,10 +14,11 @@ from pretrain.data import documents as corpus_documents
 from pretrain.data import hub, preparation, sources, tokenizers
 from pretrain.data.prepared import PreparedCorpus
 from pretrain.data.sources import CorpusError
+from pretrain.tools import prepare_corpus
 from tests.helpers.asserts import assert_one_line_error
 from tests.helpers.commands import run_train
 from tests.helpers.hub_layout import offline_hub, write_hub_folder
-from tests.helpers.tiny_bert import tiny_overrides
+from tests.helpers.tiny_bert import tiny_config, tiny_overrides
 
 datasets = pytest.importorskip("datasets")
 
@@ -95,3 +96,39 @@ def test_bad_hub_sources_are_one_line_errors(tmp_path, text_documents):
     with pytest.raises(CorpusError) as e:  # a stream has no end to hold out
         corpus_documents.load_documents(_data_config(hf_path=folder, streaming=True, eval_documents=4), tokenizer=None)
     assert_one_line_error(e, "eval_documents=4", "--config.data.hf_eval_split")
+
+
+def test_a_streamed_split_slice_is_refused_before_the_dataset_is_opened_naming_the_fix(tmp_path, text_documents):
+    nowhere = str(tmp_path / "nowhere")  # opening it would fail otherwise: the check comes first
+    config = _data_config(hf_path=nowhere, streaming=True, hf_split="train[:10%]")
+    with pytest.raises(CorpusError) as e:
+        corpus_documents.load_documents(config, tokenizer=None)
+    assert_one_line_error(e, "train[:10%]", "a stream cannot slice", "--config.data.hf_split=train",
+                          "--config.data.max_documents", "--config.data.streaming=False")
+    assert "nowhere" not in str(e.value).replace(nowhere, "")
+    with pytest.raises(CorpusError) as e:  # the tool's flags
+        prepare_corpus.run(prepare_corpus.parse_args(["--hf", nowhere, "--hf_split", "train[:10%]", "--streaming",
+                                                      "--tokenizer", "t", "--output", "o", "--num_shards", "1"]))
+    assert_one_line_error(e, "a stream cannot slice", "--hf_split=train", "--max_documents")
+    assert "--config." not in str(e.value)
+    folder = write_hub_folder(tmp_path / "corpus", text_documents)  # read into memory a slice is fine (configs/common)
+    assert list(hub.iter_documents(folder, split="train[:50%]")) == text_documents[:len(text_documents) // 2]
+
+
+def test_a_refused_hub_run_leaves_no_workdir_it_created(tmp_path, text_documents, corpus_and_tokenizer):
+    from pretrain.loops import pretraining
+    folder = write_hub_folder(tmp_path / "corpus", text_documents)
+    refused = [{"data.hf_path": folder, "data.text_column": "content"},  # a wrong column
+               {"data.hf_path": str(tmp_path / "nowhere")}]  # a missing folder
+    for k, overrides in enumerate(refused):
+        config = tiny_config(*corpus_and_tokenizer, **{"data.source": "hf", **overrides})
+        workdir = tmp_path / f"runs{k}" / "run"  # its parent is new too
+        with pytest.raises(CorpusError):
+            pretraining.train_and_evaluate(config, str(workdir))
+        assert not (tmp_path / f"runs{k}").exists()
+    mine = tmp_path / "mine"  # a folder the person made stays, empty or not
+    mine.mkdir()
+    with pytest.raises(CorpusError):
+        pretraining.train_and_evaluate(tiny_config(*corpus_and_tokenizer, **{"data.source": "hf", **refused[1]}),
+                                       str(mine))
+    assert mine.is_dir()

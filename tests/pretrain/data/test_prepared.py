@@ -9,9 +9,12 @@ import pickle
 import shutil
 import sys
 
+import ml_collections
 import numpy as np
 import pytest
 
+from configs import common
+from pretrain.data import documents as corpus_documents
 from pretrain.data import preparation, prepared, sources, tokenizers
 from pretrain.data.prepared import PreparedCorpus
 from pretrain.data.sources import CorpusError
@@ -147,6 +150,22 @@ def test_eval_holds_out_the_last_documents(tmp_path, corpus, spm):
     assert not (tmp_path / "few" / "index.json").exists()  # a failed preparation is never a corpus
 
 
+def test_a_corpus_prepared_without_eval_holds_out_its_last_documents_for_eval_documents(tmp_path, corpus, spm):
+    _prepare(corpus, spm, tmp_path / "out", max_documents=30)
+    config = ml_collections.ConfigDict(common.corpus_fields(source="prepared", path=str(tmp_path / "out"),
+                                                            eval_documents=4))
+    train, held_out = corpus_documents.load_documents(config, tokenizers.from_config(spm))
+    expected = sources.tokenize_documents(sources.read_text_corpus(corpus)[:30], tokenizers.from_config(spm))
+    _assert_same(list(train), expected[:-4])
+    _assert_same(list(pickle.loads(pickle.dumps(held_out))) + [held_out[-1]], expected[-4:] + expected[-1:])
+    assert (train.num_tokens, held_out.num_tokens) == tuple(sum(len(s) for d in part for s in d)
+                                                            for part in (expected[:-4], expected[-4:]))
+    config.eval_documents = 29
+    with pytest.raises(CorpusError) as e:
+        corpus_documents.load_documents(config, tokenizers.from_config(spm))
+    assert_one_line_error(e, "30 train documents", "eval_documents=29")
+
+
 def test_documents_without_tokens_are_dropped(tmp_path, spm):
     """As in tokenize_documents; the blocks were sized by the count, so the last shard comes out short (here empty)."""
     documents = [[f"document {i}."] if i % 4 else [""] for i in range(10)]  # 0, 4, 8 encode to nothing
@@ -225,6 +244,17 @@ def test_errors_are_one_line(tmp_path, corpus, spm):
     index = _prepare(corpus, spm, out, num_shards=1, max_documents=5)  # over an earlier preparation: replaced
     assert sorted(os.listdir(out)) == ["index.json", "train-00000-of-00001.array_record"]
     assert len(PreparedCorpus.open(out)) == index["documents"] == 5
+
+
+def test_a_text_file_given_as_the_prepared_directory_is_named_a_file_and_the_fix_keeps_it(tmp_path, corpus):
+    text = tmp_path / "corpus.txt"
+    shutil.copy(corpus, text)
+    with pytest.raises(CorpusError) as e:
+        PreparedCorpus.open(str(text))
+    assert_one_line_error(e, text, "is a file", "--config.data.source=text", "--output=")
+    assert f"--output={text} " not in str(e.value) and not str(e.value).endswith(f"--output={text}")
+    with open(corpus, "rb") as f:
+        assert text.read_bytes() == f.read()
 
 
 def test_fingerprint(tmp_path):

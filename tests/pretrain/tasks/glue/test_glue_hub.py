@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
+from configs import glue as glue_config
+from pretrain.loops import finetuning
+from pretrain.tasks import registry as task_registry
 from pretrain.tasks.glue.data import GlueDataError, get_task, load_split, read_glue_dir, read_glue_hub
 from tests.helpers.asserts import assert_one_line_error
 from tests.helpers.commands import run_module
@@ -49,8 +53,9 @@ def official_splits(crafted_dir: str) -> dict[tuple[str, str], str]:
     return found
 
 
-def write_hub_copy(folder, official: dict[tuple[str, str], str]) -> str:
-    """The official splits as the Hub repository lays them out: parquet per config and split, README.md's configs."""
+def write_hub_copy(folder, official: dict[tuple[str, str], str], card: bool = True) -> str:
+    """The official splits as the Hub repository lays them out: parquet per config and split, README.md's configs
+    (card=False: without README.md)."""
     configs: dict[str, dict] = {}
     for (name, split), root in official.items():
         task = get_task(name)
@@ -61,7 +66,7 @@ def write_hub_copy(folder, official: dict[tuple[str, str], str]) -> str:
         configs.setdefault(name, {})[HUB_SPLITS.get(split, split)] = pa.table({
             **columns, "label": pa.array([e.label for e in examples], label_type),
             "idx": pa.array([e.idx for e in examples], pa.int32())})
-    return write_hub_repo(str(folder), configs)
+    return write_hub_repo(str(folder), configs, card=card)
 
 
 def test_hub_copy_gives_the_examples_of_the_official_files(tmp_path, crafted):
@@ -78,6 +83,40 @@ def test_hub_without_network_or_cache_is_a_one_line_error():
     with pytest.raises(GlueDataError) as e:
         read_glue_hub(get_task("rte"), "dev")  # nyu-mll/glue, offline
     assert_one_line_error(e, "nyu-mll/glue", "local folder", "--config.data.hf_path")
+
+
+@pytest.mark.parametrize("layout", ["a folder per task", "files named by split"])
+def test_a_hub_copy_without_a_card_reads_the_task_folder_or_the_files_named_by_split(tmp_path, crafted, layout):
+    official = {key: root for key, root in official_splits(crafted).items() if key[0] in ("mnli", "wnli")}
+    folder = write_hub_copy(tmp_path / "glue", official, card=False)
+    for (name, split), root in official.items():
+        path = folder if layout == "a folder per task" else os.path.join(folder, name)
+        task = get_task(name)
+        assert read_glue_hub(task, split, path) == read_glue_dir(task, split, root), (name, split)
+
+
+def test_the_hub_source_given_official_tsvs_names_the_tsv_source_and_only_keys_the_config_has(tmp_path, crafted,
+                                                                                              corpus_and_tokenizer):
+    config = glue_config.get_config("task=wnli")
+    config.data.update(dict(source="hf", hf_path=crafted))
+    config.tokenizer.update(dict(kind="sentencepiece", path=corpus_and_tokenizer[1]))
+    with pytest.raises(GlueDataError) as e:
+        task_registry.task_for_config(config).load(config, "train")
+    assert_one_line_error(e, crafted, "official GLUE", "--config.data.source=dir", f"--config.data.glue_dir={crafted}")
+    _assert_names_only_keys_of(config, str(e.value))
+    with pytest.raises(GlueDataError):  # the same refused by the loop, which leaves no workdir behind
+        finetuning.finetune(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+    config.data.hf_path = write_hub_copy(tmp_path / "glue", {("mrpc", "train"): GLUE})  # a copy without WNLI
+    with pytest.raises(GlueDataError) as e:
+        task_registry.task_for_config(config).load(config, "train")
+    assert_one_line_error(e, "wnli", "--config.data.hf_path")
+    _assert_names_only_keys_of(config, str(e.value))
+
+
+def _assert_names_only_keys_of(config, message: str) -> None:
+    named = re.findall(r"--config\.(\w+)\.(\w+)", message)
+    assert named and all(leaf in config[section] for section, leaf in named), (named, message)
 
 
 @pytest.mark.slow
