@@ -186,6 +186,7 @@ def check_relations(config: ml_collections.ConfigDict) -> list[str]:
     profiling.parse_steps(config.get("profile_steps", ""))
     _layerwise_freezing_needs_looped_layers(config)
     _peft_fits(config)
+    _peft_method_fits(config)
     _discriminative_rates_need_full_fine_tuning(config)
     _validation_within_the_training_subset(config)
     return [*_objective_relations(config), *_freezing_relations(config), *config_warnings.of(config)]
@@ -238,6 +239,22 @@ def _peft_fits(config) -> None:
     if virtual and positions is not None and config.data.max_seq_length + virtual > positions:
         raise ConfigError(f"config.peft.{peft.method}.length={virtual} + config.data.max_seq_length="
                           f"{config.data.max_seq_length} exceed the model's {positions} positions: shorten one")
+
+
+def _peft_method_fits(config) -> None:
+    """The PEFT method's own check against the model's sizes (a LoRA rank above a projection's, an adapter wider
+    than the model: models/peft/), here before anything loads rather than when the model is built."""
+    peft = config.get("peft")
+    if peft is None or peft.method == "none":
+        return
+    import models
+    from models.errors import ModelInputError
+    from models.peft.config import check_fits
+    from pretrain.training import peft as parameter_efficient
+    try:
+        check_fits(parameter_efficient.peft_config(config), models.model_config(config.model).dims)
+    except ModelInputError as e:  # it names the method's field: peft.lora_rank is config.peft.lora.rank
+        raise ConfigError(f"config.{e}") from None
 
 
 def _discriminative_rates_need_full_fine_tuning(config) -> None:

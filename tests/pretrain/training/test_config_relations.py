@@ -121,3 +121,14 @@ def test_a_decoder_too_short_for_span_corruption_is_refused_before_the_corpus_is
                                           r"corruption of config\.data\.max_seq_length=512 inputs produces"):
         validation.check_relations(config)
     assert validation.check_relations(changed(config, **{"objective.targets_length": 114})) == []
+
+
+@pytest.mark.parametrize("method, flat, needle", [
+    ("lora", {"peft.lora.rank": 1000}, "config.peft.lora_rank=1000 exceeds the query projection's rank 768"),
+    ("adapters", {"peft.adapters.size": 1000}, "config.peft.adapter_size=1000 is wider than the model (768)"),
+])
+def test_a_peft_method_larger_than_the_model_is_refused_before_anything_loads(method, flat, needle):
+    config = changed(glue.get_config(f"task=mrpc,peft={method}"), init="runs/pretrained", **flat)
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        validation.check_relations(config)
+    validation.check_relations(changed(glue.get_config(f"task=mrpc,peft={method}"), init="runs/pretrained"))
