@@ -54,6 +54,7 @@ def assert_only(stderr: str, lines: list[str]) -> None:
     assert not any(n in stderr for n in NOISE), stderr[-3000:]
 
 
+@pytest.mark.slow  # the shared trained runs start pretrain.train
 @pytest.mark.parametrize("kind", DAMAGES)
 @pytest.mark.parametrize("reader", PRETRAINING_READERS)
 def test_a_reader_falls_back_past_a_damaged_latest_step_with_one_warning(tiny_bert_workdir, tmp_path, capfd,
@@ -64,6 +65,7 @@ def test_a_reader_falls_back_past_a_damaged_latest_step_with_one_warning(tiny_be
     assert_only(capfd.readouterr().err, [f"warning: skipping checkpoint {workdir}/checkpoints/6: "])
 
 
+@pytest.mark.slow  # the shared trained runs start pretrain.train
 @pytest.mark.parametrize("kind", DAMAGES)
 @pytest.mark.parametrize("reader", PRETRAINING_READERS)
 def test_a_reader_with_no_usable_step_stops_in_one_line(tiny_bert_workdir, tmp_path, capfd, reader, kind):
@@ -77,6 +79,7 @@ def test_a_reader_with_no_usable_step_stops_in_one_line(tiny_bert_workdir, tmp_p
     assert_only(capfd.readouterr().err, [f"warning: skipping checkpoint {workdir}/checkpoints/6: "])
 
 
+@pytest.mark.slow  # the shared trained runs start pretrain.train
 @pytest.mark.parametrize("kind", DAMAGES)
 def test_the_language_model_of_a_run_with_one_damaged_step_stops_in_one_line(tiny_gpt_workdir, tmp_path, capfd,
                                                                               kind):
