@@ -251,8 +251,9 @@ def _peft_method_fits(config) -> None:
     from models.errors import ModelInputError
     from models.peft.config import check_fits
     from pretrain.training import peft as parameter_efficient
+    dims = models.model_config(config.model).dims  # a key no family field has: its own one-line error
     try:
-        check_fits(parameter_efficient.peft_config(config), models.model_config(config.model).dims)
+        check_fits(parameter_efficient.peft_config(config), dims)
     except ModelInputError as e:  # it names the method's field: peft.lora_rank is config.peft.lora.rank
         raise ConfigError(f"config.{e}") from None
 
