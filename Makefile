@@ -18,7 +18,7 @@ TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, len(os.sched_getaf
 PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 \
     --progress-every=60
 
-.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-finetune-step bench-nanogpt bench-bucket-io bench-accelerator gpu-wheels cram cram-old cram-sweep cram-sweep-long bench-cram bench-transfer clean
+.PHONY: demo demo-t5 demo-gpt demo-gpt-glue demo-ner demo-qa test test-fast test-slow test-long test-tpu aot-table bench bench-glue bench-glue-quick bench-glue-peft bench-glue-peft-report bench-glue-peft-quick bench-finetune-step bench-nanogpt bench-bucket-io kill9-table bench-accelerator gpu-wheels cram cram-old cram-sweep cram-sweep-long bench-cram bench-transfer clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -262,6 +262,14 @@ bench-nanogpt: $(STAMP)
 # metrics.jsonl's bytes per logged step, checkpoint save/restore of a tiny and a BERT-Base-sized state.
 bench-bucket-io: $(STAMP)
 	$(PY) -m scripts.bench.bench_bucket_io
+
+# The kill -9 table (docs/training.md): pretraining, fine-tuning and a gs:// pretraining SIGKILLed at random moments,
+# each rerun with the same command and checked against an uninterrupted run (a workdir per moment under runs/kill9).
+# Compiled at XLA's optimisation level 0, as the test suite is (tests/conftest.py): the same programs, compiled faster.
+KILL9_ARGS ?= --moments 50 --gs_moments 10
+kill9-table: $(STAMP)
+	XLA_FLAGS="$(XLA_FLAGS) --xla_backend_optimization_level=0" $(PY) -m scripts.bench.kill9 --output runs/kill9 \
+	    --glue_dir "$(GLUE_DIR)" $(KILL9_ARGS)
 
 # BERT, GPT-2 and T5 training steps here and with transformers (eager; torch.compile on a GPU) on this
 # machine's device: ms/step, tokens/s, MFU, peak memory, ours / theirs. CPU: tiny shapes, ~3 min.

@@ -71,6 +71,7 @@ def _encoded(chunks: Iterator[list], tokenizer: tokenizers.Tokenizer, workers: i
         yield from (_encode_chunk(chunk, tokenizer) for chunk in chunks)
         return
     context = multiprocessing.get_context("spawn")
+    children.quiet_resource_tracker()  # a killed build's semaphores are unlinked without a warning
     with context.Pool(workers, _start_worker, (os.getpid(), tokenizer.load_options)) as pool:
         pending = collections.deque()
         for chunk in chunks:

@@ -155,7 +155,9 @@ class _LocalWindows:
         dataset = grain.MapDataset.range(min(starts) * len(local), stop).filter(order.keep)
         dataset = dataset.map(_ReadWindow(windows, order)).to_iter_dataset(READ_AHEAD)
         if workers > 0:
-            # the workers end with this process, even when it is SIGKILLed (pretrain/runtime/children.py)
+            # the workers end with this process, even when it is SIGKILLed, and what they leave is unlinked
+            # quietly (pretrain/runtime/children.py)
+            children.quiet_resource_tracker()
             dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers),
                                           worker_init_fn=functools.partial(children.exit_with_parent, os.getpid()))
         self._iterator = iter(dataset)

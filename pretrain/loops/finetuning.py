@@ -230,7 +230,10 @@ class _Epochs:
         if distributed.is_primary():
             workdirs.save_config(self.workdir, self.config)  # validated, and fits the state it resumes
         self.ckpt.discard_after(self.position.step)  # best-epoch saves of a killed run past the resume point
-        self.writer = MetricWriter(self.workdir, resume_step=self.position.step, config=self.config)
+        # a state saved at an epoch's end before its evaluation (the save is asynchronous): evaluated again
+        evaluated = any(epoch["step"] == self.position.step for epoch in self.position.epochs)
+        self.writer = MetricWriter(self.workdir, resume_step=self.position.step, config=self.config,
+                                   evaluated=evaluated or not self.position.step)
         return state
 
     def train(self, state, watcher: preemption.Watcher):

@@ -10,6 +10,11 @@ more (two Grain workers hold about 250 MB each, and the multiprocessing resource
   threads of its own. A worker also ignores SIGINT: a terminal's Ctrl-C reaches the whole process group, and the
   parent answers it (a worker's KeyboardInterrupt would only print a traceback). The resource tracker ends by
   itself once the parent and the workers, its last writers, are gone.
+- That tracker (multiprocessing's, started by `quiet_resource_tracker` before the workers) unlinks what a killed
+  run left: the named semaphores of Grain's queues and the shared memory of the windows in flight. It does so
+  quietly. Its stock warning ("There appear to be N leaked semaphore objects") is meant for a program that
+  forgot to clean up; after a SIGKILL nobody could, the tracker's clean-up is the design, and the warning
+  reached the console of the supervisor's rerun.
 - Commands started with subprocess (a sweep's cells, the launcher's gcloud) take `popen_options()`: on Linux the
   child gets SIGTERM when its parent dies (PR_SET_PDEATHSIG, set between fork and exec), which the entry points
   answer as a preemption, and gcloud by stopping its ssh. Elsewhere no such option exists and they are left.
@@ -25,6 +30,21 @@ import time
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 PARENT_POLL_SECONDS = 0.25
+# The tracker's own warnings (leaks found at its end, an unlink that failed) as a -W option of its interpreter.
+QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
+def quiet_resource_tracker() -> None:
+    """Starts multiprocessing's resource tracker, unless one runs, with its warnings off (the module docstring says
+    why); call it in the parent before starting workers. The tracker's interpreter takes sys.warnoptions as -W."""
+    from multiprocessing import resource_tracker
+    if getattr(resource_tracker._resource_tracker, "_fd", None) is not None:
+        return  # already started by an earlier pool of this process: warnings and all
+    sys.warnoptions.append(QUIET_TRACKER)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions.remove(QUIET_TRACKER)
 
 
 def exit_with_parent(parent_pid: int, *_worker) -> None:

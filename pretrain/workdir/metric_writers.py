@@ -59,14 +59,17 @@ FLUSH_SECS = 30.0  # metrics.jsonl in a bucket: at most this long between upload
 class MetricWriter:
     """config: the run's resolved config; its `wandb` fields (when it has them) turn Weights & Biases on."""
 
-    def __init__(self, workdir: str, resume_step: int = 0, config=None):
+    def __init__(self, workdir: str, resume_step: int = 0, config=None, evaluated: bool = True):
+        """evaluated: whether the restored state had done its step's held-out evaluation. Fine-tuning's state saved at
+        an epoch's end before the epoch's evaluation has not: the rerun evaluates again, and the evaluation records of
+        that step (a killed run's) are dropped too, so that none is there twice."""
         self.jsonl_path = os.path.join(workdir, "metrics.jsonl")
         self.tensorboard_dir = os.path.join(workdir, "tensorboard")
         self.enabled = distributed.is_primary()
         self.wandb = None
         if not self.enabled:
             return
-        logged_through = self._drop_records_after(resume_step)
+        logged_through = self._drop_records_after(resume_step, evaluated)
         wandb = config.get("wandb") if config is not None else None
         if wandb is not None and wandb.project:
             self.wandb = WandbRun(wandb, workdir, config.to_dict(), logged_through)
@@ -76,7 +79,7 @@ class MetricWriter:
         self.tensorboard = SummaryWriter(self.events.local_dir, flush_secs=10,
                                          purge_step=resume_step + 1 if resume_step else None)
 
-    def _drop_records_after(self, step: int) -> int:
+    def _drop_records_after(self, step: int, evaluated: bool = True) -> int:
         """A killed run may have logged past its last checkpoint (those steps will be redone), and may have
         been killed in the middle of a line. Rewritten only when something is dropped. -> the last step logged
         before (-1: none)."""
@@ -94,7 +97,8 @@ class MetricWriter:
                       "it?); dropped", file=sys.stderr, flush=True)
             if isinstance(record, dict):
                 logged_through = max(logged_through, record.get("step", 0))
-                if record.get("step", 0) <= step:
+                at = record.get("step", 0)
+                if at < step or at == step and (evaluated or not any(key.startswith("eval_") for key in record)):
                     kept.append(line if line.endswith("\n") else line + "\n")
         if kept != lines:
             storage.write_atomic(self.jsonl_path, "".join(kept))
