@@ -37,7 +37,7 @@ TIMEOUT_SECONDS = 600
 TEMPORARY = re.compile(r"\.orbax-checkpoint-tmp|\.tmp$|(^|/)\.lock$|\.unusable\d*$")
 LEAK_WARNING = re.compile(r"leaked (semaphore|shared_memory)")
 RESUMED = re.compile(r"^Resumed from (\S+)/(\d+)")
-NOTHING_TO_DO = re.compile(r"^Nothing to do: the checkpoint at step (\d+)")
+NOTHING_TO_DO = re.compile(r"^Nothing to do: ")  # the run was complete: pretraining's checkpoint, fine-tuning's results
 PHASES = ("compile", "save", "eval", "final save")  # where the targeted moments go, in turn
 TIME_KEYS = ("time", "per_sec")  # fields of metrics and results that measure the clock, not the run
 
@@ -54,8 +54,7 @@ class Command:
     def start(self, workdir: str) -> subprocess.Popen:
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}  # a bucket's server: in os.environ
         return subprocess.Popen([sys.executable, "-m", self.module, f"--workdir={workdir}", *self.args], cwd=REPO,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)  # a kill of the test runner's group spares it
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 class Output:
@@ -144,11 +143,15 @@ class Outcome:
     moment: Moment
     killed: bool  # False: the command had ended before the moment came
     latest_complete: int | None  # the resume folder's latest complete checkpoint once the process was gone
-    resumed_from: int | None  # the step the rerun resumed from (None: it started afresh)
-    bitwise: bool
+    resumed_from: int | None  # the step the rerun resumed from (None: it started afresh; the latest: it was done)
+    differing: list[str]  # what the ended run holds otherwise than the reference: "checkpoints/10", "metrics", ...
     temporary_left: list[str]
     leak_warnings: list[str]
     rerun_error: str = ""
+
+    @property
+    def bitwise(self) -> bool:
+        return not self.rerun_error and not self.differing
 
     @property
     def steps_lost(self) -> int:
@@ -228,6 +231,7 @@ def fingerprint(workdir: str) -> dict[str, str]:
     import jax
     import numpy as np
     import orbax.checkpoint as ocp
+    workdir = storage.absolute(workdir)  # Orbax reads absolute paths only
     found = {"metrics": json.dumps(_canonical(_records(workdir)), sort_keys=True)}
     for key, complete in sorted(_checkpoint_folders(workdir).items()):
         digest = hashlib.sha256()
@@ -272,7 +276,8 @@ def kill_at(command: Command, workdir: str, moment: Moment) -> tuple[bool, str]:
 
 
 def rerun(command: Command, workdir: str) -> tuple[int | None, str, str]:
-    """The same command to its end; -> (the step it resumed from or found complete, its stderr, an error line)."""
+    """The same command to its end; -> (the step it resumed from, -1 if it found the run complete, or None; its
+    stderr; an error line)."""
     proc = command.start(workdir)
     try:
         stdout, stderr = proc.communicate(timeout=TIMEOUT_SECONDS)
@@ -281,9 +286,8 @@ def rerun(command: Command, workdir: str) -> tuple[int | None, str, str]:
         stdout, stderr = proc.communicate()
     resumed = None
     for line in stdout.splitlines():
-        match = RESUMED.match(line) or NOTHING_TO_DO.match(line)
-        if match:
-            resumed = int(match.groups()[-1])
+        match = RESUMED.match(line)
+        resumed = int(match.group(2)) if match else -1 if NOTHING_TO_DO.match(line) else resumed
     error = "" if proc.returncode == 0 else f"exit {proc.returncode}: {stderr.strip().splitlines()[-1:]}"
     return resumed, stderr, error
 
@@ -297,8 +301,10 @@ def try_moment(command: Command, workdir: str, moment: Moment, reference: dict[s
     killed, killed_stderr = kill_at(command, workdir, moment)
     latest = checkpoints.latest_complete_step(f"{workdir}/{command.resume}") if killed else None
     resumed, stderr, error = rerun(command, workdir)
-    bitwise = not error and fingerprint(workdir) == reference
-    return Outcome(moment, killed, latest, resumed, bitwise, temporary_files(workdir),
+    resumed = latest if resumed == -1 else resumed  # nothing was left to redo
+    ended = fingerprint(workdir)
+    differing = sorted(key for key in set(ended) | set(reference) if ended.get(key) != reference.get(key))
+    return Outcome(moment, killed, latest, resumed, differing, temporary_files(workdir),
                    leak_lines(killed_stderr, stderr), error)
 
 
@@ -331,7 +337,7 @@ def campaign(command: Command, root: str, moments: int, reference: Reference, se
 def describe(outcome: Outcome) -> str:
     moment = outcome.moment
     where = f"killed at {moment.seconds:.2f} s ({moment.phase})" if outcome.killed else "ended before the moment"
-    problems = [p for p in (outcome.rerun_error, "" if outcome.bitwise else "not bitwise",
+    problems = [p for p in (outcome.rerun_error, f"not bitwise: {outcome.differing}" if outcome.differing else "",
                             f"{outcome.steps_lost} steps lost" if outcome.steps_lost else "",
                             f"left {outcome.temporary_left}" if outcome.temporary_left else "",
                             f"warned {outcome.leak_warnings[:1]}" if outcome.leak_warnings else "") if p]
