@@ -27,7 +27,7 @@ from pretrain.loops import budget, setup
 from pretrain.loops.steps import micro_batches
 from pretrain.runtime import distributed, partitioning, profiling
 from pretrain.runtime.errors import ConfigError, UserError
-from pretrain.training import guards, pretrained, train_state, validation
+from pretrain.training import config_warnings, guards, pretrained, train_state, validation
 from pretrain.workdir import checkpoints, preemption, storage
 from pretrain.workdir import lock as workdir_lock
 from pretrain.workdir import run_files as workdirs
@@ -200,6 +200,11 @@ def _evaluators(config, held_out: Mapping[str, streaming.StreamingData], trainer
     """(state, step) -> evaluates every held-out text, each logged under its prefix; None without any."""
     evaluators = [_Evaluator(config, data, trainer, writer, prefix) for prefix, data in held_out.items()]
     if not evaluators:
+        if config.eval_every > 0:  # known only once the corpus is read: whether its source held anything out
+            config_warnings.warn_once(
+                f"config.eval_every={config.eval_every} evaluates nothing: the corpus holds no text out; hold some "
+                "out with --config.data.eval_documents=K (a Hub corpus: --config.data.hf_eval_split), or set "
+                "--config.eval_every=0")
         return None
     return lambda state, step: {e.prefix: e(state, step) for e in evaluators}
 
