@@ -149,3 +149,15 @@ def test_export_of_a_run_with_no_usable_step_is_one_line_and_exit_status_1(tiny_
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert_only(proc.stderr, ["warning: skipping checkpoint", "error: no usable checkpoint in "])
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_asyncio_records_of_failed_tensorstore_reads_are_dropped_and_others_kept(caplog):
+    """What asyncio logs for a TensorStore read that failed after the restore gave up on its step."""
+    import asyncio
+    checkpoints.reads.drop_late_callbacks()
+    loop = asyncio.new_event_loop()
+    for error in (ValueError('DATA_LOSS: Error reading "x" [tensorstore_spec=\'{}\']'),
+                  RuntimeError("Event loop is closed"), ValueError("a bug of ours")):
+        loop.call_exception_handler({"message": "Future exception was never retrieved", "exception": error})
+    loop.close()
+    assert [str(r.exc_info[1]) for r in caplog.records if r.name == "asyncio"] == ["a bug of ours"]
