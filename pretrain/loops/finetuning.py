@@ -229,11 +229,12 @@ class _Epochs:
                                                     self.position.order, self.workdir, self.config)
         if distributed.is_primary():
             workdirs.save_config(self.workdir, self.config)  # validated, and fits the state it resumes
-        self.ckpt.discard_after(self.position.step)  # best-epoch saves of a killed run past the resume point
-        # a state saved at an epoch's end before its evaluation (the save is asynchronous): evaluated again
-        evaluated = any(epoch["step"] == self.position.step for epoch in self.position.epochs)
+        # A state saved at an epoch's end before the epoch's evaluation (the save is asynchronous) evaluates again:
+        # the killed run's best-epoch save and evaluation records at that step go too, not only those past it.
+        evaluated = not self.position.step or any(e["step"] == self.position.step for e in self.position.epochs)
+        self.ckpt.discard_after(self.position.step - (0 if evaluated else 1))  # a killed run's best-epoch saves
         self.writer = MetricWriter(self.workdir, resume_step=self.position.step, config=self.config,
-                                   evaluated=evaluated or not self.position.step)
+                                   evaluated=evaluated)
         return state
 
     def train(self, state, watcher: preemption.Watcher):

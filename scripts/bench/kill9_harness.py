@@ -235,9 +235,12 @@ def fingerprint(workdir: str) -> dict[str, str]:
     found = {"metrics": json.dumps(_canonical(_records(workdir)), sort_keys=True)}
     for key, complete in sorted(_checkpoint_folders(workdir).items()):
         digest = hashlib.sha256()
-        for leaf in jax.tree.leaves(ocp.StandardCheckpointer().restore(f"{workdir}/{key}/state")):
-            digest.update(np.ascontiguousarray(np.asarray(leaf)).tobytes())
-        found[key] = digest.hexdigest() if complete else "incomplete"
+        try:  # a folder with its commit marker may still lack arrays: a bucket's rotation deletes object by object
+            for leaf in jax.tree.leaves(ocp.StandardCheckpointer().restore(f"{workdir}/{key}/state")):
+                digest.update(np.ascontiguousarray(np.asarray(leaf)).tobytes())
+        except (OSError, ValueError) as e:
+            complete = complete and f"unreadable: {str(e)[:80]}"
+        found[key] = digest.hexdigest() if complete is True else complete or "incomplete"
     if storage.exists(f"{workdir}/results.json"):
         found["results"] = json.dumps(_canonical(json.loads(storage.read_text(f"{workdir}/results.json"))),
                                       sort_keys=True)
