@@ -351,6 +351,15 @@ def _run_steps(config, plan: budget.StepPlan, trainer: setup.Trainer, start: Sta
             outputs.append(device_metrics)
         metrics.add(done, device_metrics)
         stop = done < last_step and watcher.should_stop(done)  # SIGTERM, SIGINT, JAX's notice, the deadline
+        if not stop and evaluate is not None and ((plan.eval_every and done % plan.eval_every == 0)
+                                                  or done == last_step):
+            # before the save: a run killed once its checkpoint is complete has logged this step's evaluation
+            # (its rerun, resumed from there, does not evaluate again)
+            metrics.flush()
+            evaluated = time.time()
+            evaluate(state, done)
+            watcher.extend_deadline(time.time() - evaluated)  # evaluation spends none of a time budget
+            metrics.reset_clock()  # keep evaluation out of the step times
         if stop or ckpt.should_save(done, last_step):
             metrics.flush()
             guards.check_params_finite(done, state.params)
@@ -361,12 +370,6 @@ def _run_steps(config, plan: budget.StepPlan, trainer: setup.Trainer, start: Sta
                 evaluate(state, done)  # a run ended by its time budget is a finished run: its held-out numbers
             ckpt.wait()  # complete on disk before the exit status says so
             return done, watcher.reason
-        if evaluate is not None and ((plan.eval_every and done % plan.eval_every == 0) or done == last_step):
-            metrics.flush()
-            evaluated = time.time()
-            evaluate(state, done)
-            watcher.extend_deadline(time.time() - evaluated)  # evaluation spends none of a time budget
-            metrics.reset_clock()  # keep evaluation out of the step times
     metrics.flush()
     return None
 
