@@ -12,7 +12,7 @@ from tests.helpers.paths import REPO
 ACTIVATE = "source .venv/bin/activate"
 # `python -m` or `python3 -m` on its own, not `.venv/bin/python -m` (nor a word ending in python).
 BARE_PYTHON_M = re.compile(r"(?<![\w/.-])python3? -m ")
-COVERS_DOCS = re.compile(r"`python -m` commands on this page and in \[docs/\]\(docs/\) run in that venv")
+COVERS_DOCS = re.compile(r"`python -m` commands on this page and in \[docs/\]\(docs/\) run in it, activated")
 
 
 def commands_before_activation(text: str) -> list[int]:
