@@ -5,11 +5,10 @@
 
 whenever another 5% of the tests have finished or 60 s have passed since the last such line, whichever comes first
 (a line is written only when a test finishes: a minutes-long test holds the next one back; none after the last
-test, where pytest's summary follows). Under pytest-xdist the
-controller prints it, from the reports its workers send (pytest_runtest_logreport runs there too); the workers print
-nothing. A test counts once it has finished (its teardown report, or the report xdist makes for a crashed worker's
-test), as failed if any of its phases failed. Off unless asked for; pytest's own summary is unchanged.
-Loaded by tests/conftest.py (pytest_plugins)."""
+test, where pytest's summary follows). Under pytest-xdist the controller prints it, from the reports its workers
+send (pytest_runtest_logreport runs there too); the workers print nothing. A test counts once it has finished (its
+teardown report, or the report xdist makes for a crashed worker's test), as failed if any of its phases failed.
+Off unless asked for; pytest's own summary is unchanged. Loaded by tests/conftest.py (pytest_plugins)."""
 from __future__ import annotations
 
 import math
