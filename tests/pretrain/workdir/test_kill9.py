@@ -2,7 +2,8 @@
 bucket SIGKILLed at random moments drawn from an uninterrupted run's timeline (inside its compilation, saves,
 evaluations and final save, and anywhere), each rerun with the same command: it resumes from the latest complete
 checkpoint, ends bitwise equal to the uninterrupted run, leaves no temporary file and prints no leak warning.
-A few moments here; the 50 of docs/training.md's table in `make test-long`."""
+A few moments in `make test`; 50 (10 in a bucket) in `make test-long`. Then the harness's own parts, and the fix it
+led to in the metrics log."""
 from __future__ import annotations
 
 import json
