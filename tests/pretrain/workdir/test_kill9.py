@@ -39,18 +39,13 @@ def fine_tuning(pretraining, tmp_path_factory) -> tuple[harness.Command, harness
 
 
 @pytest.mark.slow  # the real commands, in subprocesses
-@pytest.mark.parametrize("moments", [pytest.param(2, id="2 moments"),
-                                     pytest.param(50, id="50 moments", marks=pytest.mark.long)])
-def test_pretraining_killed_at_random_moments_resumes_bitwise_with_nothing_lost(pretraining, tmp_path, moments):
-    command, reference = pretraining
-    assert_survived(harness.campaign(command, str(tmp_path), moments, reference, SEED), moments)
-
-
-@pytest.mark.slow  # the real commands, in subprocesses
-@pytest.mark.parametrize("moments", [pytest.param(1, id="1 moment"),
-                                     pytest.param(50, id="50 moments", marks=pytest.mark.long)])
-def test_fine_tuning_killed_at_random_moments_resumes_bitwise_with_nothing_lost(fine_tuning, tmp_path, moments):
-    command, reference = fine_tuning
+@pytest.mark.parametrize("runs, moments", [
+    pytest.param("pretraining", 2, id="pretraining, 2 moments"),
+    pytest.param("fine_tuning", 1, id="fine-tuning, 1 moment"),
+    pytest.param("pretraining", 50, id="pretraining, 50 moments", marks=pytest.mark.long),
+    pytest.param("fine_tuning", 50, id="fine-tuning, 50 moments", marks=pytest.mark.long)])
+def test_a_command_killed_at_random_moments_resumes_bitwise_with_nothing_lost(runs, moments, request, tmp_path):
+    command, reference = request.getfixturevalue(runs)  # the command and its uninterrupted run
     assert_survived(harness.campaign(command, str(tmp_path), moments, reference, SEED), moments)
 
 
