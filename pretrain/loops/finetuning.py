@@ -286,6 +286,7 @@ class _Epochs:
             if save:
                 guards.check_params_finite(position.step, state.params)
                 position.index = index + 1
+                self.writer.flush()  # the steps this state holds are logged before it can be complete
                 self.resume.save(position.step, state, position.to_json(), force=True)
             if stop:
                 self.resume.wait()  # complete on disk before the exit status says so

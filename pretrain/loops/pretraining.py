@@ -309,6 +309,7 @@ def _train(config: ml_collections.ConfigDict, plan: budget.StepPlan, workdir: st
         print(f"Model {config.model.name}: {train_state.count_params(start.state.params):,} parameters; "
               f"mesh {dict(trainer.mesh.shape)}; workdir {storage.absolute(workdir)}")
         if start.step >= plan.num_train_steps:
+            ckpt.finish_rotation()
             print(f"Nothing to do: the checkpoint at step {start.step} already reaches "
                   f"config.num_train_steps={plan.num_train_steps} (raise it to train further)")
             return {}
@@ -362,6 +363,7 @@ def _run_steps(config, plan: budget.StepPlan, trainer: setup.Trainer, start: Sta
             metrics.reset_clock()  # keep evaluation out of the step times
         if stop or ckpt.should_save(done, last_step):
             metrics.flush()
+            metrics.writer.flush()  # the steps this checkpoint holds are logged before it can be complete
             guards.check_params_finite(done, state.params)
             position = train_data.position(done, _gather_windows(windows))
             ckpt.save(done, state, {**position, "skipped_updates_total": metrics.skipped_total}, force=stop)

@@ -20,6 +20,7 @@ import os
 import sys
 import types
 import warnings
+from asyncio import log as asyncio_log
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -178,6 +179,7 @@ def drop_late_callbacks() -> None:
     finish, some later: each one's callback finds Orbax's event loop closed, or its future's error is never
     retrieved, and Python or asyncio would print dozens of tracebacks around the one line, even minutes later.
     Drop exactly those, for the rest of the process; every other unraisable and asyncio record is shown."""
+    asyncio_log.logger.addFilter(_failed_tensorstore_future)  # asyncio's own logger object; added once
     previous = sys.unraisablehook
     if getattr(previous, "drops_late_callbacks", False):
         return
@@ -188,14 +190,16 @@ def drop_late_callbacks() -> None:
             previous(unraisable)
     hook.drops_late_callbacks = True
     sys.unraisablehook = hook
-    std_logging.getLogger("asyncio").addFilter(_failed_tensorstore_future)
 
 
 def _failed_tensorstore_future(record: std_logging.LogRecord) -> bool:
-    """False (drop) for asyncio's "Future/Task exception was never retrieved" of a TensorStore read or write:
-    its error names the TensorStore spec of the damaged file the warning already named."""
+    """False (drop) for asyncio's "Future/Task exception was never retrieved" of a TensorStore read or write (its
+    error names the TensorStore spec of the damaged file the warning already named), and for a late callback's
+    "Event loop is closed" that asyncio logs instead of raising."""
     message = record.getMessage()
     error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
+        return False
     return "exception was never retrieved" not in message or "tensorstore_spec" not in f"{message} {error}"
 
 

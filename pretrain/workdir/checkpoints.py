@@ -49,7 +49,7 @@ _TMP_SUFFIX = ".orbax-checkpoint-tmp"  # Orbax's unfinished saves (atomic rename
 class Checkpointer:
     def __init__(self, directory: str, *, save_every: int, keep: int, async_save: bool = True):
         self.directory = storage.absolute(directory)
-        self.save_every = save_every
+        self.save_every, self.keep = save_every, keep
         self._unusable: list[int] = []   # steps restore() skipped; set aside by the first save
         self._writing = False
         self._in_flight: int | None = None  # the step of the asynchronous save not waited for yet
@@ -145,6 +145,15 @@ class Checkpointer:
         if self._unusable:
             self.manager.reload()
             self._unusable = []
+
+    def finish_rotation(self) -> list[int]:
+        """Deletes the oldest checkpoints beyond `keep`, as the save of the newest does once that one is complete:
+        a run killed between the two finds its newest at the last step and saves nothing more."""
+        steps = sorted(self.manager.all_steps())
+        extra = steps[:-self.keep] if len(steps) > self.keep else []
+        for step in extra:
+            self.manager.delete(step)
+        return extra
 
     def discard_after(self, step: int) -> list[int]:
         """Deletes the checkpoints after `step` (those of a run that was killed and is redone from

@@ -7,8 +7,8 @@ step too (SummaryWriter's purge_step: a SessionLog.START event at that step), so
 
 In a bucket (a gs:// workdir) LineLog keeps new lines in memory and appends them every FLUSH_SECS and when
 the writer closes (a preempted run closes it) through storage.append, which uploads only those lines (the
-server concatenates), so a kill loses at most the lines of the last FLUSH_SECS, never the file; those past
-the last checkpoint are redone on resume anyway. TensorBoard's events are written by tensorboardX into a local
+server concatenates), and before every checkpoint is saved (flush), so a kill loses at most the lines after the
+last checkpoint, which the resumed run logs again, never the file. TensorBoard's events are written by tensorboardX into a local
 folder and their new bytes appended the same way (an events file is a sequence of records: appending is
 what tensorboardX does locally); its own gs:// writer re-uploads the whole file at every flush, once more
 when garbage-collected, and for two minutes into a bucket that is gone.
@@ -117,6 +117,12 @@ class MetricWriter:
         self.events.upload_if_due(self.tensorboard)
         if self.wandb is not None:
             self.wandb.log(int(step), scalars, prefix)
+
+    def flush(self) -> None:
+        """metrics.jsonl's lines written out now (in a bucket: uploaded), before a checkpoint is saved: a run killed
+        once that checkpoint is complete resumes after these steps and would not log them again."""
+        if self.enabled:
+            self.jsonl.flush()
 
     def close(self) -> None:
         if not self.enabled:

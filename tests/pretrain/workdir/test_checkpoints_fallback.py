@@ -182,3 +182,15 @@ def test_restore_params_skips_a_damaged_latest_step(tmp_path, capsys):
     assert step == 2
     assert_same_leaves(params, states[2].params)
     assert capsys.readouterr().err.count("warning: skipping checkpoint") == 2
+
+
+def test_finishing_the_rotation_keeps_the_newest_and_deletes_only_the_oldest_beyond_keep(tmp_path):
+    """What a run killed after its final save completed, before Orbax's rotation deleted the oldest, is left with."""
+    states = write_steps(tmp_path, steps=(1, 2, 3, 4))
+    ckpt = checkpoints.Checkpointer(str(tmp_path), save_every=1, keep=3)
+    assert ckpt.finish_rotation() == [1]
+    assert ckpt.finish_rotation() == []
+    restored, _, step = ckpt.restore(abstract(states[4]))
+    ckpt.close()
+    assert step == 4 and sorted(os.listdir(tmp_path)) == ["2", "3", "4"]
+    assert_same_leaves(restored, states[4])
