@@ -305,7 +305,9 @@ def check_mesh(config: ml_collections.ConfigDict) -> None:
     """config.mesh_shape against the devices this process sees (after jax.distributed is initialized)."""
     from pretrain.runtime import partitioning
     mesh = partitioning.create_mesh(config.mesh_shape)  # ConfigError naming the shape and the device count
-    check_batch_split(config, mesh.shape["data"] * mesh.shape["fsdp"])
+    import jax
+    if jax.process_count() == 1:  # several processes: the data path's own checks name the processes and devices
+        check_batch_split(config, mesh.shape["data"] * mesh.shape["fsdp"])
     if config.get("mesh_mode") == "shard_map" and (mesh.shape["fsdp"], mesh.shape["tensor"]) != (1, 1):
         raise ConfigError(f"config.mesh_mode='shard_map' replicates the state on every device, but config.mesh_shape="
                           f"{tuple(config.mesh_shape)} shards it: use --config.mesh_shape=-1,1,1 or mesh_mode=jit")

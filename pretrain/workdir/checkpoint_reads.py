@@ -129,6 +129,7 @@ def _read_params(directory: str, step: int) -> tuple[Any, str | None]:
         try:
             metadata = checkpointer.metadata(path)
         except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise plain Exceptions
+            collect_failed_reads()
             return None, f"unreadable metadata ({first_line(e)})"
         stored = getattr(getattr(metadata, "item_metadata", None), "tree", None)
         if not isinstance(stored, dict) or "params" not in stored:
@@ -140,6 +141,7 @@ def _read_params(directory: str, step: int) -> tuple[Any, str | None]:
             restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
                 item={"params": abstract}, restore_args={"params": as_numpy}, partial_restore=True))
         except Exception as e:  # noqa: BLE001
+            collect_failed_reads()
             return None, f"unreadable ({first_line(e)})"
     return jax.device_get(restored["params"]), None
 
@@ -212,8 +214,14 @@ def _quiet_unraisable():
     try:
         yield
     finally:
-        gc.collect()  # the failed coroutines are reported when collected: here, not later
         sys.unraisablehook = previous
+
+
+def collect_failed_reads() -> None:
+    """Inside quiet_failed_reads, once a read failed: its other coroutines, failed unobserved, are reported when
+    collected: here, quietly, not later. (Not after a read that succeeded: a collection there would report what
+    the caller's own code left to the garbage collector, inside this read.)"""
+    gc.collect()
 
 
 @contextlib.contextmanager

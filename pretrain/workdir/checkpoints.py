@@ -115,6 +115,7 @@ class Checkpointer:
             try:
                 stored = self.manager.item_metadata(step)["state"]
             except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise plain Exceptions
+                reads.collect_failed_reads()
                 return None, f"unreadable metadata ({reads.first_line(e)})"
             if stored is None:
                 return None, reads.unreadable_metadata(os.path.join(self.directory, str(step), "state"))
@@ -123,6 +124,7 @@ class Checkpointer:
                 return self.manager.restore(step, args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore())), None
             except Exception as e:  # noqa: BLE001
+                reads.collect_failed_reads()
                 if _shapes_by_name(stored) != _shapes_by_name(abstract_state):  # e.g. another optimizer
                     raise CheckpointError(
                         f"checkpoint {self.directory}/{step} does not fit this config's model "

@@ -219,7 +219,8 @@ def test_a_sweep_whose_directory_is_in_a_bucket(gs_run, tiny_bert_workdir):
 
 
 def test_bucket_failures_at_start_are_one_line(gcs_server, corpus_and_tokenizer, tmp_path):
-    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=2, checkpoint_every=2)
+    flags = tiny_overrides(*corpus_and_tokenizer, num_train_steps=2, checkpoint_every=2,
+                           **{"optimizer.warmup_steps": 1})  # a warm-up as long as the run would be warned
     missing = run_train("gs://no-such-bucket/run", flags, check=False)
     assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0, missing.stderr
     assert "no-such-bucket" in missing.stderr and "check the bucket" in missing.stderr

@@ -353,7 +353,8 @@ def test_sigterm_before_the_first_step_of_pretraining_is_one_line_and_exit_75(tm
     run stops at once. Then a SIGTERM while the first step compiles: the stop comes once the step ran, with its
     checkpoint. Then one while a resumed run restores: the checkpoint stays the latest."""
     flags = tiny_overrides(*corpus_and_tokenizer, **{"model.num_layers": 4, "model.hidden_size": 64,
-                                                     "model.intermediate_size": 128, "data.max_seq_length": 128})
+                                                     "model.intermediate_size": 128, "data.max_seq_length": 128,
+                                                     "objective.max_predictions_per_seq": 19})  # 15% of 126
     workdir = tmp_path / "run"
     args = ["--config=configs/bert.py:size=tiny", f"--workdir={workdir}", *flags]
     status, err = sigterm_at_line(start_unbuffered("pretrain.train", args), "Corpus:")  # printed before the model
