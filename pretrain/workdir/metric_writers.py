@@ -8,8 +8,8 @@ step too (SummaryWriter's purge_step: a SessionLog.START event at that step), so
 In a bucket (a gs:// workdir) LineLog keeps new lines in memory and appends them every FLUSH_SECS and when
 the writer closes (a preempted run closes it) through storage.append, which uploads only those lines (the
 server concatenates), and before every checkpoint is saved (flush), so a kill loses at most the lines after the
-last checkpoint, which the resumed run logs again, never the file. TensorBoard's events are written by tensorboardX into a local
-folder and their new bytes appended the same way (an events file is a sequence of records: appending is
+last checkpoint, which the resumed run logs again, never the file. TensorBoard's events are written by tensorboardX
+into a local folder and their new bytes appended the same way (an events file is a sequence of records: appending is
 what tensorboardX does locally); its own gs:// writer re-uploads the whole file at every flush, once more
 when garbage-collected, and for two minutes into a bucket that is gone.
 
