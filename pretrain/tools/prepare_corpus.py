@@ -32,7 +32,9 @@ from pretrain.runtime import errors
 
 # This command's flags, for the fixes the Hub's errors name.
 HUB_FLAGS = hub.Flags(path="--hf", name="--hf_name", split="--hf_split", data_files="--data_files",
-                      text_column="--text_column", first_documents="--max_documents=N", not_streaming="drop --streaming")
+                      text_column="--text_column", first_documents="--max_documents=N",
+                      not_streaming="drop --streaming")
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

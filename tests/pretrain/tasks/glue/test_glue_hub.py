@@ -1,6 +1,6 @@
 """GLUE from the Hugging Face Hub (`nyu-mll/glue`), offline: the official files (the shared download and the crafted
-rows of tests/helpers/glue_files.py) written as a local copy of the Hub repository (README.md's configs, one folder per task,
-<split>-00000-of-00001.parquet with the Hub's columns), which load_dataset reads as it reads the repository. Every
+rows of tests/helpers/glue_files.py) written as a local copy of the Hub repository (README.md's configs, one folder per
+task, <split>-00000-of-00001.parquet with the Hub's columns), which load_dataset reads as it reads the repository. Every
 split gives the examples of the official file, so fine-tuning and its dev metrics are those of the official files."""
 from __future__ import annotations
 
